@@ -1,0 +1,96 @@
+"""tooldeck: the tools layer of an LLM agent.
+
+Load a deck from installed plugins, open a session per conversation, deal the model a hand of
+tools for its task, and run its calls through validation, authorization, cache, rate limits and
+guarded execution::
+
+    import trio
+    from tooldeck import Deck
+
+    async def main():
+        async with Deck.load() as deck:
+            session = deck.session(workdir=".")
+            hand = await session.select("read the README and summarize it")
+            tools = hand.export("openai")
+            result = await session.call("file_read", {"path": "README.md"})
+
+    trio.run(main)
+
+The contract (data model, error codes, markers) is re-exported from :mod:`tooldeck_hookspecs`.
+"""
+
+from __future__ import annotations
+
+from tooldeck_hookspecs import (
+    ArgumentProblem,
+    Decision,
+    ErrorCode,
+    Event,
+    ExecutionConfig,
+    Exclusion,
+    Preference,
+    RateLimit,
+    RateLimitOutcome,
+    RegistrationError,
+    ScoredTool,
+    SecurityConfig,
+    SecurityLevel,
+    SessionInfo,
+    StageMissingError,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolFailure,
+    TooldeckError,
+    ToolResult,
+    hookimpl,
+    tool,
+)
+
+from ._config import Config, load_config
+from ._deck import ConfirmCallback, ConfirmRequest, Deck, Hand, Session
+from ._plugins import PluginInfo
+from .adapters import FORMATS, ParsedCall, export_tools, parse_tool_calls, result_messages
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Deck",
+    "Session",
+    "Hand",
+    "ConfirmRequest",
+    "ConfirmCallback",
+    "Config",
+    "load_config",
+    "PluginInfo",
+    "FORMATS",
+    "ParsedCall",
+    "export_tools",
+    "parse_tool_calls",
+    "result_messages",
+    "ArgumentProblem",
+    "Decision",
+    "ErrorCode",
+    "Event",
+    "ExecutionConfig",
+    "Exclusion",
+    "Preference",
+    "RateLimit",
+    "RateLimitOutcome",
+    "RegistrationError",
+    "ScoredTool",
+    "SecurityConfig",
+    "SecurityLevel",
+    "SessionInfo",
+    "StageMissingError",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolFailure",
+    "TooldeckError",
+    "ToolResult",
+    "hookimpl",
+    "tool",
+]

@@ -1,0 +1,88 @@
+"""Pending approvals of calls that need the user's confirmation (in memory)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+
+import attrs
+
+__all__ = ["InMemoryApprovalStore", "Approval"]
+
+
+@attrs.define(kw_only=True)
+class Approval:
+    """One pending approval, bound to a session, a tool and a hash of the exact arguments."""
+
+    approval_id: str
+    session_id: str
+    tool: str
+    arguments_hash: str
+    expires_at: float
+    state: str = "pending"  # pending | approved | denied | used
+
+
+class InMemoryApprovalStore:
+    """The default approval store: single-use approvals that expire, bound to one exact call.
+
+    Used by the core when no plugin provides ``tooldeck_approval_store``. State is per process;
+    the Redis plugin shares it across processes.
+    """
+
+    def __init__(self, *, timer: Callable[[], float] = time.monotonic, max_pending: int = 10_000):
+        self._timer = timer
+        self._max_pending = max_pending
+        self._items: dict[str, Approval] = {}
+
+    def _sweep(self) -> None:
+        now = self._timer()
+        for key in [k for k, a in self._items.items() if a.expires_at <= now]:
+            del self._items[key]
+
+    async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
+        """Record a pending approval; return its unguessable id."""
+        self._sweep()
+        if len(self._items) >= self._max_pending:
+            # Oldest first: a flood of unanswered requests must not grow memory without bound.
+            oldest = min(self._items.values(), key=lambda a: a.expires_at)
+            del self._items[oldest.approval_id]
+        approval_id = "apr_" + secrets.token_urlsafe(16)
+        self._items[approval_id] = Approval(
+            approval_id=approval_id,
+            session_id=session_id,
+            tool=tool,
+            arguments_hash=arguments_hash,
+            expires_at=self._timer() + ttl_s,
+        )
+        return approval_id
+
+    def get(self, approval_id: str) -> Approval | None:
+        """The approval if it exists and has not expired."""
+        self._sweep()
+        return self._items.get(approval_id)
+
+    async def resolve(self, approval_id: str, approved: bool) -> bool:
+        """Approve or deny; False when unknown, expired or already decided."""
+        approval = self.get(approval_id)
+        if approval is None or approval.state != "pending":
+            return False
+        approval.state = "approved" if approved else "denied"
+        return True
+
+    async def consume(
+        self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str
+    ) -> bool:
+        """Use an approved approval once, for exactly this session, tool and arguments."""
+        approval = self.get(approval_id)
+        if (
+            approval is None
+            or approval.state != "approved"
+            or approval.session_id != session_id
+            or approval.tool != tool
+            or approval.arguments_hash != arguments_hash
+        ):
+            return False
+        approval.state = "used"
+        del self._items[approval_id]
+        return True

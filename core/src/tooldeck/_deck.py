@@ -1,0 +1,962 @@
+"""The deck and its sessions: the call pipeline and the hand dealt per task.
+
+Per call: find the tool (fallback: widen retrieval) -> validate arguments -> authorize (deny > ask
+> allow, confirmation) -> cache get -> rate limit -> execute (queue, timeout, sandbox) -> process
+result (redaction) -> cache put -> ToolResult. Every failure is a ToolResult; nothing raises to the
+caller except trio's own cancellation of the caller's scope.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import trio
+from tooldeck_hookspecs import (
+    LEVEL_ORDER,
+    ArgumentProblem,
+    ArgumentValidator,
+    Decision,
+    ErrorCode,
+    Event,
+    Exclusion,
+    Preference,
+    RegistrationError,
+    ScoredTool,
+    SecurityLevel,
+    SessionInfo,
+    StageMissingError,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+    cache_key,
+    canonical_json,
+)
+
+from ._approvals import InMemoryApprovalStore
+from ._catalog import ToolCatalog
+from ._config import Config, load_config
+from ._introspect import apply_override, definition_from_function
+from ._plugins import HookImpl, PluginInfo, TooldeckPluginManager
+
+__all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
+
+log = logging.getLogger("tooldeck")
+
+#: Which package to install when a stage is missing.
+STAGE_PACKAGES = {
+    "register": ("tooldeck_argument_validator", "tooldeck-schema"),
+    "filter": ("tooldeck_retriever", "tooldeck-faiss"),
+    "execute": ("tooldeck_executor", "tooldeck-runner"),
+}
+
+
+@attrs.frozen(kw_only=True)
+class ConfirmRequest:
+    """What a confirm callback is asked: may this exact call run?"""
+
+    session_id: str
+    tool: ToolDefinition
+    call: ToolCall
+    reasons: tuple[str, ...]
+
+
+#: An async callback: True approves this call, "always" approves the tool for the session,
+#: False (or raising, or timing out) denies.
+ConfirmCallback = Callable[[ConfirmRequest], Awaitable[bool | Literal["always"]]]
+
+
+@attrs.frozen(kw_only=True)
+class Hand:
+    """The tools dealt to the model for one task, with why each is there and what was removed."""
+
+    query: str
+    tools: tuple[ToolDefinition, ...]
+    scores: Mapping[str, float]
+    #: Why a tool is in the hand: "retrieved", "pinned", "sticky", plus preference reasons.
+    reasons: Mapping[str, tuple[str, ...]]
+    exclusions: tuple[Exclusion, ...]
+    candidates: int
+
+    @property
+    def names(self) -> list[str]:
+        """Tool names in hand order."""
+        return [t.name for t in self.tools]
+
+    def export(self, format: str) -> list[dict[str, Any]]:
+        """The hand as a provider's tool schemas (``openai``, ``anthropic``, ``mcp``, ...)."""
+        from .adapters import export_tools
+
+        return export_tools(self.tools, format)
+
+
+def _arguments_hash(arguments: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
+
+
+class Deck:
+    """A loaded set of plugins and tools; the factory of sessions.
+
+    Build one with :meth:`Deck.load` (entry points and configuration) or
+    :func:`tooldeck.testing.make_deck` (isolated, for tests). Use it as ``async with deck:`` so
+    that executors and workers are released at the end.
+    """
+
+    def __init__(self, plugins: TooldeckPluginManager, config: Config) -> None:
+        self.plugins = plugins
+        self.config = config
+        self.catalog = ToolCatalog()
+        self._hand_settings = dict(config.section("hand"))
+        self._session_defaults = dict(config.section("session"))
+        approvals = config.section("approvals")
+        self._approval_ttl_s = float(approvals.get("ttl_s", 600))
+        self._confirm_timeout_s = float(approvals.get("confirm_timeout_s", 120))
+        self._retriever: Any = None
+        self._retriever_plugin: str | None = None
+        self._indexed = False
+        self._index_lock = trio.Lock()
+        self._cache: Any = None
+        self._limiter: Any = None
+        self._executor: Any = None
+        self._approvals: Any = None
+        self.providers: dict[str, str | None] = {}
+        self._impl_cache: dict[str, list[HookImpl]] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        plugins: Iterable[object] = (),
+        entry_points: bool | Iterable[str] = True,
+    ) -> Deck:
+        """Load plugins, register and validate every tool, resolve the stage providers.
+
+        :param config: a :class:`Config`, a settings mapping, or None to read ``tooldeck.toml`` /
+            ``[tool.tooldeck]`` / ``TOOLDECK_CONFIG`` and the environment.
+        :param plugins: extra plugin objects registered inline (after the entry points).
+        :param entry_points: True loads every installed plugin of the ``tooldeck`` group, False
+            none, or an iterable of entry-point names loads just those.
+        :raises RegistrationError: a tool definition is invalid (every problem listed).
+        :raises PluginLoadError: a plugin fails to import or implements an unknown hook.
+        :raises StageMissingError: no plugin provides the register or execute stage.
+        """
+        if config is None:
+            config = load_config()
+        elif not isinstance(config, Config):
+            config = Config.from_mapping(config)
+        manager = TooldeckPluginManager()
+        if entry_points is not False:
+            only = None if entry_points is True else list(entry_points)  # type: ignore[arg-type]
+            manager.load_entry_points(config.allows, only=only)
+        for index, plugin in enumerate(plugins):
+            name = getattr(plugin, "__tooldeck_name__", None) or getattr(
+                plugin, "__name__", f"inline-{index}"
+            )
+            manager.register(plugin, name=str(name), source="inline")
+        manager.check_pending()
+        deck = cls(manager, config)
+        deck._resolve_providers()
+        deck._register_all()
+        return deck
+
+    def _impls(self, hook: str) -> list[HookImpl]:
+        cached = self._impl_cache.get(hook)
+        if cached is None:
+            cached = self._impl_cache[hook] = self.plugins.impls(hook)
+        return cached
+
+    def _resolve_providers(self) -> None:
+        settings = self.config.settings
+        call = self.plugins.call_provider
+        self._executor, self.providers["execute"] = call("tooldeck_executor", settings)
+        if self._executor is None:
+            hook, package = STAGE_PACKAGES["execute"]
+            raise StageMissingError("execute", hook, package)
+        self._retriever, self.providers["filter"] = call("tooldeck_retriever", settings)
+        self._cache, self.providers["cache"] = call("tooldeck_cache", settings)
+        self._limiter, self.providers["rate_limit"] = call("tooldeck_rate_limiter", settings)
+        self._approvals, self.providers["approvals"] = call("tooldeck_approval_store", settings)
+        if self._approvals is None:
+            self._approvals, self.providers["approvals"] = InMemoryApprovalStore(), "tooldeck"
+
+    def _register_all(self) -> None:
+        pending: list[ToolDefinition] = []
+        problems: list[str] = []
+        for impl in self._impls("tooldeck_register_tools"):
+            try:
+                impl(register=self._make_register(impl.plugin, pending))
+            except RegistrationError as exc:
+                problems.extend(exc.problems)
+            except Exception as exc:  # noqa: BLE001 - a broken pack is a start-up error
+                problems.append(
+                    f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
+                    f"{type(exc).__name__}: {exc}"
+                )
+        problems.extend(self._admit(pending))
+        if problems:
+            raise RegistrationError(problems)
+        self._catalog_ready()
+
+    def _make_register(
+        self, plugin: str, pending: list[ToolDefinition]
+    ) -> Callable[..., Any]:
+        def register(tool: Any, /, **options: Any) -> Any:
+            """Register a ToolDefinition, or a function with options; returns it unchanged."""
+            if isinstance(tool, ToolDefinition):
+                definition = attrs.evolve(tool, plugin=plugin, **options)
+            elif callable(tool):
+                definition = definition_from_function(tool, plugin=plugin, options=options)
+            else:
+                raise RegistrationError(
+                    [f"plugin {plugin!r}: register() takes a ToolDefinition or a function, "
+                     f"not {type(tool).__name__}"]
+                )
+            pending.append(definition)
+            return tool
+
+        return register
+
+    def _admit(self, tools: Sequence[ToolDefinition]) -> list[str]:
+        """Validate and add tools to the catalog; return the problems (nothing added on problems)."""
+        validate_impls = self._impls("tooldeck_validate_tool")
+        if not validate_impls or not self._impls("tooldeck_argument_validator"):
+            hook, package = STAGE_PACKAGES["register"]
+            raise StageMissingError("register", hook, package)
+        problems: list[str] = []
+        staged = ToolCatalog()
+        for name in self.catalog.names():
+            staged.add(self.catalog.get(name), self.catalog.validator(name))  # type: ignore[arg-type]
+        accepted: list[tuple[ToolDefinition, ArgumentValidator | None]] = []
+        for tool in tools:
+            try:
+                tool = apply_override(
+                    tool, self.config.tool_override(tool.name), self.config.source or "config"
+                )
+            except RegistrationError as exc:
+                problems.extend(exc.problems)
+                continue
+            found: list[str] = []
+            for impl in validate_impls:
+                try:
+                    found.extend(impl(tool=tool, catalog=staged) or [])
+                except Exception as exc:  # noqa: BLE001
+                    found.append(
+                        f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
+                        f"{impl.plugin!r} raised {type(exc).__name__}: {exc}"
+                    )
+            if found:
+                problems.extend(found)
+                continue
+            try:
+                validator = self._compile_validator(tool)
+            except Exception as exc:  # noqa: BLE001
+                problems.append(
+                    f"tool {tool.name!r} (plugin {tool.plugin!r}): parameters: cannot compile a "
+                    f"validator: {type(exc).__name__}: {exc}"
+                )
+                continue
+            staged.add(tool, validator)
+            accepted.append((tool, validator))
+        if not problems:
+            for tool, validator in accepted:
+                self.catalog.add(tool, validator)
+        return problems
+
+    def _compile_validator(self, tool: ToolDefinition) -> ArgumentValidator | None:
+        for impl in self._impls("tooldeck_argument_validator"):
+            validator = impl(tool=tool)
+            if validator is not None:
+                return validator  # type: ignore[no-any-return]
+        return None
+
+    def _catalog_ready(self) -> None:
+        for impl in self._impls("tooldeck_catalog_ready"):
+            try:
+                impl(catalog=self.catalog)
+            except Exception:  # noqa: BLE001 - an observer must not stop the deck
+                log.exception("plugin %r: tooldeck_catalog_ready raised", impl.plugin)
+
+    # ------------------------------------------------------------------ runtime changes
+
+    async def add_tools(self, tools: Iterable[ToolDefinition], *, plugin: str = "runtime") -> None:
+        """Register tools at run time; the retriever's index is updated without a rebuild.
+
+        :raises RegistrationError: when any of them is invalid (then none is added).
+        """
+        definitions = [attrs.evolve(t, plugin=t.plugin or plugin) for t in tools]
+        problems = self._admit(definitions)
+        if problems:
+            raise RegistrationError(problems)
+        if self._retriever is not None and self._indexed:
+            await self._retriever.add(definitions)
+        self._catalog_ready()
+
+    async def remove_tools(self, names: Iterable[str]) -> list[str]:
+        """Remove tools at run time; return the names that were registered."""
+        removed = [n for n in names if self.catalog.remove(n) is not None]
+        if removed and self._retriever is not None and self._indexed:
+            await self._retriever.remove(removed)
+        self._catalog_ready()
+        return removed
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Deck:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the providers' resources (executor workers, retriever, ...)."""
+        for provider in (self._executor, self._retriever, self._cache, self._limiter):
+            closer = getattr(provider, "aclose", None)
+            if closer is not None:
+                try:
+                    await closer()
+                except Exception:  # noqa: BLE001
+                    log.exception("closing %r failed", provider)
+
+    # ------------------------------------------------------------------ queries
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        """Loaded plugins with distribution, version and hooks."""
+        return self.plugins.plugin_infos()
+
+    @property
+    def executor(self) -> Any:
+        """The execute stage's provider object."""
+        return self._executor
+
+    @property
+    def cache(self) -> Any:
+        """The cache stage's provider object, or None."""
+        return self._cache
+
+    @property
+    def retriever(self) -> Any:
+        """The filter stage's retriever, or None when no plugin provides one."""
+        return self._retriever
+
+    async def ensure_index(self) -> float:
+        """Index the catalog in the retriever if not done yet; return the seconds it took."""
+        if self._retriever is None:
+            hook, package = STAGE_PACKAGES["filter"]
+            raise StageMissingError("filter", hook, package)
+        async with self._index_lock:
+            if self._indexed:
+                return 0.0
+            started = time.perf_counter()
+            await self._retriever.index(list(self.catalog))
+            self._indexed = True
+            return time.perf_counter() - started
+
+    def session(
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        grants: Iterable[str] | None = None,
+        excluded_categories: Iterable[str] | None = None,
+        max_level: SecurityLevel | str | None = None,
+        confirm: ConfirmCallback | None = None,
+        pinned: Iterable[str] | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        environment: Mapping[str, str] | None = None,
+    ) -> Session:
+        """Open a session: one agent conversation with its grants, hand and pending approvals.
+
+        Unset arguments come from the ``[session]`` table of the configuration.
+        """
+        defaults = self._session_defaults
+        return Session(
+            self,
+            session_id=session_id or "ses_" + uuid.uuid4().hex[:12],
+            workdir=str(Path(workdir or defaults.get("workdir") or os.getcwd()).resolve()),
+            grants=set(grants if grants is not None else defaults.get("grants", ())),
+            excluded_categories=set(
+                excluded_categories
+                if excluded_categories is not None
+                else defaults.get("excluded_categories", ())
+            ),
+            max_level=SecurityLevel(max_level or defaults.get("max_level", "dangerous")),
+            confirm=confirm,
+            pinned=list(pinned if pinned is not None else self._hand_settings.get("pinned", ())),
+            attributes=dict(attributes or defaults.get("attributes", {})),
+            environment=dict(environment or {}),
+        )
+
+    def closest_names(self, name: str, n: int = 5) -> list[str]:
+        """Registered names closest to a misspelled or invented one."""
+        names = self.catalog.names()
+        normal = name.replace("-", "_").lower()
+        close = difflib.get_close_matches(normal, names, n=n, cutoff=0.5)
+        words = {w for w in normal.split("_") if len(w) > 2}
+        for candidate in names:
+            if len(close) >= n:
+                break
+            if candidate not in close and words & set(candidate.split("_")):
+                close.append(candidate)
+        return close
+
+
+class Session:
+    """One conversation: grants, the current hand, sticky tools, approvals, in-flight calls.
+
+    Create with :meth:`Deck.session`. All methods are safe to call concurrently from one trio
+    run; results never raise for a failure a model can cause.
+    """
+
+    def __init__(
+        self,
+        deck: Deck,
+        *,
+        session_id: str,
+        workdir: str,
+        grants: set[str],
+        excluded_categories: set[str],
+        max_level: SecurityLevel,
+        confirm: ConfirmCallback | None,
+        pinned: list[str],
+        attributes: dict[str, Any],
+        environment: dict[str, str],
+    ) -> None:
+        self.deck = deck
+        self.id = session_id
+        self.workdir = workdir
+        self.grants = grants
+        self.excluded_categories = excluded_categories
+        self.max_level = max_level
+        self.confirm = confirm
+        self.pinned = pinned
+        self.attributes = attributes
+        self.environment = environment
+        self.always_allowed: set[str] = set()
+        self.hand: Hand | None = None
+        self._offered: set[str] = set()
+        self._turn = 0
+        self._last_used: dict[str, int] = {}
+        self._pending: dict[str, ToolCall] = {}
+        self._scopes: set[trio.CancelScope] = set()
+        self._info: SessionInfo | None = None
+        settings = deck._hand_settings
+        self.limit = int(settings.get("limit", 15))
+        self.recall = int(settings.get("recall", 20))
+        self.fallback_recall = int(settings.get("fallback_recall", 40))
+        self.sticky_turns = int(settings.get("sticky_turns", 3))
+
+    # ------------------------------------------------------------------ state
+
+    def info(self) -> SessionInfo:
+        """A snapshot of this session for policy and filter hooks (rebuilt only after changes)."""
+        if self._info is None:
+            recent = sorted(self._last_used, key=self._last_used.__getitem__, reverse=True)
+            self._info = SessionInfo(
+                session_id=self.id,
+                workdir=self.workdir,
+                grants=frozenset(self.grants),
+                excluded_categories=frozenset(self.excluded_categories),
+                max_level=self.max_level,
+                always_allow=frozenset(self.always_allowed),
+                recent_tools=tuple(recent),
+                environment=self.environment,
+                attributes=self.attributes,
+            )
+        return self._info
+
+    def _changed(self) -> None:
+        self._info = None
+
+    def grant(self, *categories: str) -> None:
+        """Let ``moderate`` tools of these categories run."""
+        self.grants.update(categories)
+        self._changed()
+
+    def revoke(self, *categories: str) -> None:
+        """Take grants back."""
+        self.grants.difference_update(categories)
+        self._changed()
+
+    def always_allow(self, tool_name: str) -> None:
+        """The user said: never ask again for this tool in this session."""
+        self.always_allowed.add(tool_name)
+        self._changed()
+
+    def cancel(self) -> None:
+        """Cancel every queued and running call of this session; each returns ``CANCELLED``."""
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    # ------------------------------------------------------------------ the hand
+
+    async def select(self, task: str, *, limit: int | None = None) -> Hand:
+        """Deal the tools that matter for ``task``: recall, rule filters, pinned and sticky tools.
+
+        :raises StageMissingError: when no plugin provides a retriever.
+        """
+        deck = self.deck
+        await deck.ensure_index()
+        limit = self.limit if limit is None else max(1, int(limit))
+        self._turn += 1
+        candidates: list[ScoredTool] = await deck._retriever.search(task, max(self.recall, limit))
+        scores = {c.name: c.score for c in candidates}
+        reasons: dict[str, list[str]] = {c.name: ["retrieved"] for c in candidates}
+        sticky = [
+            name
+            for name, turn in self._last_used.items()
+            if self._turn - turn <= self.sticky_turns and name in deck.catalog
+        ]
+        extra = [n for n in (*self.pinned, *sticky) if n not in scores and n in deck.catalog]
+        tools = [t for t in (deck.catalog.get(c.name) for c in candidates) if t is not None]
+        tools += [deck.catalog.get(n) for n in extra]  # type: ignore[misc]
+        excluded, boosts = self._apply_filters(task, tools, reasons)
+        for name, boost in boosts.items():
+            scores[name] = scores.get(name, 0.0) + boost
+        for name in self.pinned:
+            reasons.setdefault(name, []).append("pinned")
+        for name in sticky:
+            reasons.setdefault(name, []).append("sticky")
+        forced = [n for n in dict.fromkeys([*self.pinned, *sticky]) if n in deck.catalog]
+        ranked = sorted(
+            (t for t in tools if t.name not in excluded and t.name not in forced),
+            key=lambda t: scores.get(t.name, 0.0),
+            reverse=True,
+        )
+        chosen = [deck.catalog.get(n) for n in forced if n not in excluded]
+        room = max(0, limit - len(chosen))
+        chosen += ranked[:room]
+        hand = Hand(
+            query=task,
+            tools=tuple(t for t in chosen if t is not None),
+            scores={t.name: round(scores.get(t.name, 0.0), 6) for t in chosen if t is not None},
+            reasons={k: tuple(v) for k, v in reasons.items() if k in {t.name for t in chosen if t}},
+            exclusions=tuple(e for es in excluded.values() for e in es),
+            candidates=len(candidates),
+        )
+        self.hand = hand
+        self._offered = set(hand.names)
+        return hand
+
+    def _apply_filters(
+        self, task: str, tools: Sequence[ToolDefinition], reasons: dict[str, list[str]]
+    ) -> tuple[dict[str, list[Exclusion]], dict[str, float]]:
+        excluded: dict[str, list[Exclusion]] = {}
+        boosts: dict[str, float] = {}
+        info = self.info()
+        for impl in self.deck._impls("tooldeck_filter_tools"):
+            try:
+                verdicts = impl(query=task, candidates=tools, session=info) or []
+            except Exception:  # noqa: BLE001 - a broken rule must not stop selection
+                log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
+                continue
+            for verdict in verdicts:
+                if isinstance(verdict, Exclusion):
+                    excluded.setdefault(verdict.name, []).append(
+                        verdict if verdict.plugin else attrs.evolve(verdict, plugin=impl.plugin)
+                    )
+                elif isinstance(verdict, Preference):
+                    boosts[verdict.name] = boosts.get(verdict.name, 0.0) + verdict.boost
+                    reasons.setdefault(verdict.name, []).append(verdict.reason)
+        return excluded, boosts
+
+    # ------------------------------------------------------------------ calls
+
+    async def call(
+        self,
+        name: str | ToolCall,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        approval_id: str | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run one tool call through the whole pipeline; always returns a ToolResult."""
+        if isinstance(name, ToolCall):
+            call = name
+        else:
+            call = ToolCall(
+                name=name,
+                arguments=arguments if arguments is not None else {},
+                id=call_id or "call_" + uuid.uuid4().hex[:12],
+            )
+        started = time.perf_counter()
+        result = await self._run(call, approval_id)
+        result = result.with_metadata(
+            duration_s=round(time.perf_counter() - started, 6),
+            call_id=call.id,
+            tool=call.name,
+            **({} if "cached" in result.metadata else {"cached": False}),
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %s %s -> %s", call.id, call.name, result.error.code if result.error else "ok")
+        if self.deck.plugins.has_impls("tooldeck_event"):
+            self._event("call.end", call, result)
+        return result
+
+    def _event(self, kind: str, call: ToolCall, result: ToolResult) -> None:
+        event = Event(
+            kind=kind,
+            session_id=self.id,
+            call_id=call.id,
+            tool=call.name,
+            data={
+                "success": result.success,
+                "code": str(result.error.code) if result.error else None,
+                "cached": result.metadata.get("cached", False),
+            },
+        )
+        for impl in self.deck._impls("tooldeck_event"):
+            try:
+                impl(event=event)
+            except Exception:  # noqa: BLE001
+                log.exception("plugin %r: tooldeck_event raised", impl.plugin)
+
+    async def _run(self, call: ToolCall, approval_id: str | None) -> ToolResult:
+        deck = self.deck
+        tool = deck.catalog.get(call.name)
+        if tool is None:
+            close = deck.closest_names(call.name)
+            return ToolResult.fail(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"no tool named {call.name!r} is registered",
+                suggestion=(
+                    f"Did you mean {', '.join(repr(n) for n in close)}?" if close else None
+                ),
+                details={"candidates": close},
+            )
+        metadata: dict[str, Any] = {}
+        if call.name not in self._offered:
+            refusal, metadata = await self._admit_unoffered(tool)
+            if refusal is not None:
+                return refusal
+        if not isinstance(call.arguments, Mapping):
+            return await self._finish(
+                call,
+                tool,
+                self._invalid([ArgumentProblem(path="$", message="arguments must be a JSON object")]),
+            )
+        validator = deck.catalog.validator(tool.name)
+        if validator is not None:
+            try:
+                problems = validator(call.arguments)
+            except Exception as exc:  # noqa: BLE001
+                return self._plugin_error("argument validator", exc)
+            if problems:
+                return await self._finish(call, tool, self._invalid(problems))
+        info = self.info()
+        refusal = await self._authorize(call, tool, info, approval_id)
+        if refusal is not None:
+            return await self._finish(call, tool, refusal)
+        key = None
+        if deck._cache is not None and tool.execution.cacheable:
+            key = cache_key(tool, call.arguments, info)
+            try:
+                hit = await deck._cache.get(key)
+            except Exception:  # noqa: BLE001 - a broken cache is a miss, not an outage
+                log.exception("cache get failed")
+                hit = None
+            if hit is not None:
+                self._used(tool.name)
+                return hit.with_metadata(cached=True, **metadata)
+        if deck._limiter is not None and tool.security.rate_limit is not None:
+            try:
+                outcome = await deck._limiter.hit(tool, info)
+            except Exception as exc:  # noqa: BLE001 - fail closed: no limiter, no call
+                return self._plugin_error("rate limiter", exc)
+            if not outcome.allowed:
+                return await self._finish(
+                    call,
+                    tool,
+                    ToolResult.fail(
+                        ErrorCode.RATE_LIMIT_EXCEEDED,
+                        f"rate limit of {tool.name!r} reached"
+                        + (f" ({outcome.limit})" if outcome.limit else ""),
+                        retry_after_s=round(outcome.retry_after_s, 3),
+                        suggestion=(
+                            f"Wait {outcome.retry_after_s:.1f} s before calling {tool.name} again."
+                        ),
+                    ),
+                )
+        result = await self._execute(call, tool)
+        self._used(tool.name)
+        result = await self._finish(call, tool, result)
+        if key is not None and result.success:
+            try:
+                await deck._cache.put(key, result, tool.execution.cache_ttl_s)
+            except Exception:  # noqa: BLE001
+                log.exception("cache put failed")
+        return result.with_metadata(**metadata) if metadata else result
+
+    def _used(self, name: str) -> None:
+        if self._last_used.get(name) != self._turn:
+            self._last_used[name] = self._turn
+            self._changed()
+
+    def _invalid(self, problems: Sequence[ArgumentProblem]) -> ToolResult:
+        listed = "; ".join(f"{p.path}: {p.message}" for p in problems[:10])
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"{len(problems)} invalid argument(s): {listed}{more}",
+            suggestion=f"Fix these fields and call again: {listed}{more}",
+            details={"errors": [attrs.asdict(p) for p in problems]},
+        )
+
+    @staticmethod
+    def _plugin_error(what: str, exc: BaseException) -> ToolResult:
+        log.error("%s failed: %s: %s", what, type(exc).__name__, exc)
+        return ToolResult.fail(
+            ErrorCode.PLUGIN_ERROR, f"{what} failed: {type(exc).__name__}: {exc}"
+        )
+
+    async def _admit_unoffered(self, tool: ToolDefinition) -> tuple[ToolResult | None, dict[str, Any]]:
+        """A registered tool outside this turn's hand: widen retrieval, then apply the rules."""
+        metadata: dict[str, Any] = {}
+        hand = self.hand
+        if hand is not None and self.deck._retriever is not None:
+            wider = await self.deck._retriever.search(hand.query, self.fallback_recall)
+            ranks = {c.name: i + 1 for i, c in enumerate(wider)}
+            if tool.name not in ranks and tool.name not in self.pinned:
+                return (
+                    ToolResult.fail(
+                        ErrorCode.PERMISSION_DENIED,
+                        f"tool {tool.name!r} was not offered for this task and is not among the "
+                        f"{self.fallback_recall} tools most related to it",
+                        suggestion=f"Use one of the offered tools: {', '.join(hand.names)}.",
+                        details={"offered": hand.names},
+                    ),
+                    metadata,
+                )
+            metadata["fallback"] = {
+                "widened_to": self.fallback_recall,
+                "rank": ranks.get(tool.name),
+            }
+        excluded, _ = self._apply_filters(hand.query if hand else "", [tool], {})
+        if tool.name in excluded:
+            reasons = excluded[tool.name]
+            return (
+                ToolResult.fail(
+                    ErrorCode.PERMISSION_DENIED,
+                    "; ".join(f"{e.reason} (plugin {e.plugin})" for e in reasons),
+                    details={"exclusions": [attrs.asdict(e) for e in reasons]},
+                ),
+                metadata,
+            )
+        if hand is not None:
+            self._offered.add(tool.name)
+        return None, metadata
+
+    async def _authorize(
+        self, call: ToolCall, tool: ToolDefinition, info: SessionInfo, approval_id: str | None
+    ) -> ToolResult | None:
+        decisions: list[Decision] = []
+        for impl in self.deck._impls("tooldeck_authorize_call"):
+            try:
+                decision = impl(call=call, tool=tool, session=info)
+            except Exception as exc:  # noqa: BLE001 - fail closed
+                log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
+                decision = Decision.deny(
+                    f"policy plugin {impl.plugin!r} failed: {type(exc).__name__}: {exc}",
+                    code=ErrorCode.PLUGIN_ERROR,
+                )
+            if decision is not None:
+                if decision.plugin is None:
+                    decision = attrs.evolve(decision, plugin=impl.plugin)
+                decisions.append(decision)
+        # Baseline when no policy plugin has an opinion: a level above the session's is refused
+        # and a tool that asks for confirmation gets it, so disabling the policy plugin never
+        # opens everything up.
+        if LEVEL_ORDER[tool.security.level] > LEVEL_ORDER[info.max_level]:
+            decisions.append(
+                Decision.deny(
+                    f"tool {tool.name!r} is {tool.security.level}; this session allows at most "
+                    f"{info.max_level}",
+                    plugin="tooldeck",
+                )
+            )
+        if (
+            tool.security.require_confirm or tool.security.level is SecurityLevel.DANGEROUS
+        ) and tool.name not in info.always_allow:
+            if not any(d.action == "ask" for d in decisions):
+                decisions.append(
+                    Decision.ask(f"tool {tool.name!r} needs confirmation", plugin="tooldeck")
+                )
+        denials = [d for d in decisions if d.action == "deny"]
+        if denials:
+            first = denials[0]
+            return ToolResult(
+                success=False,
+                error=ToolError.of(
+                    first.code or ErrorCode.PERMISSION_DENIED,
+                    first.reason or "denied by policy",
+                    suggestion=first.suggestion,
+                    plugin=first.plugin,
+                    details={
+                        **first.details,
+                        "denials": [
+                            {"plugin": d.plugin, "code": str(d.code), "reason": d.reason}
+                            for d in denials
+                        ],
+                    },
+                ),
+            )
+        asks = [d for d in decisions if d.action == "ask"]
+        if not asks:
+            return None
+        return await self._confirm(call, tool, asks, approval_id)
+
+    async def _confirm(
+        self, call: ToolCall, tool: ToolDefinition, asks: Sequence[Decision], approval_id: str | None
+    ) -> ToolResult | None:
+        store = self.deck._approvals
+        reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
+        arguments_hash = _arguments_hash(call.arguments)
+        if approval_id is not None:
+            if await store.consume(
+                approval_id=approval_id,
+                session_id=self.id,
+                tool=tool.name,
+                arguments_hash=arguments_hash,
+            ):
+                self._pending.pop(approval_id, None)
+                return None
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"approval {approval_id!r} is unknown, expired, not approved, already used, or "
+                "for a different call",
+                suggestion="Ask for a new approval of this exact call.",
+            )
+        if self.confirm is not None:
+            request = ConfirmRequest(session_id=self.id, tool=tool, call=call, reasons=reasons)
+            answer: bool | str = False
+            try:
+                with trio.move_on_after(self._confirm_timeout()):
+                    answer = await self.confirm(request)
+            except Exception:  # noqa: BLE001 - a broken callback means no
+                log.exception("confirm callback raised; treating as deny")
+                answer = False
+            if answer == "always":
+                self.always_allow(tool.name)
+                return None
+            if answer is True:
+                return None
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"the user did not approve this call of {tool.name!r}",
+                suggestion="Do not retry this call; ask the user how to proceed.",
+                details={"reasons": list(reasons)},
+            )
+        new_id = await store.create(
+            session_id=self.id,
+            tool=tool.name,
+            arguments_hash=arguments_hash,
+            ttl_s=self.deck._approval_ttl_s,
+        )
+        self._pending[new_id] = call
+        return ToolResult.fail(
+            ErrorCode.CONFIRMATION_REQUIRED,
+            f"calling {tool.name!r} with these arguments needs the user's approval: "
+            + "; ".join(reasons),
+            details={
+                "approval_id": new_id,
+                "expires_in_s": self.deck._approval_ttl_s,
+                "reasons": list(reasons),
+            },
+        )
+
+    def _confirm_timeout(self) -> float:
+        return self.deck._confirm_timeout_s
+
+    def pending_approvals(self) -> dict[str, ToolCall]:
+        """Calls waiting for approval, by approval id."""
+        return dict(self._pending)
+
+    async def approve(self, approval_id: str) -> bool:
+        """Approve a pending call (it can then run once, with exactly its arguments)."""
+        return bool(await self.deck._approvals.resolve(approval_id, True))
+
+    async def deny(self, approval_id: str) -> bool:
+        """Deny a pending call."""
+        self._pending.pop(approval_id, None)
+        return bool(await self.deck._approvals.resolve(approval_id, False))
+
+    async def resume(self, approval_id: str, *, approved: bool = True) -> ToolResult:
+        """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once."""
+        call = self._pending.get(approval_id)
+        if call is None:
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"no pending approval {approval_id!r} in this session",
+                suggestion="Call the tool again to get a new approval request.",
+            )
+        if not approved:
+            await self.deny(approval_id)
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"the user denied this call of {call.name!r}",
+                suggestion="Do not retry this call; ask the user how to proceed.",
+            )
+        await self.approve(approval_id)
+        return await self.call(call, approval_id=approval_id)
+
+    async def _execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
+        allowed = tuple(
+            self._expand(p) for p in tool.security.allowed_paths
+        )
+        context = ToolContext(
+            session_id=self.id,
+            workdir=self.workdir,
+            call_id=call.id,
+            tool_name=tool.name,
+            allowed_paths=allowed,
+            logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
+        )
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        result: ToolResult | None = None
+        try:
+            with scope:
+                result = await self.deck._executor.run(tool, call, context)
+        except Exception as exc:  # noqa: BLE001 - an executor bug must not crash the agent
+            return self._plugin_error("executor", exc)
+        finally:
+            self._scopes.discard(scope)
+        if result is None or scope.cancelled_caught:
+            return ToolResult.fail(
+                ErrorCode.CANCELLED, f"the call of {tool.name!r} was cancelled by the session"
+            )
+        return result
+
+    def _expand(self, template: str) -> str:
+        expanded = template.format(
+            workdir=self.workdir, home=os.path.expanduser("~"), tmp=os.environ.get("TMPDIR", "/tmp")
+        )
+        return os.path.realpath(expanded)
+
+    async def _finish(self, call: ToolCall, tool: ToolDefinition, result: ToolResult) -> ToolResult:
+        """Run the ``tooldeck_process_result`` chain (redaction) over any result of a known tool."""
+        for impl in self.deck._impls("tooldeck_process_result"):
+            try:
+                changed = impl(call=call, tool=tool, result=result)
+            except Exception as exc:  # noqa: BLE001 - fail closed: an unredacted result never leaves
+                log.exception("plugin %r: tooldeck_process_result raised", impl.plugin)
+                return ToolResult.fail(
+                    ErrorCode.PLUGIN_ERROR,
+                    f"result processing by plugin {impl.plugin!r} failed "
+                    f"({type(exc).__name__}); the result was withheld",
+                )
+            if changed is not None:
+                result = changed
+        return result

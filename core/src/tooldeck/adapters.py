@@ -1,0 +1,342 @@
+"""Provider adapters: tool schemas out, tool calls in, tool-result messages back.
+
+Formats: ``openai`` (chat completions), ``openai-responses``, ``anthropic``, ``mcp``, ``gemini``.
+Responses may be the official SDK objects (pydantic models) or plain dicts of the same shape.
+A call whose arguments are not valid JSON is returned as a :class:`ParsedCall` with an
+``INVALID_ARGUMENTS`` error, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import cattrs
+from tooldeck_hookspecs import (
+    ErrorCode,
+    SecurityLevel,
+    ToolCall,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+)
+
+__all__ = [
+    "FORMATS",
+    "ParsedCall",
+    "export_tools",
+    "export_tool",
+    "parse_tool_calls",
+    "result_messages",
+    "result_payload",
+    "gemini_schema",
+    "converter",
+]
+
+FORMATS = ("openai", "openai-responses", "anthropic", "mcp", "gemini")
+
+#: The one cattrs converter used at the boundaries (CLI output, provider messages, caches).
+converter = cattrs.Converter()
+converter.register_unstructure_hook(ToolDefinition, lambda t: _unstructure_tool(t))
+
+
+def _unstructure_tool(tool: ToolDefinition) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "version": tool.version,
+        "description": tool.description,
+        "category": tool.category,
+        "parameters": tool.parameters,
+        "security": converter.unstructure(tool.security),
+        "execution": converter.unstructure(tool.execution),
+        "tags": list(tool.tags),
+        "entrypoint": tool.entrypoint,
+        "plugin": tool.plugin,
+    }
+
+
+@attrs.frozen(kw_only=True)
+class ParsedCall:
+    """A tool call taken out of a provider response; ``error`` is set when it cannot run as is."""
+
+    call: ToolCall
+    error: ToolError | None = None
+
+
+# Keys the Gemini function-declaration schema (an OpenAPI 3.0 subset) accepts.
+_GEMINI_KEYS = {
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "properties",
+    "required",
+    "items",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+}
+
+
+def gemini_schema(schema: Any) -> Any:
+    """Reduce a JSON Schema to what Gemini's function declarations accept.
+
+    Drops keys it rejects (``$schema``, ``additionalProperties``, ``examples``, ``x-*``), turns
+    ``type: [X, "null"]`` into ``nullable``, and ``const`` into a one-value ``enum``.
+    """
+    if isinstance(schema, list):
+        return [gemini_schema(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, Mapping):
+            out[key] = {name: gemini_schema(sub) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = gemini_schema(value)
+        elif key == "anyOf":
+            out[key] = [gemini_schema(s) for s in value]
+        elif key == "type" and isinstance(value, list):
+            kinds = [k for k in value if k != "null"]
+            out["type"] = kinds[0] if len(kinds) == 1 else "string"
+            if "null" in value:
+                out["nullable"] = True
+        elif key == "const":
+            out["enum"] = [str(value)]
+            out.setdefault("type", "string")
+        elif key == "enum":
+            # Gemini enums are strings.
+            out[key] = [str(v) for v in value]
+            out.setdefault("type", "string")
+        elif key in _GEMINI_KEYS:
+            out[key] = value
+    if out.get("enum") and out.get("type") not in (None, "string"):
+        out["type"] = "string"
+    return out
+
+
+def _mcp_annotations(tool: ToolDefinition) -> dict[str, Any]:
+    level = tool.security.level
+    return {
+        "title": tool.name.replace("_", " "),
+        "readOnlyHint": level is SecurityLevel.SAFE,
+        "destructiveHint": level is SecurityLevel.DANGEROUS,
+        "idempotentHint": tool.execution.cacheable,
+        "openWorldHint": tool.security.network or bool(tool.security.url_params),
+    }
+
+
+def export_tool(tool: ToolDefinition, format: str) -> dict[str, Any]:
+    """One tool's schema in a provider's format."""
+    parameters = dict(tool.parameters)
+    if format == "openai":
+        return {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": parameters,
+            },
+        }
+    if format == "openai-responses":
+        return {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": parameters,
+            "strict": False,
+        }
+    if format == "anthropic":
+        return {"name": tool.name, "description": tool.description, "input_schema": parameters}
+    if format == "mcp":
+        return {
+            "name": tool.name,
+            "title": tool.name.replace("_", " "),
+            "description": tool.description,
+            "inputSchema": parameters,
+            "annotations": _mcp_annotations(tool),
+        }
+    if format == "gemini":
+        declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        if parameters.get("properties"):
+            declaration["parameters"] = gemini_schema(parameters)
+        return declaration
+    raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+
+
+def export_tools(tools: Iterable[ToolDefinition], format: str) -> list[dict[str, Any]]:
+    """Tools' schemas in a provider's format, as a list (Gemini: function declarations)."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    return [export_tool(t, format) for t in tools]
+
+
+# ---------------------------------------------------------------------- parsing
+
+
+def _plain(obj: Any) -> Any:
+    """SDK objects (pydantic) to plain dicts; dicts pass through."""
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_none=False)
+    return obj
+
+
+def _parse_arguments(call_id: str, name: str, raw: Any) -> ParsedCall:
+    if raw is None or raw == "":
+        return ParsedCall(call=ToolCall(id=call_id, name=name, arguments={}))
+    if isinstance(raw, Mapping):
+        return ParsedCall(call=ToolCall(id=call_id, name=name, arguments=dict(raw)))
+    try:
+        arguments = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        return ParsedCall(
+            call=ToolCall(id=call_id, name=name, arguments={}),
+            error=ToolError.of(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"the arguments of {name!r} are not valid JSON: {exc}",
+                suggestion="Send the arguments as one JSON object matching the tool's schema.",
+                details={"errors": [{"path": "$", "message": "not valid JSON"}]},
+            ),
+        )
+    if not isinstance(arguments, dict):
+        return ParsedCall(
+            call=ToolCall(id=call_id, name=name, arguments={}),
+            error=ToolError.of(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"the arguments of {name!r} must be a JSON object, not {type(arguments).__name__}",
+                details={"errors": [{"path": "$", "message": "must be an object"}]},
+            ),
+        )
+    return ParsedCall(call=ToolCall(id=call_id, name=name, arguments=arguments))
+
+
+def parse_tool_calls(format: str, response: Any) -> list[ParsedCall]:
+    """The tool calls in a provider response (a ChatCompletion, a Response, a Message, ...).
+
+    Also accepts the assistant message alone (chat completions), the ``output`` list (responses)
+    or the ``content`` list (anthropic).
+    """
+    data = _plain(response)
+    calls: list[ParsedCall] = []
+    if format == "openai":
+        message = data
+        if isinstance(data, Mapping) and "choices" in data:
+            message = data["choices"][0]["message"] if data["choices"] else {}
+        for item in (message or {}).get("tool_calls") or []:
+            item = _plain(item)
+            function = item.get("function") or {}
+            calls.append(
+                _parse_arguments(item.get("id", ""), function.get("name", ""), function.get("arguments"))
+            )
+        return calls
+    if format == "openai-responses":
+        output = data.get("output", []) if isinstance(data, Mapping) else data
+        for item in output or []:
+            item = _plain(item)
+            if item.get("type") == "function_call":
+                calls.append(
+                    _parse_arguments(
+                        item.get("call_id") or item.get("id", ""),
+                        item.get("name", ""),
+                        item.get("arguments"),
+                    )
+                )
+        return calls
+    if format == "anthropic":
+        content = data.get("content", []) if isinstance(data, Mapping) else data
+        for block in content or []:
+            block = _plain(block)
+            if block.get("type") == "tool_use":
+                calls.append(
+                    _parse_arguments(block.get("id", ""), block.get("name", ""), block.get("input"))
+                )
+        return calls
+    raise ValueError(f"parsing tool calls is supported for openai, openai-responses, anthropic; not {format!r}")
+
+
+# ---------------------------------------------------------------------- results
+
+
+def result_payload(result: ToolResult) -> dict[str, Any]:
+    """The JSON a model reads for a result: data on success, the structured error otherwise."""
+    if result.success:
+        payload: dict[str, Any] = {"ok": True, "data": result.data}
+    else:
+        assert result.error is not None
+        error = {
+            k: v
+            for k, v in converter.unstructure(result.error).items()
+            if v not in (None, {}, []) and k != "plugin"
+        }
+        payload = {"ok": False, "error": error}
+    if result.metadata.get("cached"):
+        payload["cached"] = True
+    return payload
+
+
+def _text(result: ToolResult) -> str:
+    return json.dumps(result_payload(result), ensure_ascii=False, default=str)
+
+
+def result_messages(
+    format: str, results: Sequence[tuple[ToolCall, ToolResult]]
+) -> list[dict[str, Any]]:
+    """The messages that hand results back to a provider, in call order.
+
+    openai: one ``role: tool`` message per call; openai-responses: ``function_call_output``
+    items; anthropic: one ``user`` message with a ``tool_result`` block per call; gemini: one
+    ``user`` content with ``functionResponse`` parts; mcp: one ``CallToolResult`` per call.
+    """
+    if format == "openai":
+        return [
+            {"role": "tool", "tool_call_id": call.id, "content": _text(result)}
+            for call, result in results
+        ]
+    if format == "openai-responses":
+        return [
+            {"type": "function_call_output", "call_id": call.id, "output": _text(result)}
+            for call, result in results
+        ]
+    if format == "anthropic":
+        blocks = []
+        for call, result in results:
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": call.id,
+                "content": _text(result),
+            }
+            if not result.success:
+                block["is_error"] = True
+            blocks.append(block)
+        return [{"role": "user", "content": blocks}] if blocks else []
+    if format == "gemini":
+        parts = [
+            {"functionResponse": {"name": call.name, "response": result_payload(result)}}
+            for call, result in results
+        ]
+        return [{"role": "user", "parts": parts}] if parts else []
+    if format == "mcp":
+        out = []
+        for _call, result in results:
+            payload = result_payload(result)
+            out.append(
+                {
+                    "content": [{"type": "text", "text": json.dumps(payload, default=str)}],
+                    "structuredContent": payload,
+                    "isError": not result.success,
+                }
+            )
+        return out
+    raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")

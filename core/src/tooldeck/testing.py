@@ -1,0 +1,91 @@
+"""Testing helpers for tooldeck and plugin authors; also a pytest plugin (entry point ``pytest11``).
+
+``make_deck`` builds a deck in isolation: no entry points are loaded unless asked for by name, no
+configuration file or environment variable is read. ``inline_plugin`` turns plain functions into a
+plugin::
+
+    from tooldeck.testing import inline_plugin, make_deck
+
+    def tooldeck_authorize_call(call, tool, session):
+        return Decision.deny("no") if tool.name == "file_write" else None
+
+    deck = make_deck(inline_plugin(tooldeck_authorize_call), load_entry_points=["schema", "runner", "fs"])
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tooldeck_hookspecs import ToolDefinition, hookimpl
+
+from ._config import Config
+from ._deck import Deck
+
+__all__ = ["make_deck", "inline_plugin", "tools_plugin", "make_tooldeck"]
+
+
+def inline_plugin(*functions: Callable[..., Any], name: str | None = None, **hooks: Callable[..., Any]) -> object:
+    """A plugin object from hook functions, named by their ``__name__`` or by keyword.
+
+    ``inline_plugin(tooldeck_filter_tools)`` or ``inline_plugin(tooldeck_filter_tools=fn)``.
+    Pass ``name=`` to choose the plugin name shown in denials and ``tooldeck plugins``.
+    """
+    namespace = types.SimpleNamespace()
+    for function in functions:
+        hooks.setdefault(function.__name__, function)
+    for hook_name, function in hooks.items():
+        setattr(namespace, hook_name, hookimpl(function))
+    namespace.__tooldeck_name__ = name or "inline-" + "-".join(
+        sorted(h.removeprefix("tooldeck_") for h in hooks)
+    )
+    return namespace
+
+
+def tools_plugin(tools: Iterable[ToolDefinition | Callable[..., Any]], *, name: str = "inline-tools", **options: Any) -> object:
+    """A tool pack registering ``tools`` (definitions or functions; ``options`` apply to functions)."""
+    tools = list(tools)
+
+    def tooldeck_register_tools(register: Any) -> None:
+        for tool in tools:
+            if isinstance(tool, ToolDefinition):
+                register(tool)
+            else:
+                register(tool, **options)
+
+    return inline_plugin(tooldeck_register_tools, name=name)
+
+
+def make_deck(
+    *plugins: object,
+    config: Mapping[str, Any] | Config | None = None,
+    load_entry_points: bool | Iterable[str] = False,
+    tools: Iterable[ToolDefinition | Callable[..., Any]] = (),
+) -> Deck:
+    """An isolated deck: only the given plugins, plus the named (or all) installed entry points.
+
+    :param plugins: plugin objects (modules, instances, :func:`inline_plugin` results).
+    :param config: settings (the ``[tool.tooldeck]`` table); the environment is not read.
+    :param load_entry_points: False (default) loads none, True all installed, or a list of names.
+    :param tools: tools registered by an extra inline pack.
+    """
+    if not isinstance(config, Config):
+        config = Config.from_mapping(config or {})
+    extra = list(plugins)
+    tools = list(tools)
+    if tools:
+        extra.append(tools_plugin(tools))
+    return Deck.load(config, plugins=extra, entry_points=load_entry_points)
+
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the helpers work without pytest installed
+    pass
+else:
+
+    @pytest.fixture
+    def make_tooldeck() -> Callable[..., Deck]:
+        """Fixture: :func:`make_deck`, for tests of plugins and tool packs."""
+        return make_deck

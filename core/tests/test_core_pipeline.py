@@ -1,0 +1,486 @@
+"""The call pipeline of Deck/Session with the real schema and runner plugins and inline policies."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+import trio
+from tooldeck import (
+    Decision,
+    ErrorCode,
+    Exclusion,
+    RateLimitOutcome,
+    ScoredTool,
+    SecurityConfig,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolFailure,
+    ToolResult,
+    tool,
+)
+from tooldeck.testing import inline_plugin, make_deck
+
+STAGES = ["schema", "runner"]
+
+
+@tool(category="demo")
+def greet(name: str, times: int = 1, style: Literal["plain", "loud"] = "plain") -> str:
+    """Greet someone.
+
+    Args:
+        name: who to greet
+        times: how many times
+        style: plain or loud
+    """
+    text = " ".join([f"hello {name}"] * times)
+    return text.upper() if style == "loud" else text
+
+
+@tool(category="demo")
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    await trio.sleep(seconds)
+    return "done"
+
+
+@tool(category="demo")
+def explode() -> None:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+@tool(category="demo")
+def refuse() -> None:
+    """Fails with a structured error of its own."""
+    raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, "outside", suggestion="stay inside")
+
+
+def wipe(target: str, context: ToolContext) -> dict:
+    """A dangerous tool that records where it ran."""
+    return {"target": target, "session": context.session_id}
+
+
+def _deck(*plugins, config=None, **kw):
+    return make_deck(
+        *plugins,
+        config=config,
+        load_entry_points=STAGES,
+        tools=[greet, slow, explode, refuse],
+        **kw,
+    )
+
+
+async def test_decorated_function_runs_and_metadata_is_filled():
+    async with _deck() as deck:
+        session = deck.session()
+        result = await session.call("greet", {"name": "ada", "times": 2})
+    assert result.success and result.data == "hello ada hello ada"
+    assert result.metadata["cached"] is False
+    assert result.metadata["call_id"].startswith("call_")
+    assert result.metadata["duration_s"] >= 0
+    tool = deck.catalog.get("greet")
+    assert tool.plugin == "inline-tools"
+    assert tool.parameters["properties"]["style"]["enum"] == ["plain", "loud"]
+    assert tool.parameters["properties"]["name"]["description"] == "who to greet"
+    assert tool.entrypoint.endswith(":greet")
+
+
+async def test_invalid_arguments_give_paths_and_suggestion():
+    async with _deck() as deck:
+        result = await deck.session().call("greet", {"times": "two", "style": "shout"})
+    assert result.error.code is ErrorCode.INVALID_ARGUMENTS
+    paths = {e["path"] for e in result.error.details["errors"]}
+    assert {"$.name", "$.times", "$.style"} <= paths or {"$", "$.times", "$.style"} <= paths
+    assert "$.times" in result.error.suggestion
+
+
+async def test_unknown_tool_suggests_closest_names():
+    async with _deck() as deck:
+        result = await deck.session().call("greeet", {"name": "x"})
+    assert result.error.code is ErrorCode.TOOL_NOT_FOUND
+    assert "greet" in result.error.details["candidates"]
+    assert "greet" in result.error.suggestion
+
+
+async def test_tool_exceptions_become_structured_errors():
+    async with _deck() as deck:
+        session = deck.session()
+        crashed = await session.call("explode", {})
+        refused = await session.call("refuse", {})
+        still_serving = await session.call("greet", {"name": "b"})
+    assert crashed.error.code is ErrorCode.EXECUTION_ERROR and "boom" in crashed.error.message
+    assert refused.error.code is ErrorCode.PATH_NOT_ALLOWED
+    assert refused.error.suggestion == "stay inside"
+    assert still_serving.success
+
+
+async def test_policy_decisions_combine_deny_over_ask_over_allow():
+    def tooldeck_authorize_call(call, tool, session):
+        if call.arguments.get("name") == "mallory":
+            return Decision.deny("mallory is blocked", suggestion="greet someone else")
+        if call.arguments.get("name") == "eve":
+            return Decision.ask("eve needs approval")
+        return Decision.allow()
+
+    def other_policy(call, tool, session):
+        return Decision.ask("second opinion") if call.arguments.get("name") == "mallory" else None
+
+    deck = _deck(
+        inline_plugin(tooldeck_authorize_call, name="blocker"),
+        inline_plugin(tooldeck_authorize_call=other_policy, name="asker"),
+    )
+    async with deck:
+        session = deck.session()
+        denied = await session.call("greet", {"name": "mallory"})
+        asked = await session.call("greet", {"name": "eve"})
+        allowed = await session.call("greet", {"name": "bob"})
+    assert denied.error.code is ErrorCode.PERMISSION_DENIED
+    assert denied.error.plugin == "blocker" and "mallory is blocked" in denied.error.message
+    assert asked.error.code is ErrorCode.CONFIRMATION_REQUIRED
+    assert asked.error.details["approval_id"].startswith("apr_")
+    assert allowed.success
+
+
+async def test_policy_plugin_that_raises_fails_closed_and_deck_keeps_serving():
+    def tooldeck_authorize_call(call, tool, session):
+        if call.arguments.get("name") == "crash":
+            raise ValueError("bug in policy")
+        return None
+
+    async with _deck(inline_plugin(tooldeck_authorize_call, name="buggy")) as deck:
+        session = deck.session()
+        broken = await session.call("greet", {"name": "crash"})
+        fine = await session.call("greet", {"name": "ok"})
+    assert broken.error.code is ErrorCode.PLUGIN_ERROR and "buggy" in broken.error.message
+    assert fine.success
+
+
+def _dangerous_deck(*plugins, config=None):
+    wipe_def = ToolDefinition(
+        name="wipe",
+        description="Wipe a target.",
+        category="shell",
+        parameters={
+            "type": "object",
+            "properties": {"target": {"type": "string"}},
+            "required": ["target"],
+        },
+        security=SecurityConfig(level="dangerous"),
+        execute=wipe,
+        call_style="kwargs",
+        context_param="context",
+    )
+    return make_deck(*plugins, config=config, load_entry_points=STAGES, tools=[wipe_def])
+
+
+async def test_approval_is_bound_single_use_and_resumable():
+    async with _dangerous_deck() as deck:
+        session = deck.session()
+        first = await session.call("wipe", {"target": "a"})
+        approval = first.error.details["approval_id"]
+        assert first.error.code is ErrorCode.CONFIRMATION_REQUIRED
+        # Not approved yet: using the id fails.
+        early = await session.call("wipe", {"target": "a"}, approval_id=approval)
+        assert early.error.code is ErrorCode.PERMISSION_DENIED
+        again = await session.call("wipe", {"target": "a"})
+        approval = again.error.details["approval_id"]
+        assert await session.approve(approval)
+        # Another call (other arguments) cannot use it...
+        other = await session.call("wipe", {"target": "b"}, approval_id=approval)
+        assert other.error.code is ErrorCode.PERMISSION_DENIED
+        # ...another session cannot use it...
+        stranger = deck.session()
+        stolen = await stranger.call("wipe", {"target": "a"}, approval_id=approval)
+        assert stolen.error.code is ErrorCode.PERMISSION_DENIED
+        # ...the exact call can, once.
+        ran = await session.call("wipe", {"target": "a"}, approval_id=approval)
+        assert ran.success and ran.data == {"target": "a", "session": session.id}
+        replay = await session.call("wipe", {"target": "a"}, approval_id=approval)
+        assert replay.error.code is ErrorCode.PERMISSION_DENIED
+
+
+async def test_resume_runs_the_pending_call_or_denies_it():
+    async with _dangerous_deck() as deck:
+        session = deck.session()
+        pending = await session.call("wipe", {"target": "x"})
+        result = await session.resume(pending.error.details["approval_id"])
+        assert result.success and result.data["target"] == "x"
+        pending = await session.call("wipe", {"target": "y"})
+        denied = await session.resume(pending.error.details["approval_id"], approved=False)
+        assert denied.error.code is ErrorCode.PERMISSION_DENIED
+
+
+async def test_approval_expires():
+    async with _dangerous_deck(config={"approvals": {"ttl_s": 0.05}}) as deck:
+        session = deck.session()
+        pending = await session.call("wipe", {"target": "x"})
+        approval = pending.error.details["approval_id"]
+        await trio.sleep(0.1)
+        assert not await session.approve(approval)
+        late = await session.call("wipe", {"target": "x"}, approval_id=approval)
+        assert late.error.code is ErrorCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("answer", [False, "raise", "hang"])
+async def test_confirm_callback_that_says_no_raises_or_hangs_means_deny(answer):
+    async def confirm(request):
+        if answer == "raise":
+            raise RuntimeError("ui crashed")
+        if answer == "hang":
+            await trio.sleep_forever()
+        return answer
+
+    async with _dangerous_deck(config={"approvals": {"confirm_timeout_s": 0.1}}) as deck:
+        result = await deck.session(confirm=confirm).call("wipe", {"target": "x"})
+    assert result.error.code is ErrorCode.PERMISSION_DENIED
+
+
+async def test_confirm_callback_yes_and_always():
+    seen = []
+
+    async def confirm(request):
+        seen.append((request.tool.name, dict(request.call.arguments), request.reasons))
+        return "always"
+
+    async with _dangerous_deck() as deck:
+        session = deck.session(confirm=confirm)
+        first = await session.call("wipe", {"target": "1"})
+        second = await session.call("wipe", {"target": "2"})
+    assert first.success and second.success
+    assert len(seen) == 1 and seen[0][0] == "wipe"
+    assert "wipe" in session.info().always_allow
+
+
+async def test_level_above_session_max_is_refused_even_without_policy_plugin():
+    async with _dangerous_deck() as deck:
+        result = await deck.session(max_level="moderate").call("wipe", {"target": "x"})
+    assert result.error.code is ErrorCode.PERMISSION_DENIED
+
+
+class DictCache:
+    def __init__(self):
+        self.store, self.gets = {}, 0
+
+    async def get(self, key):
+        self.gets += 1
+        return self.store.get(key)
+
+    async def put(self, key, result, ttl_s):
+        self.store[key] = result
+
+    def statistics(self):
+        return {"entries": len(self.store)}
+
+
+async def test_cache_hit_skips_rate_limit_and_execution():
+    calls = []
+
+    @tool(category="demo")
+    def counted(x: int) -> int:
+        """Count calls."""
+        calls.append(x)
+        return x * 2
+
+    class Limiter:
+        def __init__(self):
+            self.hits = 0
+
+        async def hit(self, tool, session):
+            self.hits += 1
+            return RateLimitOutcome(allowed=self.hits <= 1, retry_after_s=2.5, limit="1/min")
+
+    cache, limiter = DictCache(), Limiter()
+    plugin = inline_plugin(
+        tooldeck_cache=lambda settings: cache,
+        tooldeck_rate_limiter=lambda settings: limiter,
+        name="stores",
+    )
+    tools = make_deck(
+        plugin,
+        load_entry_points=STAGES,
+        tools=[counted],
+    )
+    # Make the tool cacheable and rate limited through configuration overrides.
+    deck = make_deck(
+        plugin,
+        load_entry_points=STAGES,
+        tools=[counted],
+        config={
+            "tools": {
+                "counted": {
+                    "execution": {"cacheable": True, "cache_ttl_s": 60},
+                    "security": {"rate_limit": {"max_calls": 1, "window_s": 60}},
+                }
+            }
+        },
+    )
+    await tools.aclose()
+    async with deck:
+        session = deck.session()
+        first = await session.call("counted", {"x": 2})
+        hit = await session.call("counted", {"x": 2})
+        limited = await session.call("counted", {"x": 3})
+    assert first.success and first.metadata["cached"] is False
+    assert hit.success and hit.metadata["cached"] is True and hit.data == 4
+    assert calls == [2]
+    assert limiter.hits == 2  # the hit was not counted
+    assert limited.error.code is ErrorCode.RATE_LIMIT_EXCEEDED
+    assert limited.error.retry_after_s == 2.5
+
+
+async def test_failures_are_not_cached():
+    cache = DictCache()
+    deck = make_deck(
+        inline_plugin(tooldeck_cache=lambda settings: cache, name="c"),
+        load_entry_points=STAGES,
+        tools=[explode],
+        config={"tools": {"explode": {"execution": {"cacheable": True}}}},
+    )
+    async with deck:
+        await deck.session().call("explode", {})
+    assert cache.store == {}
+
+
+async def test_session_cancel_cancels_running_calls():
+    async with _deck() as deck:
+        session = deck.session()
+        results = []
+
+        async def run():
+            results.append(await session.call("slow", {"seconds": 30}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            nursery.start_soon(run)
+            await trio.sleep(0.2)
+            session.cancel()
+    assert [r.error.code for r in results] == [ErrorCode.CANCELLED, ErrorCode.CANCELLED]
+
+
+async def test_process_result_chain_sees_every_result_and_fails_closed():
+    def tooldeck_process_result(call, tool, result):
+        if result.success and isinstance(result.data, str):
+            return ToolResult.ok(result.data.replace("ada", "[name]"))
+        return None
+
+    def broken(call, tool, result):
+        if call.arguments.get("name") == "leak":
+            raise RuntimeError("redactor bug")
+        return None
+
+    deck = _deck(
+        inline_plugin(tooldeck_process_result, name="rename"),
+        inline_plugin(tooldeck_process_result=broken, name="broken"),
+    )
+    async with deck:
+        session = deck.session()
+        ok = await session.call("greet", {"name": "ada"})
+        withheld = await session.call("greet", {"name": "leak"})
+    assert ok.data == "hello [name]"
+    assert withheld.error.code is ErrorCode.PLUGIN_ERROR and "leak" not in withheld.error.message
+
+
+class ListRetriever:
+    """A deterministic retriever for pipeline tests: ranks tools by shared words with the query."""
+
+    def __init__(self):
+        self.tools = {}
+
+    async def index(self, tools):
+        self.tools = {t.name: t for t in tools}
+
+    async def add(self, tools):
+        self.tools.update({t.name: t for t in tools})
+
+    async def remove(self, names):
+        for n in names:
+            self.tools.pop(n, None)
+
+    async def search(self, query, k):
+        words = set(query.lower().split())
+        scored = [
+            ScoredTool(name=n, score=len(words & set((t.name + " " + t.description).lower().replace("_", " ").split())))
+            for n, t in self.tools.items()
+        ]
+        scored.sort(key=lambda s: (-s.score, s.name))
+        return scored[:k]
+
+
+def _select_deck(*plugins, config=None):
+    retriever = ListRetriever()
+    return make_deck(
+        inline_plugin(tooldeck_retriever=lambda settings: retriever, name="words"),
+        *plugins,
+        load_entry_points=STAGES,
+        tools=[greet, slow, explode, refuse],
+        config=config,
+    )
+
+
+async def test_hand_pins_sticky_and_fallback():
+    config = {"hand": {"limit": 2, "recall": 2, "fallback_recall": 4, "pinned": ["refuse"]}}
+    async with _select_deck(config=config) as deck:
+        session = deck.session()
+        hand = await session.select("greet someone please")
+        assert hand.names[0] == "refuse" and "greet" in hand.names
+        assert hand.reasons["refuse"] == ("pinned",)
+        # explode was not dealt: the wider search finds it (4 tools), so it proceeds with a note.
+        result = await session.call("explode", {})
+        assert result.error.code is ErrorCode.EXECUTION_ERROR
+        assert result.metadata["fallback"]["widened_to"] == 4
+        # greet was used: it stays in the next hand even if the task is unrelated.
+        await session.call("greet", {"name": "z"})
+        nxt = await session.select("sleep for a while")
+        assert "greet" in nxt.names and "sticky" in nxt.reasons["greet"]
+        exported = nxt.export("anthropic")
+        assert {t["name"] for t in exported} == set(nxt.names)
+
+
+async def test_fallback_refuses_tools_outside_the_wider_search_and_excluded_ones():
+    def tooldeck_filter_tools(query, candidates, session):
+        return [Exclusion(name=t.name, reason="no sleeping here") for t in candidates if t.name == "slow"]
+
+    config = {"hand": {"limit": 1, "recall": 1, "fallback_recall": 1}}
+    async with _select_deck(inline_plugin(tooldeck_filter_tools, name="nosleep"), config=config) as deck:
+        session = deck.session()
+        hand = await session.select("greet")
+        assert hand.names == ["greet"]
+        outside = await session.call("explode", {})
+        assert outside.error.code is ErrorCode.PERMISSION_DENIED
+        assert "greet" in outside.error.suggestion
+        no_hand = deck.session()
+        excluded = await no_hand.call("slow", {"seconds": 0})
+        assert excluded.error.code is ErrorCode.PERMISSION_DENIED
+        assert "no sleeping here" in excluded.error.message and "nosleep" in excluded.error.message
+
+
+async def test_runtime_add_and_remove_update_retriever_and_catalog():
+    async with _select_deck() as deck:
+        session = deck.session()
+        await session.select("greet")
+        extra = ToolDefinition(
+            name="weather_report", description="Report the weather", category="api",
+            execute=lambda arguments, context: "sunny",
+        )
+        await deck.add_tools([extra])
+        hand = await session.select("weather report")
+        assert hand.names[0] == "weather_report"
+        assert (await session.call("weather_report", {})).data == "sunny"
+        assert await deck.remove_tools(["weather_report", "nope"]) == ["weather_report"]
+        gone = await session.call("weather_report", {})
+        assert gone.error.code is ErrorCode.TOOL_NOT_FOUND
+
+
+async def test_parsed_call_objects_are_accepted():
+    async with _deck() as deck:
+        result = await deck.session().call(ToolCall(id="c1", name="greet", arguments={"name": "q"}))
+    assert result.metadata["call_id"] == "c1" and result.success
+
+
+async def test_events_reach_observers():
+    events = []
+    async with _deck(inline_plugin(tooldeck_event=lambda event: events.append(event), name="obs")) as deck:
+        await deck.session().call("greet", {"name": "a"})
+    assert events and events[-1].kind == "call.end" and events[-1].data["success"] is True

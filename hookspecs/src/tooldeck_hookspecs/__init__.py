@@ -1,0 +1,98 @@
+"""tooldeck's contract: markers, hook specifications, data model, error codes and exceptions.
+
+Plugin authors write ``from tooldeck_hookspecs import hookimpl`` and implement hooks named in
+:mod:`tooldeck_hookspecs.specs`.
+"""
+
+from __future__ import annotations
+
+from ._decorator import TOOL_OPTIONS_ATTR, tool
+from ._markers import PROJECT_NAME, hookimpl, hookspec
+from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
+from .exceptions import (
+    ConfigError,
+    PluginLoadError,
+    RegistrationError,
+    StageMissingError,
+    ToolFailure,
+    TooldeckError,
+)
+from .model import (
+    LEVEL_ORDER,
+    ArgumentProblem,
+    Decision,
+    Event,
+    ExecutionConfig,
+    Exclusion,
+    Preference,
+    RateLimit,
+    RateLimitOutcome,
+    ScoredTool,
+    SecurityConfig,
+    SecurityLevel,
+    SessionInfo,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+    cache_key,
+    call_tool_function,
+    canonical_json,
+)
+from .protocols import (
+    ApprovalStore,
+    ArgumentValidator,
+    Cache,
+    Catalog,
+    Executor,
+    RateLimiter,
+    RegisterFn,
+    Retriever,
+)
+
+__all__ = [
+    "PROJECT_NAME",
+    "hookimpl",
+    "hookspec",
+    "tool",
+    "TOOL_OPTIONS_ATTR",
+    "ErrorCode",
+    "DEFAULT_SUGGESTIONS",
+    "RETRYABLE_CODES",
+    "TooldeckError",
+    "RegistrationError",
+    "ConfigError",
+    "StageMissingError",
+    "PluginLoadError",
+    "ToolFailure",
+    "LEVEL_ORDER",
+    "ArgumentProblem",
+    "Decision",
+    "Event",
+    "ExecutionConfig",
+    "Exclusion",
+    "Preference",
+    "RateLimit",
+    "RateLimitOutcome",
+    "ScoredTool",
+    "SecurityConfig",
+    "SecurityLevel",
+    "SessionInfo",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolResult",
+    "cache_key",
+    "call_tool_function",
+    "canonical_json",
+    "ApprovalStore",
+    "ArgumentValidator",
+    "Cache",
+    "Catalog",
+    "Executor",
+    "RateLimiter",
+    "RegisterFn",
+    "Retriever",
+]

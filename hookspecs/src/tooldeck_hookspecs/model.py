@@ -1,0 +1,368 @@
+"""The data model of the contract: attrs values, snake_case, seconds.
+
+cattrs converts these at the boundaries only (CLI, provider messages, sandbox wire format, caches);
+inside the deck they are plain frozen objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from .errors import DEFAULT_SUGGESTIONS, ErrorCode
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = [
+    "SecurityLevel",
+    "LEVEL_ORDER",
+    "RateLimit",
+    "SecurityConfig",
+    "ExecutionConfig",
+    "ToolDefinition",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "Decision",
+    "ArgumentProblem",
+    "SessionInfo",
+    "ScoredTool",
+    "Exclusion",
+    "Preference",
+    "Event",
+    "RateLimitOutcome",
+    "canonical_json",
+    "cache_key",
+    "call_tool_function",
+]
+
+
+class SecurityLevel(enum.StrEnum):
+    """How much harm a tool can do. ``moderate`` needs a grant, ``dangerous`` a confirmation."""
+
+    SAFE = "safe"
+    MODERATE = "moderate"
+    DANGEROUS = "dangerous"
+
+
+#: Ordering of levels, so that "may use up to moderate" is a comparison.
+LEVEL_ORDER: dict[SecurityLevel, int] = {
+    SecurityLevel.SAFE: 0,
+    SecurityLevel.MODERATE: 1,
+    SecurityLevel.DANGEROUS: 2,
+}
+
+
+def _tuple_of_str(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class RateLimit:
+    """At most ``max_calls`` calls in any moving window of ``window_s`` seconds."""
+
+    max_calls: int
+    window_s: float = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class SecurityConfig:
+    """What a tool may do, and what the authorize stage checks before it runs.
+
+    ``allowed_paths`` are templates: ``{workdir}`` is replaced by the session's working directory.
+    ``path_params``, ``url_params`` and ``command_params`` name the arguments that the path, URL and
+    shell guards inspect.
+    """
+
+    level: SecurityLevel = attrs.field(default=SecurityLevel.SAFE, converter=SecurityLevel)
+    require_confirm: bool = False
+    sandbox: bool = False
+    allowed_paths: tuple[str, ...] = attrs.field(default=("{workdir}",), converter=_tuple_of_str)
+    path_params: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    url_params: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    command_params: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    #: The shell guard lets ``|`` through for this tool (other chaining stays refused).
+    allow_pipes: bool = False
+    #: The sandbox gives the tool network access.
+    network: bool = False
+    #: The sandbox mounts the workdir writable (read-only otherwise).
+    writes_workdir: bool = False
+    rate_limit: RateLimit | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionConfig:
+    """How a tool is run: time limit, retries, caching and sandbox resources."""
+
+    timeout_s: float = 30.0
+    retryable: bool = False
+    max_retries: int = 3
+    cacheable: bool = False
+    cache_ttl_s: float = 300.0
+    #: Session fields the result depends on, added to the cache key (e.g. ``("workdir",)``).
+    cache_context: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    #: Address-space cap of a sandboxed call, in MiB.
+    memory_mb: int = 256
+    #: Cap on captured output (stdout, stderr, result) in bytes.
+    max_output_bytes: int = 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class ToolDefinition:
+    """A tool as the deck knows it.
+
+    ``execute`` is called as ``execute(arguments, context)`` (``call_style="mapping"``) or, for
+    decorated functions, as ``execute(**arguments)`` with the context passed as the keyword named by
+    ``context_param`` (``call_style="kwargs"``). It may be sync or async. ``entrypoint``
+    (``"module:qualname"``) lets a sandbox worker import it by reference. ``plugin`` is filled in by
+    the core with the name of the plugin that registered the tool.
+    """
+
+    name: str
+    description: str
+    category: str
+    version: str = "1.0.0"
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    security: SecurityConfig = attrs.field(factory=SecurityConfig)
+    execution: ExecutionConfig = attrs.field(factory=ExecutionConfig)
+    execute: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
+    entrypoint: str | None = None
+    call_style: Literal["mapping", "kwargs"] = "mapping"
+    context_param: str | None = None
+    tags: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    plugin: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """True when ``execute`` is a coroutine function."""
+        return inspect.iscoroutinefunction(self.execute)
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """A call the model asked for. ``id`` is the provider's call id (echoed in result messages)."""
+
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolError:
+    """Why a call failed, and what the model should do about it."""
+
+    code: ErrorCode = attrs.field(converter=ErrorCode)
+    message: str
+    retryable: bool = False
+    suggestion: str | None = None
+    retry_after_s: float | None = None
+    #: Structured extras: ``errors`` (argument problems), ``approval_id``, ``candidates``, ...
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+    #: The plugin that produced the error, when it was not the tool itself.
+    plugin: str | None = None
+
+    @classmethod
+    def of(cls, code: ErrorCode | str, message: str, **kw: Any) -> ToolError:
+        """Build an error, filling in the default suggestion for ``code`` when none is given."""
+        code = ErrorCode(code)
+        if kw.get("suggestion") is None:
+            kw["suggestion"] = DEFAULT_SUGGESTIONS.get(code)
+        return cls(code=code, message=message, **kw)
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """The answer to one call. ``metadata`` keys in use: ``duration_s``, ``cached``, ``attempts``,
+    ``fallback``, ``isolation``, ``call_id``, ``tool``."""
+
+    success: bool
+    data: Any = None
+    error: ToolError | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def ok(cls, data: Any = None, **metadata: Any) -> ToolResult:
+        """A successful result."""
+        return cls(success=True, data=data, metadata=metadata)
+
+    @classmethod
+    def fail(cls, code: ErrorCode | str, message: str, **kw: Any) -> ToolResult:
+        """A failed result; keyword arguments go to :meth:`ToolError.of`."""
+        return cls(success=False, error=ToolError.of(code, message, **kw))
+
+    def with_metadata(self, **metadata: Any) -> ToolResult:
+        """A copy with ``metadata`` merged in."""
+        return attrs.evolve(self, metadata={**self.metadata, **metadata})
+
+
+@attrs.frozen(kw_only=True)
+class Decision:
+    """An authorization opinion. Combined across plugins as deny > ask > allow."""
+
+    action: Literal["allow", "ask", "deny"]
+    code: ErrorCode | None = None
+    reason: str = ""
+    suggestion: str | None = None
+    plugin: str | None = None
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def allow(cls, reason: str = "") -> Decision:
+        """Let the call through (as far as this plugin is concerned)."""
+        return cls(action="allow", reason=reason)
+
+    @classmethod
+    def ask(cls, reason: str, **kw: Any) -> Decision:
+        """The call needs the user's explicit confirmation."""
+        return cls(action="ask", code=ErrorCode.CONFIRMATION_REQUIRED, reason=reason, **kw)
+
+    @classmethod
+    def deny(
+        cls, reason: str, code: ErrorCode | str = ErrorCode.PERMISSION_DENIED, **kw: Any
+    ) -> Decision:
+        """Refuse the call with ``code`` and a reason the model can read."""
+        return cls(action="deny", code=ErrorCode(code), reason=reason, **kw)
+
+
+@attrs.frozen(kw_only=True)
+class ArgumentProblem:
+    """One bad field in a call's arguments. ``path`` is a JSON path such as ``$.items[2].name``."""
+
+    path: str
+    message: str
+    expected: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class SessionInfo:
+    """What policy and filter hooks may know about a session. A snapshot; hooks never mutate it.
+
+    ``grants`` are the categories where ``moderate`` tools may run; ``max_level`` is the highest
+    security level the session may use at all; ``always_allow`` names tools the user approved for
+    the whole session; ``recent_tools`` are tools used in earlier turns (most recent first);
+    ``attributes`` is free for the application (a user name, a tenant, ...).
+    """
+
+    session_id: str
+    workdir: str
+    grants: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    excluded_categories: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    max_level: SecurityLevel = attrs.field(
+        default=SecurityLevel.DANGEROUS, converter=SecurityLevel
+    )
+    always_allow: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    recent_tools: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    environment: Mapping[str, str] = attrs.field(factory=dict)
+    attributes: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ScoredTool:
+    """A retrieval candidate with its score (higher is better) and, optionally, its parts."""
+
+    name: str
+    score: float
+    signals: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Exclusion:
+    """A filter hook's verdict: take ``name`` out of the hand, because ``reason``."""
+
+    name: str
+    reason: str
+    plugin: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Preference:
+    """A filter hook's nudge: add ``boost`` to ``name``'s score, because ``reason``."""
+
+    name: str
+    boost: float
+    reason: str
+    plugin: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Something the deck did, for observers (logging, tracing, metrics)."""
+
+    kind: str
+    session_id: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    data: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class RateLimitOutcome:
+    """A rate limiter's answer: ``allowed``, or the seconds to wait."""
+
+    allowed: bool
+    retry_after_s: float = 0.0
+    limit: str = ""
+
+
+@attrs.define(kw_only=True)
+class ToolContext:
+    """What a running tool knows about its call.
+
+    ``emit`` streams progress to the caller (a no-op when nobody listens). ``logger`` is a standard
+    logger named after the tool. Cancellation arrives as trio cancellation for in-process tools and
+    as a killed process for sandboxed ones.
+    """
+
+    session_id: str
+    workdir: str
+    call_id: str = ""
+    tool_name: str = ""
+    allowed_paths: tuple[str, ...] = ()
+    logger: logging.Logger | None = attrs.field(default=None, repr=False)
+    emit: Callable[[Mapping[str, Any]], None] = attrs.field(
+        default=lambda _event: None, repr=False
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal arguments give equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def cache_key(tool: ToolDefinition, arguments: Mapping[str, Any], session: SessionInfo) -> str:
+    """The cache key of a call: name, version, hash of canonical arguments, declared context."""
+    context = {field: getattr(session, field, None) for field in tool.execution.cache_context}
+    digest = hashlib.sha256(
+        canonical_json({"a": arguments, "c": context}).encode("utf-8")
+    ).hexdigest()
+    return f"{tool.name}@{tool.version}:{digest}"
+
+
+def call_tool_function(
+    tool: ToolDefinition, arguments: Mapping[str, Any], context: ToolContext
+) -> Any | Awaitable[Any]:
+    """Call ``tool.execute`` with its calling convention; returns its value or awaitable.
+
+    The one place that knows the two conventions, shared by in-process executors and sandbox
+    workers.
+    """
+    if tool.execute is None:
+        raise TypeError(f"tool {tool.name!r} has no execute callable")
+    if tool.call_style == "kwargs":
+        kwargs = dict(arguments)
+        if tool.context_param:
+            kwargs[tool.context_param] = context
+        return tool.execute(**kwargs)
+    return tool.execute(arguments, context)

@@ -1,0 +1,143 @@
+"""The interfaces of the objects that provider hooks return.
+
+Provider hooks (``firstresult``, called once at start-up) return one of these; the core resolves
+them once and calls their async methods on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from .model import (
+    ArgumentProblem,
+    RateLimitOutcome,
+    ScoredTool,
+    SessionInfo,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+)
+
+__all__ = [
+    "Catalog",
+    "RegisterFn",
+    "ArgumentValidator",
+    "Retriever",
+    "Cache",
+    "RateLimiter",
+    "Executor",
+    "ApprovalStore",
+    "PendingApproval",
+]
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """Read-only view of the registered tools."""
+
+    def get(self, name: str) -> ToolDefinition | None:
+        """The tool called ``name``, or None."""
+
+    def __contains__(self, name: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[ToolDefinition]: ...
+
+    def __len__(self) -> int: ...
+
+    def by_category(self, category: str) -> Sequence[ToolDefinition]:
+        """Tools of one category, in registration order."""
+
+    def categories(self) -> Sequence[str]:
+        """Every category that has at least one tool."""
+
+
+class RegisterFn(Protocol):
+    """The ``register`` callable handed to ``tooldeck_register_tools``.
+
+    Accepts a :class:`ToolDefinition`, or a function (sync or async) plus keyword options
+    (``name``, ``description``, ``category``, ``version``, ``parameters`` as a JSON Schema,
+    ``security``, ``execution``, ``tags``); without ``parameters`` they are derived from the type
+    hints and the docstring. Returns the function unchanged, so it also works as a decorator via
+    ``functools.partial``.
+    """
+
+    def __call__(self, tool: Any, /, **options: Any) -> Any: ...
+
+
+class ArgumentValidator(Protocol):
+    """A compiled validator: the problems in ``arguments`` (empty when they are valid)."""
+
+    def __call__(self, arguments: Mapping[str, Any], /) -> list[ArgumentProblem]: ...
+
+
+class Retriever(Protocol):
+    """Top-k recall over the catalog for a task description (the filter stage)."""
+
+    async def index(self, tools: Sequence[ToolDefinition]) -> None:
+        """(Re)build the index for exactly these tools. Called once the catalog is ready."""
+
+    async def add(self, tools: Sequence[ToolDefinition]) -> None:
+        """Add or replace tools at run time without a rebuild."""
+
+    async def remove(self, names: Sequence[str]) -> None:
+        """Remove tools at run time."""
+
+    async def search(self, query: str, k: int) -> list[ScoredTool]:
+        """The ``k`` best candidates for ``query``, best first."""
+
+
+class Cache(Protocol):
+    """Results of cacheable tools, keyed by :func:`~tooldeck_hookspecs.cache_key`."""
+
+    async def get(self, key: str) -> ToolResult | None:
+        """The cached result for ``key``, or None (a miss or an expired entry)."""
+
+    async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
+        """Store a successful result for ``ttl_s`` seconds."""
+
+    def statistics(self) -> Any:
+        """A frozen object with at least ``hits``, ``misses`` and ``evictions``."""
+
+
+class RateLimiter(Protocol):
+    """Admission control consulted after the cache (a hit is never counted)."""
+
+    async def hit(self, tool: ToolDefinition, session: SessionInfo) -> RateLimitOutcome:
+        """Count one call of ``tool`` in ``session``; say whether it may proceed."""
+
+
+class Executor(Protocol):
+    """Runs one call: queue, timeout, cancellation, retries, sandbox."""
+
+    async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
+        """Run ``call`` and return its result; never raises for a tool's failure."""
+
+    async def aclose(self) -> None:
+        """Release workers, threads and processes."""
+
+
+class PendingApproval(Protocol):
+    """A call waiting for the user's approval."""
+
+    approval_id: str
+    tool: str
+    arguments_hash: str
+    session_id: str
+    expires_at: float
+
+
+class ApprovalStore(Protocol):
+    """Pending approvals of dangerous calls (in memory by default, shared via Redis later)."""
+
+    async def create(
+        self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float
+    ) -> str:
+        """Record a pending approval; return its id."""
+
+    async def resolve(self, approval_id: str, approved: bool) -> bool:
+        """Approve or deny a pending approval; False when it is unknown or expired."""
+
+    async def consume(self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str) -> bool:
+        """Use an approved approval once for exactly this call; True if it was valid."""

@@ -1,0 +1,36 @@
+"""Execute stage: run the call, then post-process its result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._markers import hookspec
+from ..model import ToolCall, ToolDefinition, ToolResult
+from ..protocols import Executor
+
+
+@hookspec(firstresult=True)
+def tooldeck_executor(settings: Mapping[str, Any]) -> Executor | None:
+    """Provide the executor: queue per category, timeout, cancellation, retries, sandbox.
+
+    Called once at start-up; stops at the first non-None result. The deck cannot run calls
+    without one (install ``tooldeck-runner``).
+
+    :param settings: the whole tooldeck configuration.
+    """
+
+
+@hookspec
+def tooldeck_process_result(
+    call: ToolCall, tool: ToolDefinition, result: ToolResult
+) -> ToolResult | None:
+    """Transform a result before it is returned, cached or logged (e.g. redact secrets).
+
+    Called for every implementation in turn, each receiving the previous one's output (a chain);
+    return None to leave the result unchanged. Runs for failures too.
+
+    :param call: the call that produced the result.
+    :param tool: the tool's definition.
+    :param result: the result so far.
+    """

@@ -1,0 +1,48 @@
+"""Filter stage: deal the model the few tools that fit the task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._markers import hookspec
+from ..model import Exclusion, Preference, SessionInfo, ToolDefinition
+from ..protocols import Retriever
+
+# -------------------------------------------------------------------------
+# Retrieval (provider)
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tooldeck_retriever(settings: Mapping[str, Any]) -> Retriever | None:
+    """Provide the retriever that recalls candidate tools for a task.
+
+    Called once at start-up; stops at the first non-None result. To swap the retriever, install a
+    plugin whose implementation runs first (``tryfirst=True``) or disable the default one.
+
+    :param settings: the whole tooldeck configuration; read your own table (e.g.
+        ``settings.get("faiss", {})``).
+    :return: an object implementing :class:`~tooldeck_hookspecs.protocols.Retriever`.
+    """
+
+
+# -------------------------------------------------------------------------
+# Rules (policy)
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def tooldeck_filter_tools(
+    query: str, candidates: Sequence[ToolDefinition], session: SessionInfo
+) -> Sequence[Exclusion | Preference] | None:
+    """Take candidates out of the hand, or prefer some, for this session and task.
+
+    Called for every implementation on each selection; all results are collected and unioned:
+    a tool excluded by any plugin is out, boosts add up. Must be pure and cheap.
+
+    :param query: the task description the hand is dealt for.
+    :param candidates: the recalled tools, best first.
+    :param session: a snapshot of the session (grants, excluded categories, max level, ...).
+    :return: :class:`Exclusion` items (each with a reason) and :class:`Preference` items.
+    """

@@ -1,0 +1,67 @@
+"""Register stage: tool packs hand in tools, validators check them, the catalog goes live."""
+
+from __future__ import annotations
+
+from .._markers import hookspec
+from ..model import ToolDefinition
+from ..protocols import ArgumentValidator, Catalog, RegisterFn
+
+# -------------------------------------------------------------------------
+# Registration
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def tooldeck_register_tools(register: RegisterFn) -> None:
+    """Register the tools a pack provides.
+
+    Called once at start-up for every plugin that implements it; return values are ignored. The
+    core hands each plugin its own ``register`` callable so that it records which plugin each tool
+    came from.
+
+    :param register: call ``register(definition)`` with a :class:`ToolDefinition`, or
+        ``register(function, category=..., ...)`` with a plain or async function whose parameters
+        are derived from its type hints and docstring (or given as ``parameters=`` JSON Schema).
+
+    Example::
+
+        @hookimpl
+        def tooldeck_register_tools(register):
+            register(word_count, category="text")
+    """
+
+
+@hookspec
+def tooldeck_validate_tool(tool: ToolDefinition, catalog: Catalog) -> list[str] | None:
+    """Check one tool definition before it enters the catalog.
+
+    Called for every implementation; all results are collected and every problem is reported
+    together (a :class:`~tooldeck_hookspecs.RegistrationError` at start-up).
+
+    :param tool: the definition, with ``plugin`` filled in.
+    :param catalog: the tools registered so far (for uniqueness checks).
+    :return: readable problems, one line each naming tool, plugin and field; empty or None if fine.
+    """
+
+
+@hookspec(firstresult=True)
+def tooldeck_argument_validator(tool: ToolDefinition) -> ArgumentValidator | None:
+    """Compile the call-time argument validator of one tool.
+
+    Called once per tool when it is registered; stops at the first non-None result. The core
+    keeps the validator and calls it on every call of the tool.
+
+    :param tool: the definition whose ``parameters`` schema is compiled.
+    :return: a callable ``validator(arguments) -> list[ArgumentProblem]``.
+    """
+
+
+@hookspec
+def tooldeck_catalog_ready(catalog: Catalog) -> None:
+    """Observe the catalog once every tool is registered and validated.
+
+    Called once at start-up for every implementation, and again after tools are added or removed at
+    run time; return values are ignored.
+
+    :param catalog: read-only view of all registered tools.
+    """

@@ -1,0 +1,22 @@
+"""Hook implementations of tooldeck-cache (entry point ``cache``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tooldeck_hookspecs import hookimpl
+
+from ._cache import ResultCache, cache_from_settings
+
+
+@hookimpl
+def tooldeck_cache(settings: Mapping[str, Any]) -> ResultCache | None:
+    """Provide the LRU + TTL result cache configured by ``[tool.tooldeck.cache]``.
+
+    ``enabled = false`` in that table turns caching off (returns None).
+    """
+    table = settings.get("cache", {}) or {}
+    if not table.get("enabled", True):
+        return None
+    return cache_from_settings(settings)

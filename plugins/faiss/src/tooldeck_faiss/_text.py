@@ -1,0 +1,137 @@
+"""Text handling shared by the lexical and the dense signal: tool text, tokens, query segments."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tooldeck_hookspecs import ToolDefinition
+
+# camelCase / PascalCase / acronym boundaries: "getHTTPStatus2" -> get HTTP Status 2
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])")
+# Unicode-aware words: letters and digits of any script, so non-English text still tokenizes.
+_WORD = re.compile(r"[^\W_]+")
+
+# A small English stopword list. Kept here (rather than taken from a library) so the plugin
+# needs no extra dependency and the list is stable across versions, which keeps BM25 scores
+# reproducible.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just let like me more most my myself no nor not now of off on once only or other
+    our ours ourselves out over own please same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself
+    yourselves want need would like could also additionally finally lastly then afterwards
+    specific certain""".split()
+)
+
+
+def split_identifier(name: str) -> list[str]:
+    """Words of an identifier: ``getUserProfile`` / ``get_user_profile`` -> get user profile."""
+    return [w for w in _WORD.findall(_CAMEL.sub(" ", name))]
+
+
+def stem(word: str) -> str:
+    """A light, conservative English suffix stripper (plural, -ing, -ed, -ly).
+
+    Light on purpose: aggressive stemmers conflate unrelated tool verbs (``organization`` and
+    ``organ``); folding inflections is what matters when a query says "scheduling meetings" and
+    a tool says "schedule meeting".
+    """
+    if len(word) <= 3 or not word.isascii():
+        return word
+    for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("ly", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: len(word) - len(suffix)] + repl
+            # "scheduling" -> "schedul": drop a trailing e the other way too, so both meet.
+            return word[:-1] if word.endswith("e") else word
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased, stemmed content words of ``text`` (identifiers are split into words)."""
+    out = []
+    for raw in _WORD.findall(_CAMEL.sub(" ", text)):
+        word = raw.lower()
+        if word in STOPWORDS:
+            continue
+        out.append(stem(word))
+    return out
+
+
+def _param_items(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
+    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(props, Mapping):
+        return []
+    items = []
+    for pname, spec in props.items():
+        desc = spec.get("description", "") if isinstance(spec, Mapping) else ""
+        items.append((str(pname), str(desc or "")))
+    return items
+
+
+def _category_words(category: str) -> str:
+    # "Science/Geology" -> "Science Geology"; "file_system" -> "file system"
+    return " ".join(split_identifier(category.replace("/", " ")))
+
+
+def dense_text(tool: ToolDefinition) -> str:
+    """What the embedding model sees for a tool: name words, description, category, parameters."""
+    parts = [" ".join(split_identifier(tool.name)) + ":", tool.description.strip()]
+    if tool.category:
+        parts.append(f"Category: {_category_words(tool.category)}.")
+    params = _param_items(tool.parameters)
+    if params:
+        rendered = "; ".join(
+            f"{' '.join(split_identifier(n))}" + (f" ({d.strip()})" if d.strip() else "")
+            for n, d in params
+        )
+        parts.append(f"Parameters: {rendered}")
+    return " ".join(p for p in parts if p)
+
+
+def lexical_fields(tool: ToolDefinition) -> dict[str, str]:
+    """The fields BM25 indexes, so that each can carry its own weight."""
+    params = _param_items(tool.parameters)
+    return {
+        "name": " ".join(split_identifier(tool.name)),
+        "description": tool.description,
+        "category": _category_words(tool.category or ""),
+        "param_names": " ".join(" ".join(split_identifier(n)) for n, _ in params),
+        "param_descriptions": " ".join(d for _, d in params),
+    }
+
+
+# Sentence ends (., ?, !, ;, newlines) followed by space; avoids splitting "e.g. x" or "3.5".
+_SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+|\n+")
+
+
+def segment_query(query: str, *, max_segments: int = 12, max_chars: int = 1000) -> list[str]:
+    """Split a task description into its sentences (one intent each, usually).
+
+    Sentences with fewer than three content words ("Thanks.", "Then:") are glued to the
+    previous one instead of standing alone. Very long inputs are bounded: at most
+    ``max_segments`` segments (the tail is merged into the last) and ``max_chars`` per segment
+    (the embedding model truncates to 256 tokens anyway).
+    """
+    query = query.strip()
+    if not query:
+        return []
+    pieces = [p.strip() for p in _SENTENCE.split(query) if p and p.strip()]
+    segments: list[str] = []
+    for piece in pieces:
+        if segments and len(tokenize(piece)) < 3:
+            segments[-1] = f"{segments[-1]} {piece}"
+        else:
+            segments.append(piece)
+    if len(segments) > 1 and len(tokenize(segments[0])) < 3:
+        segments[1] = f"{segments[0]} {segments[1]}"
+        segments.pop(0)
+    if len(segments) > max_segments:
+        segments = segments[: max_segments - 1] + [" ".join(segments[max_segments - 1 :])]
+    return [s[:max_chars] for s in segments]

@@ -1,0 +1,17 @@
+"""The ``faiss`` entry point: provides the filter stage's retriever."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tooldeck_hookspecs import hookimpl
+
+from ._retriever import FaissRetriever, RetrieverSettings
+
+
+@hookimpl
+def tooldeck_retriever(settings: Mapping[str, Any]) -> FaissRetriever:
+    """A hybrid BM25 + embedding retriever configured from ``settings["faiss"]``."""
+    table = settings.get("faiss", {}) if isinstance(settings, Mapping) else {}
+    return FaissRetriever(RetrieverSettings.from_mapping(table or {}))

@@ -1,0 +1,256 @@
+"""The URL guard: http(s) only, no credentials, no address that reaches inside the network.
+
+A host is checked as an IP literal first, in every spelling the C resolver accepts (``2130706433``,
+``0x7f.1``, ``0177.0.0.1``, ``127.1``, ``[::ffff:127.0.0.1]``), then by name: ``localhost`` and
+metadata names are refused without a look-up, other names are resolved (with a short time limit)
+and every address they resolve to must be public. The allow list (hosts, IPs or CIDRs) lets chosen
+internal targets through, e.g. a test server on ``127.0.0.1``.
+
+The look-up is a time-of-check: a fetching tool should connect to the addresses checked here (or
+check again at connect time) to be safe against DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ipaddress
+import os
+import re
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["ENV_ALLOW", "ENV_DNS_TIMEOUT", "check_url", "parse_allow_list"]
+
+#: Environment variable with extra allowed hosts/CIDRs, comma-separated.
+ENV_ALLOW = "TOOLDECK_URL_ALLOW"
+#: Environment variable with the name-resolution time limit in seconds (default 2).
+ENV_DNS_TIMEOUT = "TOOLDECK_DNS_TIMEOUT"
+
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NET = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_METADATA_IPS = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean
+        "169.254.170.2",  # AWS ECS task metadata
+        "100.100.100.200",  # Alibaba Cloud
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+    )
+)
+_METADATA_NAMES = frozenset(
+    {
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+# The numeric spellings inet_aton(3) accepts: 1 to 4 parts, each decimal, octal (leading 0) or hex.
+_LEGACY_V4 = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}$")
+
+_SUGGESTION = "use a public http(s) URL"
+
+_DNS_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_DNS_CACHE: dict[str, tuple[float, list[_IP] | str]] = {}
+_DNS_CACHE_LOCK = threading.Lock()
+_DNS_CACHE_TTL_S = 30.0
+
+
+def parse_allow_list(values: Iterable[Any] | str | None) -> tuple[set[str], list[_NET]]:
+    """Split an allow list (a comma-separated string or an iterable of strings) into host names
+    (lower case, ``*.example.com`` wildcards kept) and networks. Unparseable entries are names."""
+    if values is None:
+        return set(), []
+    if isinstance(values, str):
+        values = values.split(",")
+    names: set[str] = set()
+    networks: list[_NET] = []
+    for entry in values:
+        text = str(entry).strip().lower().strip("[]")
+        if not text:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            names.add(text.rstrip("."))
+    return names, networks
+
+
+def _literal_ip(host: str) -> _IP | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _LEGACY_V4.match(host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def _embedded_v4(ip: _IP) -> ipaddress.IPv4Address | None:
+    if isinstance(ip, ipaddress.IPv4Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in ipaddress.IPv6Network("64:ff9b::/96"):  # NAT64 well-known prefix
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in ipaddress.IPv6Network("::/96") and int(ip) > 1:  # deprecated IPv4-compatible
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _ip_problem(ip: _IP) -> str | None:
+    """What kind of internal address ``ip`` is, or None for a public one."""
+    if ip in _METADATA_IPS:
+        return "a cloud metadata address"
+    inner = _embedded_v4(ip)
+    if inner is not None:
+        problem = _ip_problem(inner)
+        return f"{problem} (embedded in {ip})" if problem else None
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_unspecified:
+        return "the unspecified address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_private:
+        return "a private address"
+    if ip.is_reserved:
+        return "a reserved address"
+    if not ip.is_global:
+        # Shared address space (100.64/10), documentation ranges and the like.
+        return "a non-public address"
+    return None
+
+
+def _allowed_ip(ip: _IP, networks: list[_NET]) -> bool:
+    candidates = [ip]
+    inner = _embedded_v4(ip)
+    if inner is not None:
+        candidates.append(inner)
+    return any(c.version == n.version and c in n for c in candidates for n in networks)
+
+
+def _name_allowed(host: str, names: set[str]) -> bool:
+    if host in names:
+        return True
+    return any(n.startswith("*.") and host.endswith(n[1:]) for n in names)
+
+
+def _resolve(host: str, timeout_s: float) -> list[_IP] | str:
+    now = time.monotonic()
+    with _DNS_CACHE_LOCK:
+        hit = _DNS_CACHE.get(host)
+        if hit and hit[0] > now:
+            return hit[1]
+
+    def lookup() -> list[_IP]:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+
+    global _DNS_POOL
+    if _DNS_POOL is None:
+        # getaddrinfo has no time limit of its own: run it in a thread and stop waiting.
+        _DNS_POOL = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="tooldeck-dns"
+        )
+    outcome: list[_IP] | str
+    try:
+        outcome = _DNS_POOL.submit(lookup).result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        outcome = f"resolving it took longer than {timeout_s:g} s"
+    except (OSError, UnicodeError, ValueError) as exc:
+        outcome = f"it does not resolve ({exc})"
+    if not outcome:
+        outcome = "it resolves to no address"
+    with _DNS_CACHE_LOCK:
+        if len(_DNS_CACHE) > 4096:
+            _DNS_CACHE.clear()
+        _DNS_CACHE[host] = (now + _DNS_CACHE_TTL_S, outcome)
+    return outcome
+
+
+def _dns_timeout() -> float:
+    try:
+        return max(0.05, float(os.environ.get(ENV_DNS_TIMEOUT, "2")))
+    except ValueError:
+        return 2.0
+
+
+def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = True) -> str | None:
+    """Why ``url`` may not be fetched, or None when it may.
+
+    ``allow`` lists hosts (``example.internal``, ``*.corp.example``), IPs or CIDRs that are let
+    through although internal. With ``resolve=False`` names other than the known local and metadata
+    ones are not looked up (and pass).
+    """
+    if not isinstance(url, str):
+        return f"a URL must be a string, got {type(url).__name__}; {_SUGGESTION}"
+    shown = url if len(url) <= 200 else url[:200] + "..."
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return f"URL {shown!r} contains whitespace or control characters; {_SUGGESTION}"
+    if "\\" in url:
+        # Browsers and some clients read '\' as '/', others do not: the two disagree on the host.
+        return f"URL {shown!r} contains a backslash, which clients parse differently; {_SUGGESTION}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises on a malformed port
+    except ValueError as exc:
+        return f"URL {shown!r} cannot be parsed ({exc}); {_SUGGESTION}"
+    del port
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = parts.scheme or "none"
+        return f"URL {shown!r} uses scheme {scheme!r}; only http and https are allowed"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return (
+            f"URL {shown!r} carries credentials (user:password@); remove them, credentials are "
+            f"never passed in URLs"
+        )
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        return f"URL {shown!r} has no host; {_SUGGESTION}"
+    names, networks = parse_allow_list(allow)
+    if _name_allowed(host, names):
+        return None
+    ip = _literal_ip(host)
+    if ip is not None:
+        problem = _ip_problem(ip)
+        if problem is None or _allowed_ip(ip, networks):
+            return None
+        return f"URL {shown!r} points at {ip}, {problem}; {_SUGGESTION}"
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return f"URL {shown!r} has a host name that is not valid ({host!r}); {_SUGGESTION}"
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        if any(_allowed_ip(ipaddress.ip_address(a), networks) for a in ("127.0.0.1", "::1")):
+            return None
+        return f"URL {shown!r} points at {host}, the local machine; {_SUGGESTION}"
+    if host in _METADATA_NAMES:
+        return f"URL {shown!r} points at {host}, a cloud metadata service; {_SUGGESTION}"
+    if not resolve:
+        return None
+    addresses = _resolve(host, _dns_timeout())
+    if isinstance(addresses, str):
+        return f"URL {shown!r} cannot be checked: host {host!r} {addresses}; {_SUGGESTION}"
+    for address in addresses:
+        problem = _ip_problem(address)
+        if problem is not None and not _allowed_ip(address, networks):
+            return f"URL {shown!r}: host {host!r} resolves to {address}, {problem}; {_SUGGESTION}"
+    return None

@@ -1,0 +1,206 @@
+"""Moving-window admission control per (session, tool) and per tool, on the ``limits`` library."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import trio
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.errors import ConfigurationError
+from limits.storage import MemoryStorage, Storage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+from tooldeck_hookspecs import (
+    ConfigError,
+    RateLimit,
+    RateLimitOutcome,
+    SessionInfo,
+    ToolDefinition,
+)
+
+__all__ = ["DEFAULT_GLOBAL_FACTOR", "ToolRateLimiter", "limiter_from_settings"]
+
+logger = logging.getLogger("tooldeck.ratelimit")
+
+#: Without an override, the limit across all sessions is this many times the per-session limit.
+DEFAULT_GLOBAL_FACTOR = 10.0
+
+_ALLOWED = RateLimitOutcome(allowed=True)
+_NAMESPACE = "tooldeck"
+
+
+@attrs.frozen
+class _Window:
+    item: RateLimitItem
+    identifiers: tuple[str, ...]
+    label: str
+
+
+def _item(max_calls: int, window_s: float) -> RateLimitItem:
+    # limits counts windows in whole seconds: a fractional window is rounded up (stricter).
+    return RateLimitItemPerSecond(max(0, max_calls), max(1, math.ceil(window_s)), _NAMESPACE)
+
+
+def _parse_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
+    """A per-tool global override: an int (calls per the tool's window), a table, or 0/false."""
+    if isinstance(value, bool):
+        if value:
+            raise ConfigError(f"ratelimit.global.{tool}: expected an int or a table, got true")
+        return None
+    if value is None or value == 0:
+        return None
+    if isinstance(value, int):
+        return RateLimit(max_calls=value, window_s=default_window_s)
+    if isinstance(value, Mapping) and "max_calls" in value:
+        return RateLimit(
+            max_calls=int(value["max_calls"]),
+            window_s=float(value.get("window_s", default_window_s)),
+        )
+    raise ConfigError(
+        f"ratelimit.global.{tool}: expected an int or a table with max_calls (and window_s), "
+        f"got {value!r}"
+    )
+
+
+class ToolRateLimiter:
+    """Admission control for tools that declare ``security.rate_limit``.
+
+    Two moving windows per call: one per (session, tool) with the tool's own limit, and one per
+    tool across all sessions. The cross-session limit is, in order of precedence, the tool's entry
+    in ``global_overrides`` (``0``/``False`` there means "no cross-session limit"), or
+    ``ceil(global_factor * max_calls)`` over the same window (``global_factor = 0`` disables it).
+
+    With the in-memory storage every call is non-blocking and, since both windows are tested before
+    either is consumed within one trio step, atomic: a call refused by one window uses no slot of
+    the other. Remote storages (``redis://...``) are driven from a worker thread; there the test
+    and the hits are separate round trips, so two processes may both pass a nearly full window.
+
+    :param storage_uri: a ``limits`` storage URI (``memory://`` by default).
+    :param global_factor: multiplier of the per-session limit for the cross-session window.
+    :param global_overrides: tool name -> int, ``{max_calls, window_s}`` table, or 0 to disable.
+    :param fail_open: when the storage fails, allow the call (True) or refuse it (False).
+    """
+
+    def __init__(
+        self,
+        *,
+        storage_uri: str = "memory://",
+        global_factor: float = DEFAULT_GLOBAL_FACTOR,
+        global_overrides: Mapping[str, Any] | None = None,
+        fail_open: bool = True,
+    ) -> None:
+        try:
+            storage = storage_from_string(storage_uri)
+        except ConfigurationError as exc:
+            raise ConfigError(f"ratelimit.storage_uri {storage_uri!r}: {exc}") from exc
+        if not isinstance(storage, Storage):
+            # limits' async storages are built on asyncio and do not run under trio.
+            raise ConfigError(
+                f"ratelimit.storage_uri {storage_uri!r}: async+ storages need asyncio; "
+                "use the plain scheme (e.g. redis://), which is driven from a worker thread"
+            )
+        self._storage: Storage = storage
+        if global_factor < 0:
+            raise ConfigError("ratelimit.global_factor must be >= 0")
+        self._strategy = MovingWindowRateLimiter(self._storage)
+        self._in_memory = isinstance(self._storage, MemoryStorage)
+        self.storage_uri = storage_uri
+        self.global_factor = global_factor
+        self.fail_open = fail_open
+        self._overrides = dict(global_overrides or {})
+        # Windows depend only on the tool definition; build them once per (name, version, limit).
+        self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
+
+    def _tool_windows(
+        self, tool: ToolDefinition, limit: RateLimit
+    ) -> tuple[RateLimitItem, _Window | None]:
+        cache_key = (tool.name, tool.version, limit)
+        cached = self._windows.get(cache_key)
+        if cached is not None:
+            return cached
+        per_session = _item(limit.max_calls, limit.window_s)
+        glob: RateLimit | None
+        if tool.name in self._overrides:
+            glob = _parse_override(tool.name, self._overrides[tool.name], limit.window_s)
+        elif self.global_factor > 0:
+            glob = RateLimit(
+                max_calls=math.ceil(self.global_factor * limit.max_calls), window_s=limit.window_s
+            )
+        else:
+            glob = None
+        global_window = None
+        if glob is not None:
+            item = _item(glob.max_calls, glob.window_s)
+            global_window = _Window(
+                item, ("tool", tool.name), f"{item} for {tool.name} across sessions"
+            )
+        self._windows[cache_key] = (per_session, global_window)
+        return per_session, global_window
+
+    async def hit(self, tool: ToolDefinition, session: SessionInfo) -> RateLimitOutcome:
+        """Count one call of ``tool`` in ``session``; say whether it may proceed.
+
+        Tools without ``security.rate_limit`` are always allowed and not counted.
+        """
+        limit = tool.security.rate_limit
+        if limit is None:
+            return _ALLOWED
+        per_session_item, global_window = self._tool_windows(tool, limit)
+        windows = [
+            _Window(
+                per_session_item,
+                ("session", session.session_id, tool.name),
+                f"{per_session_item} for {tool.name} in this session",
+            )
+        ]
+        if global_window is not None:
+            windows.append(global_window)
+        try:
+            if self._in_memory:
+                return self._admit(windows)
+            return await trio.to_thread.run_sync(self._admit, windows)
+        except Exception:
+            # A storage outage is not the model's fault; the choice is the operator's.
+            logger.exception("rate limit storage %s failed", self.storage_uri)
+            if self.fail_open:
+                return _ALLOWED
+            return RateLimitOutcome(
+                allowed=False, retry_after_s=1.0, limit="rate limit storage unavailable"
+            )
+
+    def _admit(self, windows: list[_Window]) -> RateLimitOutcome:
+        for window in windows:
+            if not self._strategy.test(window.item, *window.identifiers):
+                return self._refusal(window)
+        for window in windows:
+            if not self._strategy.hit(window.item, *window.identifiers):
+                return self._refusal(window)
+        return _ALLOWED
+
+    def _refusal(self, window: _Window) -> RateLimitOutcome:
+        stats = self._strategy.get_window_stats(window.item, *window.identifiers)
+        # reset_time is when the oldest call in the window leaves it, i.e. when a slot frees.
+        retry_after = stats.reset_time - time.time()
+        if window.item.amount == 0 or retry_after <= 0:
+            # A zero limit never frees a slot; an elapsed reset means "try again right away".
+            retry_after = float(window.item.get_expiry()) if window.item.amount == 0 else 0.001
+        return RateLimitOutcome(allowed=False, retry_after_s=retry_after, limit=window.label)
+
+    def reset(self) -> None:
+        """Forget every recorded call (all sessions, all tools)."""
+        self._storage.reset()
+
+
+def limiter_from_settings(settings: Mapping[str, Any]) -> ToolRateLimiter:
+    """Build a :class:`ToolRateLimiter` from the ``[tool.tooldeck.ratelimit]`` table."""
+    table = settings.get("ratelimit", {}) or {}
+    return ToolRateLimiter(
+        storage_uri=str(table.get("storage_uri", "memory://")),
+        global_factor=float(table.get("global_factor", DEFAULT_GLOBAL_FACTOR)),
+        global_overrides=table.get("global", {}) or {},
+        fail_open=bool(table.get("fail_open", True)),
+    )

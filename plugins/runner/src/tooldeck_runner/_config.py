@@ -1,0 +1,97 @@
+"""The ``[tool.tooldeck.runner]`` table, parsed once at start-up."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from tooldeck_hookspecs import ConfigError
+
+__all__ = ["RunnerSettings"]
+
+SandboxMode = Literal["auto", "bubblewrap", "process"]
+_MODES = ("auto", "bubblewrap", "process")
+
+
+@attrs.frozen(kw_only=True)
+class RunnerSettings:
+    """Settings of the runner (all optional).
+
+    ``concurrency`` maps a category to its number of concurrent calls; ``default`` covers the
+    others. ``sandbox`` picks the isolation of sandboxed tools: ``auto`` (bubblewrap when
+    ``bwrap`` is installed, else a plain process with a warning), ``bubblewrap`` or ``process``.
+    ``warm_workers`` is the number of pre-started workers kept per mount set (workdir, writable,
+    network); ``max_warm_keys`` bounds the number of such sets. ``python_path`` adds directories
+    to the workers' ``PYTHONPATH`` (mounted read-only in the sandbox) so that tools outside
+    site-packages can be imported by reference.
+    """
+
+    concurrency: Mapping[str, int] = attrs.field(factory=lambda: {"default": 16})
+    sandbox: SandboxMode = "auto"
+    warm_workers: int = 2
+    max_warm_keys: int = 4
+    python_path: tuple[str, ...] = ()
+    python: str = sys.executable
+    extra_ro_binds: tuple[str, ...] = ()
+    file_size_mb: int = 64
+    max_open_files: int = 256
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 8.0
+    retry_jitter_s: float = 0.5
+
+    @property
+    def default_limit(self) -> int:
+        """The concurrency of categories not named in ``concurrency``."""
+        return self.concurrency.get("default", 16)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any] | None) -> RunnerSettings:
+        """Read ``settings["runner"]``; raise :class:`ConfigError` naming a bad key."""
+        table = dict((settings or {}).get("runner", {}) or {})
+        kw: dict[str, Any] = {}
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = set(table) - known
+        if unknown:
+            raise ConfigError(
+                f"[tool.tooldeck.runner]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}"
+            )
+        if "concurrency" in table:
+            conc = table["concurrency"]
+            if not isinstance(conc, Mapping) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in conc.values()
+            ):
+                raise ConfigError(
+                    "[tool.tooldeck.runner].concurrency must map categories to integers >= 1"
+                )
+            kw["concurrency"] = {"default": 16, **{str(k): int(v) for k, v in conc.items()}}
+        if "sandbox" in table:
+            if table["sandbox"] not in _MODES:
+                raise ConfigError(
+                    f"[tool.tooldeck.runner].sandbox must be one of {_MODES}, "
+                    f"not {table['sandbox']!r}"
+                )
+            kw["sandbox"] = table["sandbox"]
+        for name in ("warm_workers", "max_warm_keys", "file_size_mb", "max_open_files"):
+            if name in table:
+                value = table[name]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ConfigError(f"[tool.tooldeck.runner].{name} must be an integer >= 0")
+                kw[name] = value
+        for name in ("retry_initial_s", "retry_max_s", "retry_jitter_s"):
+            if name in table:
+                value = table[name]
+                if not isinstance(value, int | float) or value < 0:
+                    raise ConfigError(f"[tool.tooldeck.runner].{name} must be a number >= 0")
+                kw[name] = float(value)
+        for name in ("python_path", "extra_ro_binds"):
+            if name in table:
+                value = table[name]
+                if isinstance(value, str):
+                    value = [value]
+                kw[name] = tuple(str(v) for v in value)
+        if "python" in table:
+            kw["python"] = str(table["python"])
+        return cls(**kw)

@@ -1,0 +1,311 @@
+"""The executor: per-category queues, timeouts, cancellation, retries, in-process or sandboxed.
+
+Timeouts. ``tool.execution.timeout_s`` bounds each attempt, and an attempt starts when the call
+joins its category's queue: time spent waiting for a slot counts. A call that times out while
+queued never starts (``TIMEOUT``, "while queued"). Retries (only for tools with
+``execution.retryable`` and a retryable error) get a fresh timeout per attempt and give their
+slot back while backing off, so the worst case is ``(max_retries + 1) * timeout_s`` plus the
+backoffs (1 s, 2 s, 4 s, ... with jitter, capped at ``runner.retry_max_s``).
+
+Cancellation. If the caller's cancel scope is cancelled, the call stops where it is (queued,
+running, or backing off; a sandboxed call has its process tree killed) and ``trio.Cancelled``
+propagates, as trio requires. :meth:`RunnerExecutor.cancel_session` and
+:meth:`RunnerExecutor.cancel_call` cancel calls from outside; those calls return ``CANCELLED``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import stamina
+import trio
+
+from tooldeck_hookspecs import (
+    RETRYABLE_CODES,
+    ErrorCode,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolFailure,
+    ToolResult,
+    call_tool_function,
+)
+
+from ._config import RunnerSettings
+from ._outcomes import as_result, exception_result, failure_result
+from ._sandbox import SandboxPool, SandboxStatistics, resolve_isolation
+
+__all__ = ["RunnerExecutor", "CategoryStatistics", "ExecutorStatistics", "ISOLATION_IN_PROCESS"]
+
+ISOLATION_IN_PROCESS = "in-process"
+
+
+@attrs.frozen(kw_only=True)
+class CategoryStatistics:
+    """One category's queue: its ``limit``, calls ``in_flight`` and ``waiting`` now, the highest
+    number ever in flight at once (``max_in_flight``), and calls ``completed`` so far."""
+
+    limit: int
+    in_flight: int
+    waiting: int
+    max_in_flight: int
+    completed: int
+
+
+@attrs.frozen(kw_only=True)
+class ExecutorStatistics:
+    """A snapshot of the executor: per-category queues and the sandbox pool (None if unused)."""
+
+    categories: Mapping[str, CategoryStatistics]
+    sandbox: SandboxStatistics | None = None
+
+    def __getitem__(self, category: str) -> CategoryStatistics:
+        return self.categories[category]
+
+
+@attrs.define(eq=False)
+class _Queue:
+    limiter: trio.CapacityLimiter
+    in_flight: int = 0
+    waiting: int = 0
+    max_in_flight: int = 0
+    completed: int = 0
+
+
+class _RetryableResult(Exception):
+    """Raised inside a stamina attempt to ask for another one."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(result.error.message if result.error else "retry")
+        self.result = result
+
+
+def _should_retry(result: ToolResult) -> bool:
+    error = result.error
+    return (
+        not result.success
+        and error is not None
+        and (error.retryable or error.code in RETRYABLE_CODES)
+    )
+
+
+@attrs.define(eq=False)
+class _InFlight:
+    session_id: str
+    call_id: str
+    scope: trio.CancelScope
+
+
+@attrs.define(eq=False)
+class RunnerExecutor:
+    """The default executor (see the module docstring). Build it with :meth:`from_settings`."""
+
+    settings: RunnerSettings = attrs.field(factory=RunnerSettings)
+    _queues: dict[str, _Queue] = attrs.field(factory=dict, init=False)
+    _in_flight: dict[str, set[_InFlight]] = attrs.field(factory=dict, init=False)
+    _sandbox: SandboxPool | None = attrs.field(default=None, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
+        """Build from the whole tooldeck configuration (reads its ``runner`` table)."""
+        runner = RunnerSettings.from_settings(settings)
+        # Fail at start-up, not at the first sandboxed call, when bubblewrap is demanded but absent.
+        resolve_isolation(runner.sandbox)
+        return cls(settings=runner)
+
+    # -- public -------------------------------------------------------------------------------
+
+    async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
+        """Run ``call``: queue, timeout, retries, in process or sandboxed. Never raises for the
+        tool's failure; ``trio.Cancelled`` from the caller's scope propagates."""
+        started = time.perf_counter()
+        isolation = self._isolation(tool)
+        if self._closed:
+            return ToolResult.fail(
+                ErrorCode.EXECUTION_ERROR, "the executor is closed", plugin="runner"
+            ).with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
+        entry = _InFlight(context.session_id, context.call_id or call.id, trio.CancelScope())
+        self._in_flight.setdefault(entry.session_id, set()).add(entry)
+        attempts = [0]
+        try:
+            with entry.scope:
+                result = await self._run_with_retries(tool, call, context, attempts)
+        finally:
+            calls = self._in_flight.get(entry.session_id)
+            if calls is not None:
+                calls.discard(entry)
+                if not calls:
+                    del self._in_flight[entry.session_id]
+        if entry.scope.cancelled_caught:
+            result = ToolResult.fail(
+                ErrorCode.CANCELLED,
+                f"the call to {tool.name!r} was cancelled before it finished",
+            )
+        return result.with_metadata(
+            duration_s=time.perf_counter() - started,
+            attempts=attempts[0],
+            isolation=result.metadata.get("isolation", isolation),
+        )
+
+    def cancel_session(self, session_id: str) -> int:
+        """Cancel every queued or running call of a session; they return ``CANCELLED``.
+
+        Returns the number of calls cancelled.
+        """
+        calls = list(self._in_flight.get(session_id, ()))
+        for entry in calls:
+            entry.scope.cancel()
+        return len(calls)
+
+    def cancel_call(self, session_id: str, call_id: str) -> bool:
+        """Cancel one call (by the id in its context); it returns ``CANCELLED``."""
+        for entry in list(self._in_flight.get(session_id, ())):
+            if entry.call_id == call_id:
+                entry.scope.cancel()
+                return True
+        return False
+
+    def statistics(self) -> ExecutorStatistics:
+        """Per-category queue figures and the sandbox pool's counters, as a frozen snapshot."""
+        return ExecutorStatistics(
+            categories={
+                name: CategoryStatistics(
+                    limit=int(q.limiter.total_tokens),
+                    in_flight=q.in_flight,
+                    waiting=q.waiting,
+                    max_in_flight=q.max_in_flight,
+                    completed=q.completed,
+                )
+                for name, q in self._queues.items()
+            },
+            sandbox=self._sandbox.statistics() if self._sandbox is not None else None,
+        )
+
+    def sandbox_pool(self) -> SandboxPool:
+        """The pool of sandbox workers (created on first use)."""
+        if self._sandbox is None:
+            self._sandbox = SandboxPool(self.settings)
+        return self._sandbox
+
+    async def aclose(self) -> None:
+        """Cancel running calls and kill the sandbox's idle workers."""
+        self._closed = True
+        for calls in list(self._in_flight.values()):
+            for entry in list(calls):
+                entry.scope.cancel()
+        if self._sandbox is not None:
+            await self._sandbox.aclose()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _isolation(self, tool: ToolDefinition) -> str:
+        if tool.security.sandbox:
+            return self.sandbox_pool().isolation
+        return ISOLATION_IN_PROCESS
+
+    def _queue(self, category: str) -> _Queue:
+        queue = self._queues.get(category)
+        if queue is None:
+            limit = self.settings.concurrency.get(category, self.settings.default_limit)
+            queue = self._queues[category] = _Queue(trio.CapacityLimiter(limit))
+        return queue
+
+    async def _run_with_retries(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, attempts: list[int]
+    ) -> ToolResult:
+        execution = tool.execution
+        if not execution.retryable or execution.max_retries <= 0:
+            attempts[0] = 1
+            return await self._attempt(tool, call, context)
+        settings = self.settings
+        try:
+            async for attempt in stamina.retry_context(
+                on=_RetryableResult,
+                attempts=execution.max_retries + 1,
+                timeout=None,
+                wait_initial=settings.retry_initial_s,
+                wait_max=settings.retry_max_s,
+                wait_jitter=settings.retry_jitter_s,
+                wait_exp_base=2,
+            ):
+                with attempt:
+                    attempts[0] += 1
+                    result = await self._attempt(tool, call, context)
+                    if _should_retry(result):
+                        raise _RetryableResult(result)
+                    return result
+        except _RetryableResult as exc:
+            return exc.result
+        raise AssertionError("unreachable: stamina yields at least one attempt")
+
+    async def _attempt(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+    ) -> ToolResult:
+        queue = self._queue(tool.category)
+        timeout = tool.execution.timeout_s
+        # A fresh borrower per call: the same task may hold slots for nested calls.
+        token = object()
+        started = False
+        ahead = 0
+        with trio.move_on_after(timeout):
+            ahead = queue.waiting
+            queue.waiting += 1
+            try:
+                await queue.limiter.acquire_on_behalf_of(token)
+            finally:
+                queue.waiting -= 1
+            started = True
+            queue.in_flight += 1
+            queue.max_in_flight = max(queue.max_in_flight, queue.in_flight)
+            try:
+                return await self._invoke(tool, call, context)
+            finally:
+                queue.in_flight -= 1
+                queue.completed += 1
+                queue.limiter.release_on_behalf_of(token)
+        if not started:
+            return ToolResult.fail(
+                ErrorCode.TIMEOUT,
+                f"{tool.name!r} timed out after {timeout:g}s while queued: all "
+                f"{int(queue.limiter.total_tokens)} slots of category {tool.category!r} were "
+                f"busy ({ahead} call(s) ahead of it); it never started",
+                retryable=True,
+                suggestion="The system is busy; wait a little and call again.",
+                details={"queued": True, "timeout_s": timeout},
+            )
+        return ToolResult.fail(
+            ErrorCode.TIMEOUT,
+            f"{tool.name!r} did not finish within {timeout:g}s and was stopped",
+            details={"queued": False, "timeout_s": timeout},
+        )
+
+    async def _invoke(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+    ) -> ToolResult:
+        if tool.security.sandbox:
+            return await self.sandbox_pool().run(tool, call, context)
+        try:
+            if tool.is_async:
+                value = await call_tool_function(tool, call.arguments, context)
+            else:
+                # abandon_on_cancel: a thread cannot be killed; on timeout or cancellation its
+                # result is dropped and the call returns at once.
+                value = await trio.to_thread.run_sync(
+                    functools.partial(call_tool_function, tool, call.arguments, context),
+                    abandon_on_cancel=True,
+                )
+                if inspect.isawaitable(value):
+                    value = await value
+        except ToolFailure as exc:
+            return failure_result(exc)
+        except Exception as exc:  # noqa: BLE001 - any tool bug is a structured result
+            if context.logger is not None:
+                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
+            return exception_result(exc)
+        return as_result(value)

@@ -1,0 +1,111 @@
+"""The sandbox wire format: length-prefixed JSON frames of cattrs-unstructured attrs values.
+
+This module is also loaded by file path inside sandbox workers, so it imports nothing but the
+standard library, cattrs and the contract (no trio, nothing of this package).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, BinaryIO, Literal
+
+import attrs
+import cattrs
+
+from tooldeck_hookspecs import ToolCall, ToolResult
+
+__all__ = [
+    "HEADER",
+    "WireContext",
+    "Limits",
+    "SandboxRequest",
+    "converter",
+    "encode_frame",
+    "read_frame",
+    "dumps",
+]
+
+#: A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
+HEADER = struct.Struct(">I")
+
+converter = cattrs.Converter()
+
+
+@attrs.frozen(kw_only=True)
+class WireContext:
+    """The serializable part of a :class:`~tooldeck_hookspecs.ToolContext`."""
+
+    session_id: str
+    workdir: str
+    call_id: str = ""
+    tool_name: str = ""
+    allowed_paths: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Resource limits the worker applies to itself before importing the tool."""
+
+    memory_mb: int = 256
+    cpu_s: int = 31
+    fsize_bytes: int = 64 * 1024 * 1024
+    nofile: int = 256
+    max_output_bytes: int = 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class SandboxRequest:
+    """One call for a single-use worker."""
+
+    call: ToolCall
+    context: WireContext
+    entrypoint: str
+    call_style: Literal["mapping", "kwargs"] = "mapping"
+    context_param: str | None = None
+    limits: Limits = attrs.field(factory=Limits)
+
+
+def dumps(value: Any) -> bytes:
+    """Unstructure ``value`` and encode it as compact JSON (unknown leaf types via ``str``)."""
+    return json.dumps(
+        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False, default=str
+    ).encode("utf-8")
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its length."""
+    return HEADER.pack(len(payload)) + payload
+
+
+def read_frame(stream: BinaryIO, max_bytes: int) -> bytes | None:
+    """Read one frame from a blocking stream; None on end of file or an oversized frame."""
+    header = _read_exactly(stream, HEADER.size)
+    if header is None:
+        return None
+    (length,) = HEADER.unpack(header)
+    if length > max_bytes:
+        return None
+    return _read_exactly(stream, length)
+
+
+def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
+    chunks: list[bytes] = []
+    remaining = n
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def structure_result(data: bytes) -> ToolResult:
+    """Decode a response frame into a :class:`ToolResult`."""
+    return converter.structure(json.loads(data), ToolResult)
+
+
+def structure_request(data: bytes) -> SandboxRequest:
+    """Decode a request frame."""
+    return converter.structure(json.loads(data), SandboxRequest)

@@ -1,0 +1,384 @@
+"""The executor without a sandbox: calling conventions, errors, queues, timeouts, cancellation,
+retries."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import stamina
+import trio
+import trio.testing
+
+from tooldeck_hookspecs import (
+    ConfigError,
+    ExecutionConfig,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolFailure,
+    ToolResult,
+)
+from tooldeck_runner import ISOLATION_IN_PROCESS, RunnerExecutor, RunnerSettings
+from tooldeck_runner import plugin as runner_plugin
+
+
+def make_tool(fn: Any, *, category: str = "code", **execution: Any) -> ToolDefinition:
+    return ToolDefinition(
+        name=getattr(fn, "__name__", "tool"),
+        description="a test tool",
+        category=category,
+        execute=fn,
+        execution=ExecutionConfig(**execution),
+    )
+
+
+def ctx(session_id: str = "s1", call_id: str = "") -> ToolContext:
+    return ToolContext(session_id=session_id, workdir="/tmp", call_id=call_id)
+
+
+async def run(ex: RunnerExecutor, tool: ToolDefinition, **arguments: Any) -> ToolResult:
+    return await ex.run(tool, ToolCall(name=tool.name, arguments=arguments), ctx())
+
+
+# -- calling conventions and results ---------------------------------------------------------
+
+
+async def test_sync_tool_runs_in_a_worker_thread() -> None:
+    import threading
+
+    main = threading.get_ident()
+
+    def where(arguments: Any, context: ToolContext) -> dict[str, Any]:
+        return {"thread": threading.get_ident() != main, "x": arguments["x"]}
+
+    result = await run(RunnerExecutor(), make_tool(where), x=3)
+    assert result.success
+    assert result.data == {"thread": True, "x": 3}
+    assert result.metadata["attempts"] == 1
+    assert result.metadata["isolation"] == ISOLATION_IN_PROCESS
+    assert result.metadata["duration_s"] >= 0
+
+
+async def test_async_tool_is_awaited_and_kwargs_style_gets_the_context() -> None:
+    async def add(a: int, b: int, ctx: ToolContext) -> int:
+        await trio.sleep(0)
+        assert ctx.session_id == "s1"
+        return a + b
+
+    tool = ToolDefinition(
+        name="add",
+        description="adds",
+        category="math",
+        execute=add,
+        call_style="kwargs",
+        context_param="ctx",
+    )
+    result = await run(RunnerExecutor(), tool, a=2, b=5)
+    assert result.success and result.data == 7
+
+
+async def test_a_returned_tool_result_is_kept_and_gets_metadata() -> None:
+    def explicit(arguments: Any, context: ToolContext) -> ToolResult:
+        return ToolResult.ok("payload", custom=1)
+
+    result = await run(RunnerExecutor(), make_tool(explicit))
+    assert result.data == "payload"
+    assert result.metadata["custom"] == 1 and result.metadata["attempts"] == 1
+
+
+async def test_tool_failure_becomes_its_structured_error() -> None:
+    def refuse(arguments: Any, context: ToolContext) -> None:
+        raise ToolFailure("PATH_NOT_ALLOWED", "outside", suggestion="stay in", details={"p": 1})
+
+    result = await run(RunnerExecutor(), make_tool(refuse))
+    assert not result.success and result.error is not None
+    assert result.error.code == "PATH_NOT_ALLOWED"
+    assert result.error.suggestion == "stay in" and result.error.details == {"p": 1}
+
+
+async def test_other_exceptions_become_execution_error_without_traceback(caplog: Any) -> None:
+    import logging
+
+    async def broken(arguments: Any, context: ToolContext) -> None:
+        raise KeyError("missing-key")
+
+    context = ToolContext(session_id="s", workdir="/tmp", logger=logging.getLogger("t.broken"))
+    with caplog.at_level(logging.WARNING, logger="t.broken"):
+        result = await RunnerExecutor().run(make_tool(broken), ToolCall(name="broken"), context)
+    assert result.error is not None and result.error.code == "EXECUTION_ERROR"
+    assert result.error.message == "KeyError: 'missing-key'"
+    assert "Traceback" not in result.error.message
+    assert result.error.suggestion  # the model is told what to do next
+    assert any(r.exc_info for r in caplog.records)  # the traceback went to the log instead
+
+
+# -- timeouts and queues ---------------------------------------------------------------------
+
+
+async def test_timeout_of_a_running_async_tool() -> None:
+    finished = []
+
+    async def slow(arguments: Any, context: ToolContext) -> None:
+        await trio.sleep(10)
+        finished.append(True)
+
+    result = await run(RunnerExecutor(), make_tool(slow, timeout_s=0.2))
+    assert result.error is not None and result.error.code == "TIMEOUT"
+    assert "did not finish" in result.error.message
+    assert finished == []
+
+
+async def test_timeout_of_a_sync_tool_returns_without_waiting_for_the_thread() -> None:
+    def slow(arguments: Any, context: ToolContext) -> str:
+        time.sleep(1.0)
+        return "late"
+
+    started = trio.current_time()
+    result = await run(RunnerExecutor(), make_tool(slow, timeout_s=0.1))
+    assert result.error is not None and result.error.code == "TIMEOUT"
+    # Returning before the thread's 1 s sleep ends is the point (abandon_on_cancel).
+    assert trio.current_time() - started < 1.0
+
+
+async def test_a_call_that_times_out_in_the_queue_never_starts() -> None:
+    ex = RunnerExecutor(RunnerSettings(concurrency={"default": 16, "browser": 1}))
+    release = trio.Event()
+    started: list[str] = []
+
+    async def hold(arguments: Any, context: ToolContext) -> str:
+        started.append(arguments["who"])
+        await release.wait()
+        return arguments["who"]
+
+    first_tool = make_tool(hold, category="browser", timeout_s=30)
+    queued_tool = make_tool(hold, category="browser", timeout_s=0.2)
+    results: dict[str, ToolResult] = {}
+    async with trio.open_nursery() as nursery:
+
+        async def go(tool: ToolDefinition, who: str) -> None:
+            results[who] = await run(ex, tool, who=who)
+
+        nursery.start_soon(go, first_tool, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        await go(queued_tool, "second")
+        release.set()
+    assert results["first"].success
+    second = results["second"]
+    assert second.error is not None and second.error.code == "TIMEOUT"
+    assert "while queued" in second.error.message and second.error.details["queued"] is True
+    assert started == ["first"]
+
+
+async def test_category_limits_hold_and_the_high_water_mark_is_kept() -> None:
+    ex = RunnerExecutor.from_settings({"runner": {"concurrency": {"browser": 2, "default": 3}}})
+    release = trio.Event()
+
+    async def hold(arguments: Any, context: ToolContext) -> None:
+        await release.wait()
+
+    browser = make_tool(hold, category="browser")
+    other = make_tool(hold, category="search")
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            nursery.start_soon(run, ex, browser)
+        for _ in range(5):
+            nursery.start_soon(run, ex, other)
+        await trio.testing.wait_all_tasks_blocked()
+        stats = ex.statistics()
+        assert (stats["browser"].in_flight, stats["browser"].waiting) == (2, 4)
+        assert (stats["search"].in_flight, stats["search"].waiting) == (3, 2)
+        assert stats["browser"].limit == 2 and stats["search"].limit == 3
+        release.set()
+    stats = ex.statistics()
+    assert stats["browser"].max_in_flight == 2 and stats["search"].max_in_flight == 3
+    assert stats["browser"].completed == 6 and stats["browser"].in_flight == 0
+    assert stats["browser"].waiting == 0
+
+
+async def test_nested_calls_from_the_same_task_do_not_deadlock_the_limiter() -> None:
+    ex = RunnerExecutor(RunnerSettings(concurrency={"default": 4}))
+
+    async def inner(arguments: Any, context: ToolContext) -> str:
+        return "inner"
+
+    async def outer(arguments: Any, context: ToolContext) -> Any:
+        result = await run(ex, make_tool(inner))
+        return result.data
+
+    result = await run(ex, make_tool(outer))
+    assert result.data == "inner"
+
+
+# -- cancellation ----------------------------------------------------------------------------
+
+
+async def test_caller_cancellation_stops_the_tool_and_propagates() -> None:
+    ex = RunnerExecutor()
+    cleaned_up = []
+
+    async def forever(arguments: Any, context: ToolContext) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cleaned_up.append(True)
+
+    with trio.move_on_after(0.1) as scope:
+        await run(ex, make_tool(forever))
+        pytest.fail("the call should have been cancelled")
+    assert scope.cancelled_caught  # trio.Cancelled reached the caller's scope
+    assert cleaned_up == [True]
+    assert ex.statistics()["code"].in_flight == 0
+
+
+async def test_cancel_session_makes_running_and_queued_calls_return_cancelled() -> None:
+    ex = RunnerExecutor(RunnerSettings(concurrency={"default": 1}))
+
+    async def forever(arguments: Any, context: ToolContext) -> None:
+        await trio.sleep_forever()
+
+    async def quick(arguments: Any, context: ToolContext) -> str:
+        return "other session"
+
+    results: list[ToolResult] = []
+    other: list[ToolResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def go(session: str, tool: ToolDefinition, sink: list[ToolResult]) -> None:
+            sink.append(await ex.run(tool, ToolCall(name=tool.name), ctx(session)))
+
+        nursery.start_soon(go, "doomed", make_tool(forever), results)  # running
+        nursery.start_soon(go, "doomed", make_tool(forever), results)  # queued
+        await trio.testing.wait_all_tasks_blocked()
+        assert ex.cancel_session("doomed") == 2
+        assert ex.cancel_session("nobody") == 0
+        nursery.start_soon(go, "alive", make_tool(quick), other)
+    assert [r.error.code for r in results if r.error] == ["CANCELLED", "CANCELLED"]
+    assert other[0].data == "other session"
+
+
+async def test_cancel_call_by_id() -> None:
+    ex = RunnerExecutor()
+
+    async def forever(arguments: Any, context: ToolContext) -> None:
+        await trio.sleep_forever()
+
+    results: list[ToolResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def go() -> None:
+            tool = make_tool(forever)
+            results.append(await ex.run(tool, ToolCall(name=tool.name), ctx("s", "call-7")))
+
+        nursery.start_soon(go)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not ex.cancel_call("s", "call-8")
+        assert ex.cancel_call("s", "call-7")
+    assert results[0].error is not None and results[0].error.code == "CANCELLED"
+
+
+# -- retries ---------------------------------------------------------------------------------
+
+
+def flaky(failures: int, *, retryable: bool = True, code: str = "EXECUTION_ERROR") -> Any:
+    calls = []
+
+    async def tool(arguments: Any, context: ToolContext) -> str:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise ToolFailure(code, f"failure {len(calls)}", retryable=retryable)
+        return f"ok after {len(calls)}"
+
+    tool.calls = calls  # type: ignore[attr-defined]
+    return tool
+
+
+async def test_retryable_errors_are_retried_and_attempts_reported() -> None:
+    fn = flaky(2)
+    with stamina.set_testing(True, attempts=10, cap=True):
+        result = await run(RunnerExecutor(), make_tool(fn, retryable=True, max_retries=3))
+    assert result.success and result.data == "ok after 3"
+    assert result.metadata["attempts"] == 3
+
+
+async def test_retries_stop_at_max_retries_with_the_last_error() -> None:
+    fn = flaky(10)
+    with stamina.set_testing(True, attempts=10, cap=True):
+        result = await run(RunnerExecutor(), make_tool(fn, retryable=True, max_retries=2))
+    assert result.error is not None and result.error.message == "failure 3"
+    assert result.metadata["attempts"] == 3 and len(fn.calls) == 3
+
+
+async def test_non_retryable_errors_and_non_retryable_tools_run_once() -> None:
+    with stamina.set_testing(True, attempts=10, cap=True):
+        fn = flaky(1, retryable=False)
+        result = await run(RunnerExecutor(), make_tool(fn, retryable=True, max_retries=3))
+        assert result.metadata["attempts"] == 1 and len(fn.calls) == 1
+        fn = flaky(1, retryable=True)
+        result = await run(RunnerExecutor(), make_tool(fn, retryable=False, max_retries=3))
+        assert result.metadata["attempts"] == 1 and len(fn.calls) == 1
+
+
+async def test_timeouts_are_retryable_for_retryable_tools() -> None:
+    calls = []
+
+    async def slow_then_fast(arguments: Any, context: ToolContext) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            await trio.sleep(10)
+        return "fast"
+
+    with stamina.set_testing(True, attempts=10, cap=True):
+        tool = make_tool(slow_then_fast, retryable=True, max_retries=1, timeout_s=0.1)
+        result = await run(RunnerExecutor(), tool)
+    assert result.data == "fast" and result.metadata["attempts"] == 2
+
+
+async def test_backoff_is_exponential_with_bounded_jitter(autojump_clock: Any) -> None:
+    # Virtual time (trio's autojump clock): the waits are measured, not slept.
+    fn = flaky(10)
+    ex = RunnerExecutor(RunnerSettings(retry_jitter_s=0.5))
+    assert not stamina.is_testing()
+    started = trio.current_time()
+    result = await run(ex, make_tool(fn, retryable=True, max_retries=3))
+    waited = trio.current_time() - started
+    assert result.metadata["attempts"] == 4
+    assert 1 + 2 + 4 <= waited <= 1 + 2 + 4 + 3 * 0.5
+
+
+# -- wiring ----------------------------------------------------------------------------------
+
+
+def test_the_hook_builds_an_executor_from_the_runner_table() -> None:
+    ex = runner_plugin.tooldeck_executor(
+        settings={"runner": {"concurrency": {"shell": 5}, "sandbox": "process"}}
+    )
+    assert isinstance(ex, RunnerExecutor)
+    assert ex.settings.concurrency == {"default": 16, "shell": 5}
+    assert ex.settings.sandbox == "process"
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"concurrency": {"shell": 0}},
+        {"sandbox": "docker"},
+        {"warm_workers": -1},
+        {"no_such_key": 1},
+    ],
+)
+def test_bad_configuration_is_a_config_error(table: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="runner"):
+        RunnerExecutor.from_settings({"runner": table})
+
+
+async def test_a_closed_executor_answers_with_an_error() -> None:
+    ex = RunnerExecutor()
+    await ex.aclose()
+
+    async def ok(arguments: Any, context: ToolContext) -> int:
+        return 1
+
+    result = await run(ex, make_tool(ok))
+    assert result.error is not None and result.error.code == "EXECUTION_ERROR"

@@ -1,0 +1,112 @@
+"""Compiling JSON Schemas with fastjsonschema, safely and once.
+
+fastjsonschema fetches remote ``$ref`` targets with urllib when no handler is registered for
+the scheme. A tool's schema must never make the deck reach the network at start-up, so every
+scheme gets a handler that refuses, and remote references are reported as problems before
+compiling.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import fastjsonschema
+
+from ._metaschema import DRAFT7_METASCHEMA
+
+__all__ = ["SchemaCompileError", "compile_schema", "remote_refs", "plain_json", "meta_validate"]
+
+Validator = Callable[[Any], Any]
+
+
+class SchemaCompileError(ValueError):
+    """fastjsonschema could not turn a schema into a validator."""
+
+
+def _refuse_remote(uri: str) -> Any:
+    raise ValueError(f"remote $ref {uri!r} is not allowed (schemas must be self-contained)")
+
+
+_HANDLERS: dict[str, Callable[[str], Any]] = {
+    scheme: _refuse_remote for scheme in ("http", "https", "file", "ftp", "data", "urn", "")
+}
+
+# Compiled validators keyed by (canonical schema text, fast_fail). The register stage compiles a
+# schema to check it and the argument validator needs the same function: compile once.
+_cache: dict[tuple[str, bool], Validator] = {}
+_lock = threading.Lock()
+
+
+def plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``schema`` made of plain dicts and lists; raises TypeError if not JSON."""
+    return json.loads(json.dumps(schema, sort_keys=True))  # type: ignore[no-any-return]
+
+
+def _walk_refs(node: Any) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            elif key not in ("enum", "const", "default", "examples"):
+                yield from _walk_refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk_refs(item)
+
+
+def remote_refs(schema: Mapping[str, Any]) -> list[str]:
+    """Every ``$ref`` in ``schema`` that does not point inside the schema itself."""
+    return [ref for ref in _walk_refs(schema) if not ref.startswith("#")]
+
+
+def compile_schema(schema: Mapping[str, Any], *, fast_fail: bool = True) -> Validator:
+    """Compile ``schema`` (cached). Defaults are not filled in: validation never mutates input.
+
+    Raises :class:`SchemaCompileError` with fastjsonschema's reason when the schema is unusable.
+    """
+    plain = plain_json(schema)
+    key = (json.dumps(plain, sort_keys=True, separators=(",", ":")), fast_fail)
+    validator = _cache.get(key)
+    if validator is not None:
+        return validator
+    refs = remote_refs(plain)
+    if refs:
+        raise SchemaCompileError(f"remote $ref {refs[0]!r} is not allowed (use '#/...' refs)")
+    try:
+        validator = fastjsonschema.compile(
+            plain,
+            handlers=_HANDLERS,
+            use_default=False,
+            use_formats=True,
+            detailed_exceptions=True,
+            fast_fail=fast_fail,
+        )
+    except Exception as exc:  # fastjsonschema raises several kinds on bad input
+        raise SchemaCompileError(f"{type(exc).__name__}: {exc}") from exc
+    with _lock:
+        _cache[key] = validator
+    return validator
+
+
+_meta_validator: Validator | None = None
+
+
+def meta_validate(schema: Any) -> tuple[str, str] | None:
+    """Check ``schema`` against the Draft 7 metaschema: ``(field, message)`` of the first
+    problem (field like ``parameters.properties.path.type``), or None when it conforms."""
+    global _meta_validator
+    if _meta_validator is None:
+        _meta_validator = compile_schema(DRAFT7_METASCHEMA)
+    try:
+        _meta_validator(schema)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        name = exc.name or "data"
+        message = exc.message[len(name) :].strip() if exc.message.startswith(name) else exc.message
+        if exc.rule == "anyOf" and name.endswith(".type"):
+            message = (f"{exc.value!r} is not a JSON type (array, boolean, integer, null, number, "
+                       "object, string)")
+        return "parameters" + name[len("data") :], message
+    return None
