@@ -484,3 +484,23 @@ async def test_events_reach_observers():
     async with _deck(inline_plugin(tooldeck_event=lambda event: events.append(event), name="obs")) as deck:
         await deck.session().call("greet", {"name": "a"})
     assert events and events[-1].kind == "call.end" and events[-1].data["success"] is True
+
+
+async def test_tooldeck_approval_store_provider_is_used():
+    from tooldeck._approvals import InMemoryApprovalStore
+
+    store = InMemoryApprovalStore()
+    created = []
+    original = store.create
+
+    async def create(**kw):
+        approval_id = await original(**kw)
+        created.append(approval_id)
+        return approval_id
+
+    store.create = create
+    deck = _dangerous_deck(inline_plugin(tooldeck_approval_store=lambda settings: store, name="shared"))
+    async with deck:
+        result = await deck.session().call("wipe", {"target": "q"})
+    assert deck.providers["approvals"] == "shared"
+    assert created == [result.error.details["approval_id"]]

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tooldeck_policy import check_path, resolve_path
 
 CORPUS = Path("/work/shared/data/security/path-traversal")

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import attrs
+
 from tooldeck_hookspecs import (
     LEVEL_ORDER,
     Decision,
@@ -29,7 +30,9 @@ from ._urls import ENV_ALLOW, check_url, parse_allow_list
 __all__ = ["authorize", "url_allow_list"]
 
 _SUGGEST = {
-    ErrorCode.PERMISSION_DENIED: "choose a tool this session may use, or ask the user to change the session",
+    ErrorCode.PERMISSION_DENIED: (
+        "choose a tool this session may use, or ask the user to change the session"
+    ),
     ErrorCode.PATH_NOT_ALLOWED: "use a relative path inside the working directory",
     ErrorCode.COMMAND_INJECTION: (
         "pass one plain command with its arguments: no chaining, substitution, redirection, "

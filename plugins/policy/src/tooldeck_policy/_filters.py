@@ -5,10 +5,10 @@ whose category is not granted stay in the hand on purpose: the user can grant th
 the model asks for it, and the authorize stage refuses the call until then with a message that
 says which grant is missing.
 
-Preferences: small boosts (``BOOST``) for tools whose category or tags match what the workdir holds
-(``.git`` -> git, ``pyproject.toml`` -> python, ``package.json`` -> node/javascript, ...) or what the
-session's environment says (``VIRTUAL_ENV`` -> python, ``KUBECONFIG`` -> kubernetes, ...). A
-workdir is scanned once per ``SCAN_TTL_S`` seconds (one ``os.scandir`` of its top level).
+Preferences: small boosts (``BOOST``) for tools whose category or tags match what the workdir
+holds (``.git`` -> git, ``pyproject.toml`` -> python, ``package.json`` -> node/javascript, ...) or
+what the session's environment says (``VIRTUAL_ENV`` -> python, ``KUBECONFIG`` -> kubernetes,
+...). A workdir is scanned once per ``SCAN_TTL_S`` seconds (one ``os.scandir`` of its top level).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ simple commands in the tree are then checked for programs that run a string as c
 ``exec``, ``sh -c``), for assignments that change what code runs (``LD_PRELOAD=...``), and for known
 destructive commands (``rm -rf /``, ``mkfs``, ``dd of=/dev/sda``, ``curl ... | sh``, fork bombs).
 
-bashlex does not cover all of bash (arithmetic ``$((...))``, ``[[ ]]``). When it fails, the line is
-split again with :mod:`shlex` in punctuation mode: if that shows any shell operator, or quotes do not
-balance, the line is flagged; a plain list of words passes. A parser failure on something that is
-not a plain word list is suspicious in itself.
+bashlex does not cover all of bash (arithmetic ``$((...))``, ``[[ ]]``). When it fails, the line
+is split again with :mod:`shlex` in punctuation mode: if that shows any shell operator, or quotes do
+not balance, the line is flagged; a plain list of words passes. A parser failure on something that
+is not a plain word list is suspicious in itself.
 
 A small quote-aware scan of the raw text adds what parsers drop on the floor: newlines and carriage
 returns (a newline separates commands; bashlex returns one tree per line), backslash escapes such as
@@ -202,7 +202,7 @@ def _analyze_line(line: str, allow_pipes: bool, findings: _Findings, depth: int)
     _scan_raw(line, findings)
     try:
         trees = bashlex.parse(line)
-    except Exception as exc:  # noqa: BLE001 - bashlex raises ParsingError, NotImplementedError, ...
+    except Exception as exc:
         _fallback(line, str(exc), allow_pipes, findings, depth)
         return
     if len(trees) > 1:

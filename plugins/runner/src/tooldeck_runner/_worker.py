@@ -174,6 +174,24 @@ def _run_awaitable(awaitable: Any) -> Any:
     return trio.run(main)
 
 
+def _warm_up(wire: Any, outcomes: Any) -> None:
+    """Pay one-time costs before the request arrives: cattrs generates its (un)structuring code
+    on first use, and the logging module is imported lazily otherwise."""
+    import logging  # noqa: F401
+
+    from tooldeck_hookspecs import ToolCall, ToolContext, ToolDefinition
+
+    sample = wire.SandboxRequest(
+        call=ToolCall(name="warm", arguments={"a": 1}),
+        context=wire.WireContext(session_id="s", workdir="/"),
+        entrypoint="m:f",
+    )
+    wire.structure_request(wire.dumps(sample))
+    wire.dumps(outcomes.ToolResult.fail("EXECUTION_ERROR", "warm-up"))
+    ToolDefinition(name="warm", description="", category="sandbox", execute=print)
+    ToolContext(session_id="s", workdir="/")
+
+
 def main() -> None:
     """Serve one request; see the module docstring."""
     response_fd = os.dup(1)  # non-inheritable: the tool's children never hold the channel
@@ -193,6 +211,7 @@ def main() -> None:
         except BaseException:  # noqa: BLE001 - a broken preload must not kill the warm worker
             pass
 
+    _warm_up(wire, outcomes)
     stdin = os.fdopen(0, "rb", buffering=0)
     frame = wire.read_frame(stdin, 256 * 1024 * 1024)
     if frame is None:

@@ -1,0 +1,7 @@
+"""``python -m tooldeck`` runs the CLI."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
