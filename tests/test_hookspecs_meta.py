@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+
 from tooldeck_hookspecs import PROJECT_NAME
 from tooldeck_hookspecs.specs import SPEC_MODULES
 

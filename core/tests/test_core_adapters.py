@@ -6,6 +6,7 @@ import json
 
 import pydantic
 import pytest
+
 from tooldeck import (
     ErrorCode,
     RateLimit,

@@ -19,8 +19,13 @@ def run(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | N
     environ.pop("TOOLDECK_PLUGINS", None)
     environ.update(env or {})
     return subprocess.run(
-        [TOOLDECK, *args], cwd=cwd, env=environ, capture_output=True, text=True,
-        input=stdin, timeout=120,
+        [TOOLDECK, *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
     )
 
 
@@ -41,8 +46,16 @@ def test_tools_json_is_the_whole_definition(tmp_path):
     tools = {t["name"]: t for t in json.loads(proc.stdout)}
     assert {"file_read", "file_write", "list_dir"} <= set(tools)
     read = tools["file_read"]
-    for key in ("name", "version", "description", "category", "parameters", "security",
-                "execution", "plugin"):
+    for key in (
+        "name",
+        "version",
+        "description",
+        "category",
+        "parameters",
+        "security",
+        "execution",
+        "plugin",
+    ):
         assert key in read
     assert read["plugin"] == "fs" and read["security"]["level"] == "safe"
     assert tools["file_write"]["security"]["level"] == "moderate"
@@ -63,8 +76,14 @@ def test_call_success_tool_error_and_usage_error(tmp_path):
     result = json.loads(ok.stdout)
     assert result["success"] is True and result["data"]["content"] == "hi there"
 
-    outside = run("call", "file_read", '{"path": "../../etc/passwd"}', "--workdir", str(tmp_path),
-                  cwd=tmp_path)
+    outside = run(
+        "call",
+        "file_read",
+        '{"path": "../../etc/passwd"}',
+        "--workdir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert outside.returncode == 1
     assert json.loads(outside.stdout)["error"]["code"] == "PATH_NOT_ALLOWED"
 
@@ -85,9 +104,7 @@ def test_call_moderate_tool_needs_a_grant(tmp_path):
 
 
 def test_call_dangerous_tool_asks_and_yes_approves(tmp_path):
-    (tmp_path / "tooldeck.toml").write_text(
-        '[tools.file_write.security]\nlevel = "dangerous"\n'
-    )
+    (tmp_path / "tooldeck.toml").write_text('[tools.file_write.security]\nlevel = "dangerous"\n')
     args = ("call", "file_write", '{"path": "d.txt", "content": "y"}', "--workdir", str(tmp_path))
     pending = run(*args, cwd=tmp_path)
     assert pending.returncode == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tooldeck import Deck, RegistrationError, StageMissingError, ToolDefinition, load_config, tool
 from tooldeck._config import Config
 from tooldeck.testing import inline_plugin, make_deck
@@ -144,7 +145,10 @@ def test_configuration_overrides_security_and_execution_without_editing_the_pack
         config={
             "tools": {
                 "file_write": {
-                    "security": {"level": "dangerous", "rate_limit": {"max_calls": 2, "window_s": 10}},
+                    "security": {
+                        "level": "dangerous",
+                        "rate_limit": {"max_calls": 2, "window_s": 10},
+                    },
                     "execution": {"timeout_s": 3},
                 }
             }

@@ -6,6 +6,7 @@ from typing import Literal
 
 import pytest
 import trio
+
 from tooldeck import (
     Decision,
     ErrorCode,
@@ -401,7 +402,12 @@ class ListRetriever:
     async def search(self, query, k):
         words = set(query.lower().split())
         scored = [
-            ScoredTool(name=n, score=len(words & set((t.name + " " + t.description).lower().replace("_", " ").split())))
+            ScoredTool(
+                name=n,
+                score=len(
+                    words & set((t.name + " " + t.description).lower().replace("_", " ").split())
+                ),
+            )
             for n, t in self.tools.items()
         ]
         scored.sort(key=lambda s: (-s.score, s.name))
@@ -440,10 +446,16 @@ async def test_hand_pins_sticky_and_fallback():
 
 async def test_fallback_refuses_tools_outside_the_wider_search_and_excluded_ones():
     def tooldeck_filter_tools(query, candidates, session):
-        return [Exclusion(name=t.name, reason="no sleeping here") for t in candidates if t.name == "slow"]
+        return [
+            Exclusion(name=t.name, reason="no sleeping here")
+            for t in candidates
+            if t.name == "slow"
+        ]
 
     config = {"hand": {"limit": 1, "recall": 1, "fallback_recall": 1}}
-    async with _select_deck(inline_plugin(tooldeck_filter_tools, name="nosleep"), config=config) as deck:
+    async with _select_deck(
+        inline_plugin(tooldeck_filter_tools, name="nosleep"), config=config
+    ) as deck:
         session = deck.session()
         hand = await session.select("greet")
         assert hand.names == ["greet"]
@@ -461,7 +473,9 @@ async def test_runtime_add_and_remove_update_retriever_and_catalog():
         session = deck.session()
         await session.select("greet")
         extra = ToolDefinition(
-            name="weather_report", description="Report the weather", category="api",
+            name="weather_report",
+            description="Report the weather",
+            category="api",
             execute=lambda arguments, context: "sunny",
         )
         await deck.add_tools([extra])
@@ -481,7 +495,9 @@ async def test_parsed_call_objects_are_accepted():
 
 async def test_events_reach_observers():
     events = []
-    async with _deck(inline_plugin(tooldeck_event=lambda event: events.append(event), name="obs")) as deck:
+    async with _deck(
+        inline_plugin(tooldeck_event=lambda event: events.append(event), name="obs")
+    ) as deck:
         await deck.session().call("greet", {"name": "a"})
     assert events and events[-1].kind == "call.end" and events[-1].data["success"] is True
 
@@ -499,7 +515,9 @@ async def test_tooldeck_approval_store_provider_is_used():
         return approval_id
 
     store.create = create
-    deck = _dangerous_deck(inline_plugin(tooldeck_approval_store=lambda settings: store, name="shared"))
+    deck = _dangerous_deck(
+        inline_plugin(tooldeck_approval_store=lambda settings: store, name="shared")
+    )
     async with deck:
         result = await deck.session().call("wipe", {"target": "q"})
     assert deck.providers["approvals"] == "shared"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import attrs
 import pytest
-from tooldeck_hookspecs import ToolContext
-
 from tooldeck_tools_fs import _safepath
+
+from tooldeck_hookspecs import ToolContext
 
 
 @attrs.frozen

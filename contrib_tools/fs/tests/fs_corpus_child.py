@@ -11,9 +11,9 @@ import collections
 import json
 import sys
 
-from tooldeck_hookspecs import ToolContext, ToolFailure
-
 from tooldeck_tools_fs import _safepath, file_write
+
+from tooldeck_hookspecs import ToolContext, ToolFailure
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from tooldeck_hookspecs import ConfigError
 
 __all__ = ["Config", "load_config"]
@@ -88,7 +89,8 @@ class Config:
 
     def tool_override(self, name: str) -> Mapping[str, Any]:
         """The ``[tools.NAME]`` override table for one tool (empty when absent)."""
-        return self.settings.get("tools", {}).get(name, {})
+        override: Mapping[str, Any] = self.settings.get("tools", {}).get(name, {})
+        return override
 
     def allows(self, plugin_name: str) -> bool:
         """Whether the entry point ``plugin_name`` may load."""
@@ -117,7 +119,7 @@ def _table_of(path: Path, document: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def find_config_file(start: Path) -> Path | None:
-    """The nearest ``tooldeck.toml`` or pyproject.toml with ``[tool.tooldeck]``, from ``start`` up."""
+    """The nearest ``tooldeck.toml``, or pyproject.toml with ``[tool.tooldeck]``, upwards."""
     for folder in (start, *start.parents):
         candidate = folder / "tooldeck.toml"
         if candidate.is_file():
@@ -143,9 +145,10 @@ def load_config(
     environ = os.environ if environ is None else environ
     explicit = path or environ.get("TOOLDECK_CONFIG") or None
     if explicit is not None:
-        file: Path | None = Path(explicit)
-        if not file.is_file():
-            raise ConfigError(f"configuration file {file} does not exist")
+        explicit_file = Path(explicit)
+        if not explicit_file.is_file():
+            raise ConfigError(f"configuration file {explicit_file} does not exist")
+        file: Path | None = explicit_file
     else:
         file = find_config_file(Path(cwd or os.getcwd()).resolve())
     if file is None:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import attrs
 import trio
+
 from tooldeck_hookspecs import (
     LEVEL_ORDER,
     ArgumentProblem,
@@ -200,7 +201,7 @@ class Deck:
                 impl(register=self._make_register(impl.plugin, pending))
             except RegistrationError as exc:
                 problems.extend(exc.problems)
-            except Exception as exc:  # noqa: BLE001 - a broken pack is a start-up error
+            except Exception as exc:
                 problems.append(
                     f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
                     f"{type(exc).__name__}: {exc}"
@@ -210,9 +211,7 @@ class Deck:
             raise RegistrationError(problems)
         self._catalog_ready()
 
-    def _make_register(
-        self, plugin: str, pending: list[ToolDefinition]
-    ) -> Callable[..., Any]:
+    def _make_register(self, plugin: str, pending: list[ToolDefinition]) -> Callable[..., Any]:
         def register(tool: Any, /, **options: Any) -> Any:
             """Register a ToolDefinition, or a function with options; returns it unchanged."""
             if isinstance(tool, ToolDefinition):
@@ -221,8 +220,10 @@ class Deck:
                 definition = definition_from_function(tool, plugin=plugin, options=options)
             else:
                 raise RegistrationError(
-                    [f"plugin {plugin!r}: register() takes a ToolDefinition or a function, "
-                     f"not {type(tool).__name__}"]
+                    [
+                        f"plugin {plugin!r}: register() takes a ToolDefinition or a function, "
+                        f"not {type(tool).__name__}"
+                    ]
                 )
             pending.append(definition)
             return tool
@@ -230,7 +231,7 @@ class Deck:
         return register
 
     def _admit(self, tools: Sequence[ToolDefinition]) -> list[str]:
-        """Validate and add tools to the catalog; return the problems (nothing added on problems)."""
+        """Validate and add tools; return the problems (and add nothing when there are any)."""
         validate_impls = self._impls("tooldeck_validate_tool")
         if not validate_impls or not self._impls("tooldeck_argument_validator"):
             hook, package = STAGE_PACKAGES["register"]
@@ -252,7 +253,7 @@ class Deck:
             for impl in validate_impls:
                 try:
                     found.extend(impl(tool=tool, catalog=staged) or [])
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     found.append(
                         f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
                         f"{impl.plugin!r} raised {type(exc).__name__}: {exc}"
@@ -262,7 +263,7 @@ class Deck:
                 continue
             try:
                 validator = self._compile_validator(tool)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 problems.append(
                     f"tool {tool.name!r} (plugin {tool.plugin!r}): parameters: cannot compile a "
                     f"validator: {type(exc).__name__}: {exc}"
@@ -286,7 +287,7 @@ class Deck:
         for impl in self._impls("tooldeck_catalog_ready"):
             try:
                 impl(catalog=self.catalog)
-            except Exception:  # noqa: BLE001 - an observer must not stop the deck
+            except Exception:
                 log.exception("plugin %r: tooldeck_catalog_ready raised", impl.plugin)
 
     # ------------------------------------------------------------------ runtime changes
@@ -327,7 +328,7 @@ class Deck:
             if closer is not None:
                 try:
                     await closer()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("closing %r failed", provider)
 
     # ------------------------------------------------------------------ queries
@@ -452,6 +453,8 @@ class Session:
         self._pending: dict[str, ToolCall] = {}
         self._scopes: set[trio.CancelScope] = set()
         self._info: SessionInfo | None = None
+        self._admitted: dict[str, SessionInfo] = {}
+        self._allowed_paths: dict[tuple[str, ...], tuple[str, ...]] = {}
         settings = deck._hand_settings
         self.limit = int(settings.get("limit", 15))
         self.recall = int(settings.get("recall", 20))
@@ -467,10 +470,10 @@ class Session:
             self._info = SessionInfo(
                 session_id=self.id,
                 workdir=self.workdir,
-                grants=frozenset(self.grants),
-                excluded_categories=frozenset(self.excluded_categories),
+                grants=self.grants,
+                excluded_categories=self.excluded_categories,
                 max_level=self.max_level,
-                always_allow=frozenset(self.always_allowed),
+                always_allow=self.always_allowed,
                 recent_tools=tuple(recent),
                 environment=self.environment,
                 attributes=self.attributes,
@@ -559,7 +562,7 @@ class Session:
         for impl in self.deck._impls("tooldeck_filter_tools"):
             try:
                 verdicts = impl(query=task, candidates=tools, session=info) or []
-            except Exception:  # noqa: BLE001 - a broken rule must not stop selection
+            except Exception:
                 log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
                 continue
             for verdict in verdicts:
@@ -600,10 +603,42 @@ class Session:
             **({} if "cached" in result.metadata else {"cached": False}),
         )
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %s %s -> %s", call.id, call.name, result.error.code if result.error else "ok")
+            log.debug(
+                "call %s %s -> %s", call.id, call.name, result.error.code if result.error else "ok"
+            )
         if self.deck.plugins.has_impls("tooldeck_event"):
             self._event("call.end", call, result)
         return result
+
+    async def call_many(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """Run several calls concurrently (a model's parallel tool calls); results in call order."""
+        results: list[ToolResult | None] = [None] * len(calls)
+
+        async def one(index: int, call: ToolCall) -> None:
+            results[index] = await self.call(call)
+
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+        return [r for r in results if r is not None]
+
+    async def run_tool_calls(self, format: str, response: Any) -> list[dict[str, Any]]:
+        """One agent round trip: execute every tool call in a provider response, concurrently,
+        and return the provider's tool-result messages to append to the conversation.
+
+        :param format: ``openai`` (chat completions), ``openai-responses`` or ``anthropic``.
+        :param response: the SDK response object (or its dict form, or just the message/output).
+        """
+        from .adapters import parse_tool_calls, result_messages
+
+        parsed = parse_tool_calls(format, response)
+        runnable = [p.call for p in parsed if p.error is None]
+        ran = iter(await self.call_many(runnable))
+        pairs = [
+            (p.call, ToolResult(success=False, error=p.error) if p.error is not None else next(ran))
+            for p in parsed
+        ]
+        return result_messages(format, pairs)
 
     def _event(self, kind: str, call: ToolCall, result: ToolResult) -> None:
         event = Event(
@@ -620,7 +655,7 @@ class Session:
         for impl in self.deck._impls("tooldeck_event"):
             try:
                 impl(event=event)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("plugin %r: tooldeck_event raised", impl.plugin)
 
     async def _run(self, call: ToolCall, approval_id: str | None) -> ToolResult:
@@ -638,20 +673,28 @@ class Session:
             )
         metadata: dict[str, Any] = {}
         if call.name not in self._offered:
-            refusal, metadata = await self._admit_unoffered(tool)
-            if refusal is not None:
-                return refusal
+            # Without a hand, the rule verdict on a tool only changes with the session's state
+            # (filters are pure): remember it until the session changes.
+            current = self.info()
+            if self.hand is not None or self._admitted.get(tool.name) is not current:
+                refusal, metadata = await self._admit_unoffered(tool)
+                if refusal is not None:
+                    return refusal
+                if self.hand is None:
+                    self._admitted[tool.name] = current
         if not isinstance(call.arguments, Mapping):
             return await self._finish(
                 call,
                 tool,
-                self._invalid([ArgumentProblem(path="$", message="arguments must be a JSON object")]),
+                self._invalid(
+                    [ArgumentProblem(path="$", message="arguments must be a JSON object")]
+                ),
             )
         validator = deck.catalog.validator(tool.name)
         if validator is not None:
             try:
                 problems = validator(call.arguments)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 return self._plugin_error("argument validator", exc)
             if problems:
                 return await self._finish(call, tool, self._invalid(problems))
@@ -664,16 +707,16 @@ class Session:
             key = cache_key(tool, call.arguments, info)
             try:
                 hit = await deck._cache.get(key)
-            except Exception:  # noqa: BLE001 - a broken cache is a miss, not an outage
+            except Exception:
                 log.exception("cache get failed")
                 hit = None
-            if hit is not None:
+            if isinstance(hit, ToolResult):
                 self._used(tool.name)
                 return hit.with_metadata(cached=True, **metadata)
         if deck._limiter is not None and tool.security.rate_limit is not None:
             try:
                 outcome = await deck._limiter.hit(tool, info)
-            except Exception as exc:  # noqa: BLE001 - fail closed: no limiter, no call
+            except Exception as exc:
                 return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
                 return await self._finish(
@@ -695,7 +738,7 @@ class Session:
         if key is not None and result.success:
             try:
                 await deck._cache.put(key, result, tool.execution.cache_ttl_s)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("cache put failed")
         return result.with_metadata(**metadata) if metadata else result
 
@@ -721,7 +764,9 @@ class Session:
             ErrorCode.PLUGIN_ERROR, f"{what} failed: {type(exc).__name__}: {exc}"
         )
 
-    async def _admit_unoffered(self, tool: ToolDefinition) -> tuple[ToolResult | None, dict[str, Any]]:
+    async def _admit_unoffered(
+        self, tool: ToolDefinition
+    ) -> tuple[ToolResult | None, dict[str, Any]]:
         """A registered tool outside this turn's hand: widen retrieval, then apply the rules."""
         metadata: dict[str, Any] = {}
         hand = self.hand
@@ -761,11 +806,19 @@ class Session:
     async def _authorize(
         self, call: ToolCall, tool: ToolDefinition, info: SessionInfo, approval_id: str | None
     ) -> ToolResult | None:
+        if tool.security.url_params:
+            # URL guards resolve host names; DNS must not stall every other call on the loop.
+            decisions = await trio.to_thread.run_sync(self._decisions, call, tool, info)
+        else:
+            decisions = self._decisions(call, tool, info)
+        return await self._combine(call, tool, info, decisions, approval_id)
+
+    def _decisions(self, call: ToolCall, tool: ToolDefinition, info: SessionInfo) -> list[Decision]:
         decisions: list[Decision] = []
         for impl in self.deck._impls("tooldeck_authorize_call"):
             try:
                 decision = impl(call=call, tool=tool, session=info)
-            except Exception as exc:  # noqa: BLE001 - fail closed
+            except Exception as exc:
                 log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
                 decision = Decision.deny(
                     f"policy plugin {impl.plugin!r} failed: {type(exc).__name__}: {exc}",
@@ -775,6 +828,16 @@ class Session:
                 if decision.plugin is None:
                     decision = attrs.evolve(decision, plugin=impl.plugin)
                 decisions.append(decision)
+        return decisions
+
+    async def _combine(
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        info: SessionInfo,
+        decisions: list[Decision],
+        approval_id: str | None,
+    ) -> ToolResult | None:
         # Baseline when no policy plugin has an opinion: a level above the session's is refused
         # and a tool that asks for confirmation gets it, so disabling the policy plugin never
         # opens everything up.
@@ -818,7 +881,11 @@ class Session:
         return await self._confirm(call, tool, asks, approval_id)
 
     async def _confirm(
-        self, call: ToolCall, tool: ToolDefinition, asks: Sequence[Decision], approval_id: str | None
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        asks: Sequence[Decision],
+        approval_id: str | None,
     ) -> ToolResult | None:
         store = self.deck._approvals
         reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
@@ -844,7 +911,7 @@ class Session:
             try:
                 with trio.move_on_after(self._confirm_timeout()):
                     answer = await self.confirm(request)
-            except Exception:  # noqa: BLE001 - a broken callback means no
+            except Exception:
                 log.exception("confirm callback raised; treating as deny")
                 answer = False
             if answer == "always":
@@ -912,9 +979,10 @@ class Session:
         return await self.call(call, approval_id=approval_id)
 
     async def _execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
-        allowed = tuple(
-            self._expand(p) for p in tool.security.allowed_paths
-        )
+        allowed = self._allowed_paths.get(tool.security.allowed_paths)
+        if allowed is None:
+            allowed = tuple(self._expand(p) for p in tool.security.allowed_paths)
+            self._allowed_paths[tool.security.allowed_paths] = allowed
         context = ToolContext(
             session_id=self.id,
             workdir=self.workdir,
@@ -929,7 +997,7 @@ class Session:
         try:
             with scope:
                 result = await self.deck._executor.run(tool, call, context)
-        except Exception as exc:  # noqa: BLE001 - an executor bug must not crash the agent
+        except Exception as exc:
             return self._plugin_error("executor", exc)
         finally:
             self._scopes.discard(scope)
@@ -950,7 +1018,7 @@ class Session:
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
                 changed = impl(call=call, tool=tool, result=result)
-            except Exception as exc:  # noqa: BLE001 - fail closed: an unredacted result never leaves
+            except Exception as exc:
                 log.exception("plugin %r: tooldeck_process_result raised", impl.plugin)
                 return ToolResult.fail(
                     ErrorCode.PLUGIN_ERROR,

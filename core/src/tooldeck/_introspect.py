@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import cattrs
+
 from tooldeck_hookspecs import (
     TOOL_OPTIONS_ATTR,
     ExecutionConfig,
@@ -57,10 +58,12 @@ def structure_config(value: Any, cls: type[Any], where: str) -> Any:
         return value
     try:
         return _converter.structure(dict(value), cls)
-    except Exception as exc:  # noqa: BLE001 - cattrs raises class-validation groups
-        messages = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [
-            str(exc)
-        ]
+    except Exception as exc:
+        messages = (
+            cattrs.transform_error(exc)
+            if isinstance(exc, cattrs.BaseValidationError)
+            else [str(exc)]
+        )
         raise RegistrationError([f"{where}: {m}" for m in messages]) from exc
 
 
@@ -173,7 +176,7 @@ def definition_from_function(
     """Build a ToolDefinition for ``func``; ``options`` override what ``@tool`` attached."""
     merged = {**getattr(func, TOOL_OPTIONS_ATTR, {}), **options}
     unknown = set(merged) - _OPTION_KEYS
-    name = merged.get("name") or getattr(func, "__name__", "")
+    name = str(merged.get("name") or getattr(func, "__name__", ""))
     where = f"tool {name!r} (plugin {plugin!r})"
     if unknown:
         raise RegistrationError([f"{where}: unknown option(s) {sorted(unknown)}"])
@@ -181,7 +184,7 @@ def definition_from_function(
     signature = inspect.signature(func)
     try:
         hints = typing.get_type_hints(func, include_extras=True)
-    except Exception as exc:  # noqa: BLE001 - unresolvable forward references
+    except Exception as exc:
         raise RegistrationError([f"{where}: cannot resolve type hints: {exc}"]) from exc
     context_param = _context_param(signature, hints)
     parameters = merged.get("parameters")
@@ -238,8 +241,10 @@ def definition_from_function(
     )
 
 
-def apply_override(tool: ToolDefinition, override: Mapping[str, Any], source: str) -> ToolDefinition:
-    """Apply a ``[tools.NAME]`` configuration table: security/execution fields replaced one by one."""
+def apply_override(
+    tool: ToolDefinition, override: Mapping[str, Any], source: str
+) -> ToolDefinition:
+    """Apply a ``[tools.NAME]`` table: security/execution fields replaced one by one."""
     if not override:
         return tool
     where = f"{source}: tools.{tool.name}"
@@ -247,9 +252,7 @@ def apply_override(tool: ToolDefinition, override: Mapping[str, Any], source: st
     for key, cls in (("security", SecurityConfig), ("execution", ExecutionConfig)):
         if key in override:
             current = _converter.unstructure(getattr(tool, key))
-            changes[key] = structure_config(
-                {**current, **override[key]}, cls, f"{where}.{key}"
-            )
+            changes[key] = structure_config({**current, **override[key]}, cls, f"{where}.{key}")
     for key in ("description", "category"):
         if key in override:
             changes[key] = override[key]

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import pluggy
+
 from tooldeck_hookspecs import (
     PROJECT_NAME,
     PluginLoadError,
@@ -68,7 +69,7 @@ class HookImpl:
 
 
 class TooldeckPluginManager:
-    """pluggy's PluginManager with tooldeck's discovery rules and a record of where plugins came from."""
+    """pluggy's PluginManager with tooldeck's discovery rules and each plugin's origin."""
 
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(PROJECT_NAME)
@@ -127,7 +128,7 @@ class TooldeckPluginManager:
             version = ep.dist.version if ep.dist is not None else None
             try:
                 obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - any import error is a start-up error
+            except Exception as exc:
                 errors.append(
                     f"entry point {ep.name!r} ({ep.value}, distribution {dist}) failed to import: "
                     f"{type(exc).__name__}: {exc}"
@@ -161,9 +162,7 @@ class TooldeckPluginManager:
             hooks = sorted(
                 name for name in dir(self.pm.hook) if name.startswith(f"{PROJECT_NAME}_")
             )
-            raise PluginLoadError(
-                f"{exc}. Known hooks: {', '.join(hooks)}"
-            ) from exc
+            raise PluginLoadError(f"{exc}. Known hooks: {', '.join(hooks)}") from exc
 
     def plugin_infos(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and implemented hooks."""
@@ -171,9 +170,7 @@ class TooldeckPluginManager:
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:
                 continue
-            hooks = tuple(
-                sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
-            )
+            hooks = tuple(sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or []))
             source, dist, version = self._origin.get(name, ("inline", None, None))
             infos.append(
                 PluginInfo(
@@ -198,7 +195,7 @@ class TooldeckPluginManager:
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
     def call_provider(self, hook_name: str, settings: Mapping[str, Any]) -> tuple[Any, str | None]:
-        """Call a ``firstresult`` provider hook; return (provider, name of the plugin that gave it)."""
+        """Call a ``firstresult`` provider hook; return (provider, the plugin that gave it)."""
         for impl in self.impls(hook_name):
             provider = impl(settings=settings)
             if provider is not None:

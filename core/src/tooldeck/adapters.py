@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 import cattrs
+
 from tooldeck_hookspecs import (
     ErrorCode,
     SecurityLevel,
@@ -238,7 +239,9 @@ def parse_tool_calls(format: str, response: Any) -> list[ParsedCall]:
             item = _plain(item)
             function = item.get("function") or {}
             calls.append(
-                _parse_arguments(item.get("id", ""), function.get("name", ""), function.get("arguments"))
+                _parse_arguments(
+                    item.get("id", ""), function.get("name", ""), function.get("arguments")
+                )
             )
         return calls
     if format == "openai-responses":
@@ -263,7 +266,9 @@ def parse_tool_calls(format: str, response: Any) -> list[ParsedCall]:
                     _parse_arguments(block.get("id", ""), block.get("name", ""), block.get("input"))
                 )
         return calls
-    raise ValueError(f"parsing tool calls is supported for openai, openai-responses, anthropic; not {format!r}")
+    raise ValueError(
+        f"parsing tool calls is supported for openai, openai-responses, anthropic; not {format!r}"
+    )
 
 
 # ---------------------------------------------------------------------- results

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
+
 from tooldeck_hookspecs import TooldeckError
 
 from .adapters import FORMATS, converter
@@ -57,9 +58,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         )
     console = Console()
     console.print(table)
-    console.print(
-        "stages: " + ", ".join(f"{k}={v or 'none'}" for k, v in deck.providers.items())
-    )
+    console.print("stages: " + ", ".join(f"{k}={v or 'none'}" for k, v in deck.providers.items()))
     return 0
 
 
@@ -172,7 +171,10 @@ def _cmd_select(args: argparse.Namespace) -> int:
         table.add_column(column)
     for i, t in enumerate(hand.tools, 1):
         table.add_row(
-            str(i), t.name, f"{hand.scores.get(t.name, 0):.3f}", t.category,
+            str(i),
+            t.name,
+            f"{hand.scores.get(t.name, 0):.3f}",
+            t.category,
             ", ".join(hand.reasons.get(t.name, ())),
         )
     console = Console()

@@ -9,7 +9,9 @@ plugin::
     def tooldeck_authorize_call(call, tool, session):
         return Decision.deny("no") if tool.name == "file_write" else None
 
-    deck = make_deck(inline_plugin(tooldeck_authorize_call), load_entry_points=["schema", "runner", "fs"])
+    deck = make_deck(
+        inline_plugin(tooldeck_authorize_call), load_entry_points=["schema", "runner", "fs"]
+    )
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from ._deck import Deck
 __all__ = ["make_deck", "inline_plugin", "tools_plugin", "make_tooldeck"]
 
 
-def inline_plugin(*functions: Callable[..., Any], name: str | None = None, **hooks: Callable[..., Any]) -> object:
+def inline_plugin(
+    *functions: Callable[..., Any], name: str | None = None, **hooks: Callable[..., Any]
+) -> object:
     """A plugin object from hook functions, named by their ``__name__`` or by keyword.
 
     ``inline_plugin(tooldeck_filter_tools)`` or ``inline_plugin(tooldeck_filter_tools=fn)``.
@@ -43,8 +47,13 @@ def inline_plugin(*functions: Callable[..., Any], name: str | None = None, **hoo
     return namespace
 
 
-def tools_plugin(tools: Iterable[ToolDefinition | Callable[..., Any]], *, name: str = "inline-tools", **options: Any) -> object:
-    """A tool pack registering ``tools`` (definitions or functions; ``options`` apply to functions)."""
+def tools_plugin(
+    tools: Iterable[ToolDefinition | Callable[..., Any]],
+    *,
+    name: str = "inline-tools",
+    **options: Any,
+) -> object:
+    """A tool pack registering ``tools``: definitions, or functions with ``options``."""
     tools = list(tools)
 
     def tooldeck_register_tools(register: Any) -> None:

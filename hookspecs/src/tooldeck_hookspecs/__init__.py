@@ -14,16 +14,16 @@ from .exceptions import (
     PluginLoadError,
     RegistrationError,
     StageMissingError,
-    ToolFailure,
     TooldeckError,
+    ToolFailure,
 )
 from .model import (
     LEVEL_ORDER,
     ArgumentProblem,
     Decision,
     Event,
-    ExecutionConfig,
     Exclusion,
+    ExecutionConfig,
     Preference,
     RateLimit,
     RateLimitOutcome,

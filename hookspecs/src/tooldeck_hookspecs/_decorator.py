@@ -1,4 +1,4 @@
-"""The ``@tool`` decorator: marks a function as a tool with its options, without importing the core."""
+"""The ``@tool`` decorator: marks a function as a tool, without importing the core."""
 
 from __future__ import annotations
 

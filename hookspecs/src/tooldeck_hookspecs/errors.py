@@ -8,7 +8,7 @@ __all__ = ["ErrorCode", "DEFAULT_SUGGESTIONS", "RETRYABLE_CODES"]
 
 
 class ErrorCode(enum.StrEnum):
-    """Codes carried by :class:`~tooldeck_hookspecs.ToolError`. Their string values are stable API."""
+    """Codes carried by :class:`~tooldeck_hookspecs.ToolError`; the values are stable API."""
 
     TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"

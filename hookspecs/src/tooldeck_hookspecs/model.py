@@ -10,7 +10,7 @@ import enum
 import hashlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -59,6 +59,10 @@ LEVEL_ORDER: dict[SecurityLevel, int] = {
     SecurityLevel.MODERATE: 1,
     SecurityLevel.DANGEROUS: 2,
 }
+
+
+def _frozen(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
 
 
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
@@ -257,12 +261,10 @@ class SessionInfo:
 
     session_id: str
     workdir: str
-    grants: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
-    excluded_categories: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
-    max_level: SecurityLevel = attrs.field(
-        default=SecurityLevel.DANGEROUS, converter=SecurityLevel
-    )
-    always_allow: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    grants: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen)
+    excluded_categories: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen)
+    max_level: SecurityLevel = attrs.field(default=SecurityLevel.DANGEROUS, converter=SecurityLevel)
+    always_allow: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen)
     recent_tools: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
     environment: Mapping[str, str] = attrs.field(factory=dict)
     attributes: Mapping[str, Any] = attrs.field(factory=dict)
@@ -331,9 +333,7 @@ class ToolContext:
     tool_name: str = ""
     allowed_paths: tuple[str, ...] = ()
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
-    emit: Callable[[Mapping[str, Any]], None] = attrs.field(
-        default=lambda _event: None, repr=False
-    )
+    emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
 
 
 def canonical_json(value: Any) -> str:

@@ -131,13 +131,13 @@ class PendingApproval(Protocol):
 class ApprovalStore(Protocol):
     """Pending approvals of dangerous calls (in memory by default, shared via Redis later)."""
 
-    async def create(
-        self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float
-    ) -> str:
+    async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
         """Record a pending approval; return its id."""
 
     async def resolve(self, approval_id: str, approved: bool) -> bool:
         """Approve or deny a pending approval; False when it is unknown or expired."""
 
-    async def consume(self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str) -> bool:
+    async def consume(
+        self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str
+    ) -> bool:
         """Use an approved approval once for exactly this call; True if it was valid."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from tooldeck_cache import CacheStatistics, ResultCache, result_size
 from tooldeck_cache.plugin import tooldeck_cache
+
 from tooldeck_hookspecs import ToolResult
 
 

@@ -203,7 +203,10 @@ def compile_rules(config: dict[str, Any]) -> dict[str, Any]:
         rule_id = raw["id"]
         if "regex" not in raw:
             dropped.append(
-                {"id": rule_id, "reason": "path-only rule (matches file names); tool output has none"}
+                {
+                    "id": rule_id,
+                    "reason": "path-only rule (matches file names); tool output has none",
+                }
             )
             continue
         try:

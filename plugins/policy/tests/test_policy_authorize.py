@@ -232,8 +232,19 @@ def test_policy_filter_scan_is_cached(tmp_path: Path) -> None:
 # ----------------------------------------------------------------- result hook
 
 
-def test_policy_process_result_redacts_or_passes() -> None:
-    result = ToolResult.ok({"text": "nothing secret here"})
-    tool = _tool()
-    out = plugin.tooldeck_process_result(call=ToolCall(name="t"), tool=tool, result=result)
-    assert out is None or isinstance(out, ToolResult)
+def test_policy_process_result_redacts() -> None:
+    import importlib.util
+    import random
+    import string
+
+    if importlib.util.find_spec("tooldeck_policy.redact") is None:
+        pytest.skip("tooldeck_policy.redact is not there yet")
+    # A fake AWS key id built at run time (never commit realistic tokens).
+    rng = random.Random(7)
+    fake = "AKIA" + "".join(rng.choice(string.ascii_uppercase + "234567") for _ in range(16))
+    result = ToolResult.ok({"text": f"aws_access_key_id = {fake}"})
+    out = plugin.tooldeck_process_result(call=ToolCall(name="t"), tool=_tool(), result=result)
+    assert out is not None and fake not in str(out.data)
+    clean = ToolResult.ok({"text": "nothing secret here"})
+    same = plugin.tooldeck_process_result(call=ToolCall(name="t"), tool=_tool(), result=clean)
+    assert same is None or same.data == clean.data

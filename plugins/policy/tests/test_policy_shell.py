@@ -30,6 +30,9 @@ BENIGN = [
     "chmod +x scripts/run.sh",
     "tar -czf out.tar.gz src",
     "ls\n",
+    'printf "%10s|%0d" a 5',
+    "date +%1d",
+    'echo "%0a"',
 ]
 
 DESTRUCTIVE = [

@@ -29,6 +29,8 @@ REFUSED = [
     "http://LOCALHOST:3000/",
     "http://localhost./",
     "http://api.localhost/",
+    "http://\u24db\u24de\u24d2\u24d0\u24db\u24d7\u24de\u24e2\u24e3/",  # circled 'localhost'
+    "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/",  # full-width 127.0.0.1
     # unspecified, private, link-local, multicast, reserved, shared
     "http://0.0.0.0/",
     "http://0/",

@@ -10,6 +10,8 @@ import pytest
 import stamina
 import trio
 import trio.testing
+from tooldeck_runner import ISOLATION_IN_PROCESS, RunnerExecutor, RunnerSettings
+from tooldeck_runner import plugin as runner_plugin
 
 from tooldeck_hookspecs import (
     ConfigError,
@@ -20,8 +22,6 @@ from tooldeck_hookspecs import (
     ToolFailure,
     ToolResult,
 )
-from tooldeck_runner import ISOLATION_IN_PROCESS, RunnerExecutor, RunnerSettings
-from tooldeck_runner import plugin as runner_plugin
 
 
 def make_tool(fn: Any, *, category: str = "code", **execution: Any) -> ToolDefinition:

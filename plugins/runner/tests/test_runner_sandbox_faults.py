@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+from tooldeck_runner import ISOLATION_BWRAP, ISOLATION_PROCESS, RunnerExecutor
 
 from tooldeck_hookspecs import (
     ExecutionConfig,
@@ -25,7 +26,6 @@ from tooldeck_hookspecs import (
     ToolDefinition,
     ToolResult,
 )
-from tooldeck_runner import ISOLATION_BWRAP, ISOLATION_PROCESS, RunnerExecutor
 
 TOOLS_DIR = str(Path(__file__).resolve().parent)
 HAVE_BWRAP = ISOLATION_BWRAP if __import__("shutil").which("bwrap") else None
@@ -77,6 +77,20 @@ async def assert_none_left(marker: str) -> None:
     assert marked_pids(marker) == [], f"processes with {marker!r} were left behind"
 
 
+def processes_in(directory: Path) -> list[int]:
+    """Processes whose working directory is ``directory`` (the workers of its sandboxes)."""
+    target = str(directory.resolve())
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == target:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
 @pytest.fixture
 async def executor(request: Any, tmp_path: Path) -> AsyncIterator[tuple[RunnerExecutor, Path]]:
     ex = RunnerExecutor.from_settings(
@@ -91,6 +105,12 @@ async def executor(request: Any, tmp_path: Path) -> AsyncIterator[tuple[RunnerEx
     )
     yield ex, tmp_path
     await ex.aclose()
+    # Warm workers (idle or still starting) do not outlive the executor.
+    for _ in range(100):
+        if not processes_in(tmp_path):
+            break
+        await trio.sleep(0.02)
+    assert processes_in(tmp_path) == []
 
 
 async def call(
@@ -162,6 +182,7 @@ async def test_daemons_do_not_outlive_the_call(executor: tuple[RunnerExecutor, P
     await next_call_works(ex, workdir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", MODES, indirect=True)
 async def test_a_thousand_children_are_all_reaped(executor: tuple[RunnerExecutor, Path]) -> None:
     ex, workdir = executor
@@ -226,3 +247,23 @@ async def test_cancel_session_kills_a_sandboxed_call(
     assert results[0].error is not None and results[0].error.code == "CANCELLED"
     await assert_none_left(marker)
     await next_call_works(ex, workdir)
+
+
+@pytest.mark.parametrize("mode", ["bubblewrap", "process"])
+async def test_closing_while_replacements_start_leaves_nothing(mode: str, tmp_path: Path) -> None:
+    if mode == "bubblewrap" and HAVE_BWRAP is None:
+        pytest.skip("bubblewrap is not installed")
+    # aclose() right after a call catches the pool's replacement worker mid-start (a bwrap
+    # being set up is the delicate case). Repeated, as the timing varies.
+    for _ in range(3):
+        ex = RunnerExecutor.from_settings(
+            {"runner": {"sandbox": mode, "python_path": [TOOLS_DIR], "warm_workers": 2}}
+        )
+        result = await call(ex, tmp_path, sandboxed("echo"))
+        assert result.success
+        await ex.aclose()
+    for _ in range(100):
+        if not processes_in(tmp_path):
+            break
+        await trio.sleep(0.02)
+    assert processes_in(tmp_path) == []

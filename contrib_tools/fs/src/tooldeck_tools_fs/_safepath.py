@@ -6,7 +6,7 @@ at the moment of opening, where a check by string would race with a symlink swap
 Two phases:
 
 1. :func:`locate` is lexical and does no I/O on the target: it refuses NUL bytes, ``/proc``,
-   absolute paths outside every root and ``..`` chains that climb above the root.
+   and paths outside every root (absolute ones, or ``..`` chains that climb above it).
 2. :func:`open_beneath` / :func:`open_parent` open relative to a directory fd of the root, either
    with ``openat2(2)`` and ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`` (the kernel resolves and
    refuses escapes atomically) or, where the kernel lacks it or refuses for a reason the walk can
@@ -117,7 +117,7 @@ class Target:
     display: str
     #: The real path of the allowed root it lies under.
     root: str
-    #: Components below the root ('' and '.' removed, '..' kept for the open to resolve).
+    #: Components below the root, lexically normalised (no '', '.' or '..').
     rel: tuple[str, ...]
 
 
@@ -143,7 +143,7 @@ def locate(path: Any, workdir: str, allowed_paths: Sequence[str] = ()) -> Target
     """Place ``path`` under an allowed root, lexically (no I/O on the target).
 
     Relative paths are taken from ``workdir``. Raises ``ToolFailure(PATH_NOT_ALLOWED)`` for NUL
-    bytes, ``/proc``, paths outside every root and ``..`` chains that climb above the root.
+    bytes, ``/proc`` and paths that (``..`` taken lexically) are outside every root.
     """
     if not isinstance(path, str):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
@@ -154,22 +154,18 @@ def locate(path: Any, workdir: str, allowed_paths: Sequence[str] = ()) -> Target
         raise ToolFailure(ErrorCode.EXECUTION_ERROR, "the session has no absolute working "
                           "directory, so relative paths cannot be resolved")
     absolute = path if path.startswith("/") else os.path.join(workdir, path or ".")
+    # Lexical normalisation only picks the root and refuses obvious escapes early; the open
+    # resolves symlinks beneath the root, so a 'link/..' that normalises differently here can
+    # still not leave it.
     normal = os.path.normpath(absolute)
-    parts = _parts(absolute)
+    parts = _parts(normal)
     # /proc holds magic links (fd/N, root, cwd, exe) that jump anywhere and files that leak the
     # process (environ, cmdline, mem): never a workspace file, whatever the roots say.
-    if normal == "/proc" or normal.startswith("/proc/") or (parts and parts[0] == "proc"):
+    if parts[:1] == ["proc"] or _parts(absolute)[:1] == ["proc"]:
         raise _refuse(path, "/proc is never accessible")
     for root_parts, real in _roots(workdir, allowed_paths):
-        if parts[: len(root_parts)] != root_parts:
-            continue
-        rel = parts[len(root_parts) :]
-        depth = 0
-        for part in rel:
-            depth += -1 if part == ".." else 1
-            if depth < 0:
-                raise _refuse(path, "it climbs out of the allowed directory with '..'")
-        return Target(display=path, root=real, rel=tuple(rel))
+        if parts[: len(root_parts)] == root_parts:
+            return Target(display=path, root=real, rel=tuple(parts[len(root_parts) :]))
     raise _refuse(path, "it is outside the allowed directories")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import cachetools
 import cattrs
+
 from tooldeck_hookspecs import ToolResult, canonical_json
 
 __all__ = [

@@ -78,21 +78,36 @@ class BM25Index:
             self._arrays[term] = arrays
         return arrays
 
-    def scores(self, query_terms: list[str], size: int) -> np.ndarray:
-        """BM25 score of every slot below ``size`` for the query (repeated terms count once)."""
-        out = np.zeros(size, dtype=np.float32)
+    def term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slots containing ``term`` and the term's BM25 contribution to each."""
         n_docs = len(self._doc_terms)
-        if n_docs == 0 or not query_terms:
-            return out
+        arrays = self._array(term) if n_docs else None
+        if arrays is None:
+            return None
+        slots, tf = arrays
         avgdl = max(self._total_length / n_docs, 1e-6)
-        lengths = self._lengths
-        for term in dict.fromkeys(query_terms):
-            arrays = self._array(term)
-            if arrays is None:
-                continue
-            slots, tf = arrays
-            df = len(slots)
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-            norm = self.k1 * (1.0 - self.b + self.b * lengths[slots] / avgdl)
-            out[slots] += idf * tf * (self.k1 + 1.0) / (tf + norm)
+        df = len(slots)
+        idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        norm = self.k1 * (1.0 - self.b + self.b * self._lengths[slots] / avgdl)
+        return slots, (idf * tf * (self.k1 + 1.0) / (tf + norm)).astype(np.float32)
+
+    def scores_many(self, queries: list[list[str]], size: int) -> np.ndarray:
+        """BM25 scores of every slot below ``size`` for each query (one row per query).
+
+        Each distinct term is scored once even when several queries (the sentences of one
+        task and the task as a whole) share it; repeated terms within a query count once.
+        """
+        out = np.zeros((len(queries), size), dtype=np.float32)
+        cache: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        for row, terms in enumerate(queries):
+            for term in dict.fromkeys(terms):
+                if term not in cache:
+                    cache[term] = self.term_scores(term)
+                hit = cache[term]
+                if hit is not None:
+                    out[row, hit[0]] += hit[1]
         return out
+
+    def scores(self, query_terms: list[str], size: int) -> np.ndarray:
+        """BM25 score of every slot below ``size`` for one query."""
+        return self.scores_many([query_terms], size)[0]

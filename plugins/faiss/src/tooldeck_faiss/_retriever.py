@@ -59,7 +59,7 @@ class RetrieverSettings:
     model: str = attrs.field(factory=default_model_path)
     cache_dir: str | None = attrs.field(factory=_default_cache_dir)
     approx_threshold: int = 20_000
-    lexical_weight: float = 0.6
+    lexical_weight: float = 0.5
     full_query_weight: float = 0.3
     candidates: int = 100
     field_weights: Mapping[str, float] = attrs.field(factory=lambda: dict(DEFAULT_FIELD_WEIGHTS))
@@ -68,6 +68,7 @@ class RetrieverSettings:
     hnsw_m: int = 32
     hnsw_ef_search: int = 128
     max_segments: int = 12
+    embed_whole_query: bool = False
     batch_size: int = 64
 
     @classmethod
@@ -207,9 +208,8 @@ class FaissRetriever:
     def _dimension(self) -> int:
         if not self._dim:
             model = self._load_model()
-            get_dim = getattr(model, "get_embedding_dimension", None) or getattr(
-                model, "get_sentence_embedding_dimension"
-            )
+            get_dim = getattr(model, "get_embedding_dimension", None)
+            get_dim = get_dim or model.get_sentence_embedding_dimension
             self._dim = int(get_dim())
         return self._dim
 
@@ -295,94 +295,90 @@ class FaissRetriever:
 
     # ------------------------------------------------------------------ search
 
-    def _dense_candidates(self, qvecs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        fetch = min(n + len(self._tombstones), len(self._names))
-        sims, ids = self._index.search(qvecs, fetch)
-        return sims, ids
+    def _rank(self, segments: list[str], qvecs: np.ndarray, k: int) -> list[ScoredTool]:
+        """Fuse both signals for every segment and merge the segments' rankings.
 
-    def _segment_scores(
-        self, terms: list[str], qvec: np.ndarray, dense_ids: np.ndarray
-    ) -> dict[int, tuple[float, float, float]]:
-        """Fused score per candidate slot: (fused, bm25 normalised, dense normalised)."""
-        n_slots = len(self._names)
-        n = self.settings.candidates
-        bm25 = self._bm25.scores(terms, n_slots)
-        lex_ids = np.empty(0, dtype=np.int64)
-        if bm25.size:
-            top = min(n, bm25.size)
-            lex_ids = np.argpartition(-bm25, top - 1)[:top]
-            lex_ids = lex_ids[bm25[lex_ids] > 0]
-        cand = np.unique(np.concatenate([dense_ids[dense_ids >= 0], lex_ids]))
-        if self._tombstones:
-            cand = np.array([c for c in cand if c not in self._tombstones], dtype=np.int64)
-        if cand.size == 0:
-            return {}
-        dense = self._vectors[cand] @ qvec
-        lex = bm25[cand]
-        lex_max = float(lex.max())
-        lex_n = lex / lex_max if lex_max > 0 else np.zeros_like(lex)
+        With several segments the last one is the whole query (see :meth:`_query_segments`).
+        """
+        with self._lock:
+            n_slots = len(self._names)
+            if not self._slot_of or k <= 0 or not segments:
+                return []
+            n = min(self.settings.candidates, n_slots)
+            lex_all = self._bm25.scores_many([tokenize(s) for s in segments], n_slots)
+            fetch = min(n + len(self._tombstones), n_slots)
+            _, dense_ids = self._index.search(qvecs, fetch)
+            lex_top = np.argpartition(-lex_all, n - 1, axis=1)[:, :n] if n < n_slots else None
+            pools = [dense_ids[dense_ids >= 0].ravel()]
+            pools.append(lex_top.ravel() if lex_top is not None else np.arange(n_slots))
+            cand = np.unique(np.concatenate(pools))
+            if self._tombstones:
+                cand = cand[~np.isin(cand, np.fromiter(self._tombstones, dtype=np.int64))]
+            cand = cand[[self._names[c] is not None for c in cand]] if cand.size else cand
+            if cand.size == 0:
+                return []
+            lex = lex_all[:, cand]
+            dense = qvecs @ self._vectors[cand].T
+            names = [self._names[c] for c in cand]
+        lex_max = lex.max(axis=1, keepdims=True)
+        lex_n = np.divide(lex, lex_max, out=np.zeros_like(lex), where=lex_max > 0)
         # Cosines of unrelated texts are not zero; measuring from the pool's floor makes the
         # dense signal span [0, 1] like the lexical one.
-        d_lo, d_hi = float(dense.min()), float(dense.max())
-        dense_n = (dense - d_lo) / (d_hi - d_lo) if d_hi > d_lo else np.ones_like(dense)
+        d_lo = dense.min(axis=1, keepdims=True)
+        d_span = dense.max(axis=1, keepdims=True) - d_lo
+        dense_n = np.divide(dense - d_lo, d_span, out=np.ones_like(dense), where=d_span > 0)
         w = self.settings.lexical_weight
         fused = w * lex_n + (1.0 - w) * dense_n
-        return {
-            int(c): (float(f), float(b), float(d))
-            for c, f, b, d in zip(cand, fused, lex_n, dense_n, strict=True)
-        }
-
-    def _rank(self, segments: list[str], qvecs: np.ndarray, k: int) -> list[ScoredTool]:
-        with self._lock:
-            if not self._slot_of or k <= 0:
-                return []
-            _, dense_ids = self._dense_candidates(qvecs, self.settings.candidates)
-            per_segment = [
-                self._segment_scores(tokenize(seg), qvecs[i], dense_ids[i])
-                for i, seg in enumerate(segments)
-            ]
-            names = list(self._names)
-        best: dict[int, list[float]] = {}
-        many = len(per_segment) > 1
-        # With several segments the last one is the whole query (see _search_sync).
-        parts = per_segment[:-1] if many else per_segment
-        for scores in parts:
-            if not scores:
-                continue
-            top = max(f for f, _, _ in scores.values())
-            if top <= 0:
-                continue
-            for slot, (fused, lex, dense) in scores.items():
-                rel = fused / top
-                entry = best.get(slot)
-                if entry is None or rel > entry[0]:
-                    best[slot] = [rel, lex, dense, 0.0]
-        if many and per_segment[-1]:
-            whole = per_segment[-1]
-            top = max(f for f, _, _ in whole.values()) or 1.0
-            for slot, (fused, lex, dense) in whole.items():
-                entry = best.setdefault(slot, [0.0, lex, dense, 0.0])
-                entry[3] = fused / top
-        lam = self.settings.full_query_weight if many else 0.0
-        ranked = sorted(best.items(), key=lambda item: -(item[1][0] + lam * item[1][3]))[:k]
+        f_max = fused.max(axis=1, keepdims=True)
+        rel = np.divide(fused, f_max, out=np.zeros_like(fused), where=f_max > 0)
+        many = len(segments) > 1
+        if many:
+            # Each tool keeps its best sentence: every intent's top tool scores 1.0, so the
+            # intents interleave in the hand; the whole query breaks ties and rescues tools
+            # that only the full context identifies.
+            parts = rel[:-1]
+            best_seg = parts.argmax(axis=0)
+            seg_score = parts[best_seg, np.arange(parts.shape[1])]
+            whole = rel[-1]
+            total = seg_score + self.settings.full_query_weight * whole
+        else:
+            best_seg = np.zeros(rel.shape[1], dtype=np.int64)
+            seg_score = whole = rel[0]
+            total = seg_score
+        top = min(k, total.size)
+        order = np.argpartition(-total, top - 1)[:top]
+        order = order[np.argsort(-total[order], kind="stable")]
         out = []
-        for slot, (rel, lex, dense, whole_score) in ranked:
-            name = names[slot]
-            if name is None:
-                continue
-            score = rel + lam * whole_score
-            signals = {"fused": score, "bm25": lex, "dense": dense}
+        for i in order.tolist():
+            s = int(best_seg[i])
+            signals = {
+                "fused": float(total[i]),
+                "bm25": float(lex_n[s, i]),
+                "dense": float(dense_n[s, i]),
+            }
             if many:
-                signals["segment"] = rel
-                signals["whole"] = whole_score
-            out.append(ScoredTool(name=name, score=score, signals=signals))
+                signals["segment"] = float(seg_score[i])
+                signals["whole"] = float(whole[i])
+            out.append(ScoredTool(name=names[i], score=float(total[i]), signals=signals))
         return out
 
     def _query_segments(self, query: str) -> list[str]:
+        """The query's sentences, plus the whole query last when there are several."""
         segments = segment_query(query, max_segments=self.settings.max_segments)
         if len(segments) > 1:
             segments.append(" ".join(segments))
         return segments
+
+    def _embed_query(self, segments: list[str]) -> np.ndarray:
+        """One batch for all segments. The whole query's vector is the normalised mean of its
+        sentences' unless ``embed_whole_query``: encoding the longest text pads the whole batch
+        to its length and roughly triples the cost for little gain."""
+        if len(segments) == 1 or self.settings.embed_whole_query:
+            return self._encode(segments)
+        vecs = self._encode(segments[:-1])
+        mean = vecs.mean(axis=0)
+        mean /= max(float(np.linalg.norm(mean)), 1e-12)
+        return np.vstack([vecs, mean[None, :]]).astype(np.float32)
 
     def _search_sync(self, query: str, k: int) -> list[ScoredTool]:
         if not isinstance(query, str) or not self._slot_of or k <= 0:
@@ -390,8 +386,7 @@ class FaissRetriever:
         segments = self._query_segments(query)
         if not segments:
             return []
-        qvecs = self._encode(segments)
-        return self._rank(segments, qvecs, k)
+        return self._rank(segments, self._embed_query(segments), k)
 
     # ------------------------------------------------------------------ public API
 

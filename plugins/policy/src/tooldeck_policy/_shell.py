@@ -104,7 +104,9 @@ _DISK_TOOLS = frozenset(
 )
 _DISK_DEVICE = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|loop|mapper/|sr|root)")
 _ODD_PROGRAM = re.compile(r"[\s;&|<>`$()\\'\"]")
-_ENCODED_CONTROL = re.compile(r"%(?:0[0-9a-f]|1[0-9a-f]|7f)", re.IGNORECASE)
+# Line feed, carriage return and NUL, percent-encoded. Only these: '%10s' or '%1d' are printf and
+# date formats.
+_ENCODED_CONTROL = re.compile(r"%0[0ad]", re.IGNORECASE)
 _SHELLSHOCK = re.compile(r"\(\s*\)\s*\{")
 _OPERATORS = {
     ";": "';' runs a second command",
@@ -115,6 +117,10 @@ _OPERATORS = {
 }
 
 
+def _reasons(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class CommandVerdict:
     """What the shell guard found in a command.
@@ -123,8 +129,8 @@ class CommandVerdict:
     ``destructive``: reasons it may destroy the system or data (run it only when confirmed).
     """
 
-    injection: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    destructive: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    injection: tuple[str, ...] = attrs.field(default=(), converter=_reasons)
+    destructive: tuple[str, ...] = attrs.field(default=(), converter=_reasons)
 
     @property
     def clean(self) -> bool:
@@ -263,6 +269,7 @@ def _fallback(line: str, error: str, allow_pipes: bool, findings: _Findings, dep
             continue
         findings.inject(f"shell syntax {token!r} in a command the parser rejects ({error})")
     # Substitutions and expansions inside words, which shlex leaves in place.
+    _check_encoded(tokens, findings)
     for token in tokens:
         if "`" in token:
             findings.inject("backticks run a command substitution")
@@ -360,6 +367,9 @@ def _walk(node: Any, line: str, allow_pipes: bool, findings: _Findings, depth: i
             getattr(p, "kind", "") in ("parameter", "commandsubstitution") for p in first.parts
         ):
             findings.inject("the program name comes from an expansion, so what runs is hidden")
+        # Quoted words are left alone: 'printf "%0d"' is a format, not an encoded separator.
+        raw = [_text(p, line) for p in node.parts if p.kind == "word"]
+        _check_encoded([w for w in raw if "'" not in w and '"' not in w], findings)
         _check_simple(words, assignments, findings, allow_pipes, depth)
     for child in _children(node):
         _walk(child, line, allow_pipes, findings, depth)
@@ -439,6 +449,15 @@ _VALUE_OPTIONS = frozenset({"-u", "-g", "-n", "-c", "-s", "-k", "-C", "-o", "-e"
 _OPTION_TAKERS = frozenset({"sudo", "doas", "nice", "timeout", "ionice", "stdbuf", "xargs"})
 
 
+def _check_encoded(words: Iterable[str], findings: _Findings) -> None:
+    for word in words:
+        if "://" not in word and _ENCODED_CONTROL.search(word):
+            findings.inject(
+                f"'{_clip(word)}' holds a percent-encoded line break or NUL (%0a, %0d, %00), "
+                "which splits the command once something decodes it"
+            )
+
+
 def _check_simple(
     words: Sequence[str],
     assignments: Sequence[str],
@@ -446,12 +465,6 @@ def _check_simple(
     allow_pipes: bool,
     depth: int,
 ) -> None:
-    for word in words:
-        if "://" not in word and _ENCODED_CONTROL.search(word):
-            findings.inject(
-                f"'{_clip(word)}' holds a percent-encoded control character (e.g. %0a, a line "
-                "break once decoded)"
-            )
     all_assignments = list(assignments)
     argv = _unwrap(words, all_assignments)
     for assignment in all_assignments:
@@ -554,7 +567,7 @@ def _check_destructive(program: str, args: Sequence[str], findings: _Findings) -
         sweeping = [t for t in operands if _is_sweeping(t)]
         if recursive and sweeping:
             findings.destroy(
-                f"'rm -r {' '.join(sweeping)}' deletes a whole tree of the system or home"
+                f"'rm -r {' '.join(sweeping)}' deletes the system, a home, or everything here"
             )
     elif program in ("chmod", "chown", "chgrp"):
         recursive = bool(flags & {"R", "--recursive"})

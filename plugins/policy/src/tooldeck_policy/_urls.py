@@ -225,6 +225,12 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
     host = (parts.hostname or "").rstrip(".")
     if not host:
         return f"URL {shown!r} has no host; {_SUGGESTION}"
+    if not host.isascii():
+        # IDNA maps look-alikes to ASCII ('ⓛⓞⓒⓐⓛⓗⓞⓢⓣ' is localhost): check what will be resolved.
+        try:
+            host = host.encode("idna").decode("ascii").lower().rstrip(".")
+        except UnicodeError:
+            return f"URL {shown!r} has a host name that is not valid; {_SUGGESTION}"
     names, networks = parse_allow_list(allow)
     if _name_allowed(host, names):
         return None

@@ -49,8 +49,12 @@ def tooldeck_process_result(
     """Redact secrets from the result (``tooldeck_policy.redact``)."""
     try:
         # Imported here: redaction compiles its rules on first use, which authorization and
-        # filtering never need. (Fallback while the redact module is being written.)
+        # filtering never need.
         from .redact import redact_result
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        # Fallback while the redact module is being written; any other import failure raises
+        # (the core reports it) rather than letting secrets through silently.
+        if exc.name != f"{__package__}.redact":
+            raise
         return None
     return redact_result(result)

@@ -14,6 +14,7 @@ from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.errors import ConfigurationError
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
+
 from tooldeck_hookspecs import (
     ConfigError,
     RateLimit,
@@ -112,6 +113,8 @@ class ToolRateLimiter:
         self.global_factor = global_factor
         self.fail_open = fail_open
         self._overrides = dict(global_overrides or {})
+        for name, value in self._overrides.items():
+            _parse_override(name, value, 60.0)  # a malformed override fails at start-up
         # Windows depend only on the tool definition; build them once per (name, version, limit).
         self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
 
@@ -189,6 +192,12 @@ class ToolRateLimiter:
             # A zero limit never frees a slot; an elapsed reset means "try again right away".
             retry_after = float(window.item.get_expiry()) if window.item.amount == 0 else 0.001
         return RateLimitOutcome(allowed=False, retry_after_s=retry_after, limit=window.label)
+
+    async def aclose(self) -> None:
+        """Stop the in-memory storage's expiry timer thread (the deck calls this on close)."""
+        timer = getattr(self._storage, "timer", None)
+        if timer is not None:
+            timer.cancel()
 
     def reset(self) -> None:
         """Forget every recorded call (all sessions, all tools)."""

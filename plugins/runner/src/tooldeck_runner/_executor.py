@@ -115,9 +115,12 @@ class RunnerExecutor:
     def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
         """Build from the whole tooldeck configuration (reads its ``runner`` table)."""
         runner = RunnerSettings.from_settings(settings)
-        # Fail at start-up, not at the first sandboxed call, when bubblewrap is demanded but absent.
+        # At start-up, not at the first sandboxed call: fail when bubblewrap is demanded but
+        # absent, and warn (once) when sandboxed tools would get degraded isolation.
         resolve_isolation(runner.sandbox)
-        return cls(settings=runner)
+        executor = cls(settings=runner)
+        executor.sandbox_pool()
+        return executor
 
     # -- public -------------------------------------------------------------------------------
 
@@ -304,7 +307,7 @@ class RunnerExecutor:
                     value = await value
         except ToolFailure as exc:
             return failure_result(exc)
-        except Exception as exc:  # noqa: BLE001 - any tool bug is a structured result
+        except Exception as exc:
             if context.logger is not None:
                 context.logger.warning("tool %r raised", tool.name, exc_info=exc)
             return exception_result(exc)

@@ -16,6 +16,7 @@ in the request and is applied by the worker to itself before the tool's module i
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -33,8 +34,15 @@ from tooldeck_hookspecs import ErrorCode, ToolCall, ToolContext, ToolDefinition,
 
 from ._config import RunnerSettings
 from ._outcomes import signal_result
-from ._wire import HEADER, Limits, SandboxRequest, WireContext, dumps, encode_frame
-from ._wire import structure_result
+from ._wire import (
+    HEADER,
+    Limits,
+    SandboxRequest,
+    WireContext,
+    dumps,
+    encode_frame,
+    structure_result,
+)
 
 __all__ = [
     "PoolKey",
@@ -107,17 +115,18 @@ class _Exchange:
     frame: bytes | None = None
     output: bytearray = attrs.field(factory=bytearray)
     truncated: bool = False
-    
+
 
 @functools.cache
 def _interpreter_paths(python: str) -> tuple[str, ...]:
     """Directories the worker interpreter reads: prefixes and its default ``sys.path``."""
-    code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]))"
+    code = (
+        "import sys, json; "
+        "print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]))"
+    )
     out = subprocess.run(
         [python, "-P", "-c", code], capture_output=True, text=True, check=True, env={}
     ).stdout
-    import json
-
     paths = [str(Path(p).resolve()) for p in json.loads(out) if p]
     paths.append(str(Path(python).resolve().parent))
     return tuple(dict.fromkeys(p for p in paths if os.path.exists(p)))
@@ -133,7 +142,8 @@ def resolve_isolation(mode: str) -> str:
         from tooldeck_hookspecs import ConfigError
 
         raise ConfigError(
-            "runner.sandbox = 'bubblewrap' but `bwrap` is not installed (apt-get install bubblewrap)"
+            "runner.sandbox = 'bubblewrap' but `bwrap` is not installed "
+            "(apt-get install bubblewrap)"
         )
     return ISOLATION_PROCESS
 
@@ -152,6 +162,11 @@ class SandboxPool:
     _spawned: int = 0
     _closed: bool = False
     _paths: tuple[str, ...] | None = None
+    # Every worker not yet reaped, and the background refills in progress: aclose() waits for
+    # the refills and kills all of these, so no worker outlives the pool.
+    _live: set[_Worker] = attrs.field(factory=set)
+    _refills: int = 0
+    _refills_done: trio.Event | None = None
 
     def __attrs_post_init__(self) -> None:
         global _warned_degraded
@@ -213,10 +228,11 @@ class SandboxPool:
             self._served_cold += 1
         else:
             self._served_warm += 1
-        async with trio.open_nursery() as nursery:
-            if self.settings.warm_workers:
-                nursery.start_soon(self._refill, key)
-            result = await self._exchange(worker, encode_frame(dumps(request)), limits)
+        if self.settings.warm_workers:
+            # A system task, not a child of this call: starting the replacement must not delay
+            # the answer (it is owned by the pool, and aclose() kills what it starts).
+            trio.lowlevel.spawn_system_task(self._refill_quietly, key)
+        result = await self._exchange(worker, encode_frame(dumps(request)), limits)
         return result.with_metadata(isolation=self.isolation, warm=worker.warm)
 
     def statistics(self) -> SandboxStatistics:
@@ -234,12 +250,15 @@ class SandboxPool:
         await self._refill(PoolKey(str(Path(workdir).resolve()), writable, network))
 
     async def aclose(self) -> None:
-        """Kill every idle worker."""
+        """Kill every worker, idle or starting."""
         self._closed = True
-        idle = [w for ws in self._idle.values() for w in ws]
         self._idle.clear()
         with trio.CancelScope(shield=True):
-            for worker in idle:
+            if self._refills:
+                self._refills_done = trio.Event()
+                with trio.move_on_after(10):
+                    await self._refills_done.wait()
+            for worker in list(self._live):
                 await self._kill(worker)
 
     # -- pool ---------------------------------------------------------------------------------
@@ -261,6 +280,17 @@ class SandboxPool:
             if worker.process.returncode is None and worker.process.poll() is None:
                 return worker
         return None
+
+    async def _refill_quietly(self, key: PoolKey) -> None:
+        self._refills += 1
+        try:
+            await self._refill(key)
+        except Exception:
+            logger.exception("tooldeck-runner: starting warm workers failed")
+        finally:
+            self._refills -= 1
+            if self._refills == 0 and self._refills_done is not None:
+                self._refills_done.set()
 
     async def _refill(self, key: PoolKey) -> None:
         want = self.settings.warm_workers
@@ -361,7 +391,9 @@ class SandboxPool:
             start_new_session=True,
         )
         self._spawned += 1
-        return _Worker(process=process, key=key)
+        worker = _Worker(process=process, key=key)
+        self._live.add(worker)
+        return worker
 
     async def _kill(self, worker: _Worker) -> None:
         """Kill the worker's process tree and reap it. Safe to call twice."""
@@ -378,14 +410,9 @@ class SandboxPool:
                     await process.wait()
             _killpg(process.pid)
         else:
-            # bubblewrap with --die-with-parent and a PID namespace: the namespace's init dies
-            # with bwrap, and the kernel kills everything else in the namespace.
-            if process.returncode is None:
-                try:
-                    process.kill()
-                except ProcessLookupError:
-                    pass
+            _kill_bwrap(process)
         await process.wait()
+        self._live.discard(worker)
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
@@ -399,7 +426,6 @@ class SandboxPool:
         # The worker enforces the cap on the result itself; this guards against a worker that
         # does not (leaving room for its small OUTPUT_TRUNCATED answer when the cap is tiny).
         frame_cap = max(cap, 65536) + HEADER.size
-        output_done = trio.Event()
 
         async def read_output() -> None:
             try:
@@ -412,8 +438,6 @@ class SandboxPool:
                         return
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 pass
-            finally:
-                output_done.set()
 
         try:
             try:
@@ -435,6 +459,10 @@ class SandboxPool:
                         if len(buffer) >= HEADER.size + length:
                             got.frame = bytes(buffer[HEADER.size : HEADER.size + length])
                             break
+                if got.frame is not None and self.isolation == ISOLATION_BWRAP:
+                    # The answer is the worker's last act: end the sandbox now rather than wait
+                    # for the namespace to wind down by itself.
+                    _kill_bwrap(process)
                 # The worker exits right after answering; one that lingers (a tool's thread or
                 # child holding it up) is killed.
                 with trio.move_on_after(2.0) as lingering:
@@ -444,11 +472,15 @@ class SandboxPool:
                     await process.wait()
                 if self.isolation == ISOLATION_PROCESS:
                     _killpg(process.pid)
-                # Let the output reader drain what is already in the pipe, but do not wait long
-                # for end of file: an escaped process may still hold the pipe open.
-                with trio.move_on_after(0.05):
-                    await output_done.wait()
                 nursery.cancel_scope.cancel()
+            # What the tool printed is already in the pipe; take it without waiting for end of
+            # file, which an escaped process could hold back.
+            if not got.truncated:
+                room = cap - len(got.output)
+                # trio's pipe streams are FdStreams on Unix: non-blocking fds.
+                rest = _drain_now(stderr.fileno(), room + 1)  # type: ignore[attr-defined]
+                got.output += rest[:room]
+                got.truncated = len(rest) > room
         except BaseException:
             # Timeout, cancellation or a bug: never leave the process tree behind.
             with trio.CancelScope(shield=True):
@@ -468,10 +500,7 @@ class SandboxPool:
                 await process.wait()
             _killpg(process.pid)
         else:
-            try:
-                process.kill()
-            except ProcessLookupError:
-                pass
+            _kill_bwrap(process)
 
     def _interpret(self, got: _Exchange, returncode: int | None, limits: Limits) -> ToolResult:
         tail = got.output[-4000:].decode("utf-8", "replace")
@@ -485,7 +514,7 @@ class SandboxPool:
         if got.frame is not None:
             try:
                 result = structure_result(got.frame)
-            except Exception as exc:  # noqa: BLE001 - a malformed answer is the tool's failure
+            except Exception as exc:
                 return ToolResult.fail(
                     ErrorCode.EXECUTION_ERROR, f"the sandbox worker sent a malformed answer: {exc}"
                 )
@@ -502,6 +531,39 @@ class SandboxPool:
             f"the tool's process exited with status {code} without answering",
             details={"exit_status": code, "output_tail": tail[-2000:]},
         )
+
+
+def _drain_now(fd: int, limit: int) -> bytes:
+    """Read what a non-blocking pipe holds right now, up to ``limit`` bytes."""
+    chunks = []
+    while limit > 0:
+        try:
+            chunk = os.read(fd, min(limit, 65536))
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def _kill_bwrap(process: trio.Process) -> None:
+    """Kill a bubblewrap sandbox and everything in it.
+
+    Once set up, the sandbox's processes die with bwrap (--die-with-parent, then the PID
+    namespace's init). A sandbox still being set up is different: bwrap's child has not yet
+    asked for that signal and would wait forever for its dead parent. It is still in bwrap's
+    process group then, so the group is killed too. Only while bwrap is unreaped, so that the
+    group id cannot have been reused.
+    """
+    if process.returncode is not None or process.poll() is not None:
+        return
+    _killpg(process.pid)
+    try:
+        process.kill()
+    except ProcessLookupError:
+        pass
 
 
 def _killpg(pgid: int) -> None:
@@ -522,4 +584,3 @@ def _entrypoint_of(tool: ToolDefinition) -> str | None:
     if not module or not qualname or "<" in qualname or module == "__main__":
         return None
     return f"{module}:{qualname}"
-

@@ -33,7 +33,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_tooldeck_runner_worker_{name}", _HERE / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        f"_tooldeck_runner_worker_{name}", _HERE / f"{name}.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -208,7 +210,7 @@ def main() -> None:
     for name in preload:
         try:
             importlib.import_module(name)
-        except BaseException:  # noqa: BLE001 - a broken preload must not kill the warm worker
+        except BaseException:
             pass
 
     _warm_up(wire, outcomes)
@@ -234,7 +236,7 @@ def main() -> None:
         _apply_limits(limits)
         result = _call(wire, outcomes, request)
         payload = wire.dumps(result)
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
+    except BaseException as exc:
         try:
             result = outcomes.exception_result(exc, memory_mb=limits.memory_mb)
         except MemoryError:
@@ -253,7 +255,7 @@ def main() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         pass
     view = memoryview(wire.encode_frame(payload))
     while view:

@@ -1,0 +1,374 @@
+"""One headless Chromium per process, driven by Playwright on its own asyncio thread.
+
+Playwright's async API runs on asyncio; tooldeck runs on trio. The engine owns a daemon thread
+with an asyncio loop; trio code submits coroutines with :meth:`BrowserEngine.run`, which waits
+for the result without blocking the trio loop (a done-callback wakes it) and cancels the
+coroutine if the trio side is cancelled (a timeout or a cancelled session).
+
+Each tooldeck session gets its own browser context (cookies and storage are not shared between
+sessions) whose traffic goes through a guarding proxy (:mod:`._proxy`); pages are keyed by
+``(session_id, page_id)``, so one session never sees another's pages. A session keeps at most
+``max_pages_per_session`` pages open (the oldest is closed to make room), and the engine at most
+``max_sessions`` contexts (the least recently used one is closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from tooldeck_hookspecs import ErrorCode, ToolFailure
+
+from ._guard import allow_list_for
+from ._proxy import GuardProxy
+
+__all__ = [
+    "DEFAULT_EXECUTABLES",
+    "ENV_EXECUTABLE",
+    "LAUNCH_ARGS",
+    "BrowserEngine",
+    "PageEntry",
+    "configure",
+    "engine",
+    "find_executable",
+    "shutdown",
+]
+
+T = TypeVar("T")
+
+#: Environment variable naming the Chromium (or Chrome) executable.
+ENV_EXECUTABLE = "TOOLDECK_CHROMIUM"
+#: Tried in order when neither :func:`configure` nor ``TOOLDECK_CHROMIUM`` names one.
+DEFAULT_EXECUTABLES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+#: Headless flags. The background-networking, component-update and sync switches stop Chromium
+#: from calling Google on its own; QUIC is off because UDP would not go through the proxy, and
+#: WebRTC may not use non-proxied UDP for the same reason.
+LAUNCH_ARGS = (
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--metrics-recording-only",
+    "--no-default-browser-check",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--proxy-bypass-list=<-loopback>",
+)
+
+_configured_executable: str | None = None
+
+
+def configure(*, executable_path: str | None = None) -> None:
+    """Set the Chromium executable programmatically (the environment variable still wins)."""
+    global _configured_executable
+    _configured_executable = executable_path
+
+
+def find_executable() -> str:
+    """The Chromium to launch: ``TOOLDECK_CHROMIUM``, :func:`configure`, then the defaults.
+
+    Raises ``ToolFailure(EXECUTION_ERROR)`` naming the fix when none is installed.
+    """
+    for candidate in (os.environ.get(ENV_EXECUTABLE), _configured_executable):
+        if candidate:
+            found = candidate if os.path.isfile(candidate) else shutil.which(candidate)
+            if found and os.access(found, os.X_OK):
+                return found
+            raise ToolFailure(
+                ErrorCode.EXECUTION_ERROR,
+                f"the configured Chromium executable {candidate!r} does not exist or is not "
+                "executable",
+                suggestion="Tell the user to fix TOOLDECK_CHROMIUM, or to install Chromium "
+                "with `apt-get install chromium`.",
+            )
+    for path in DEFAULT_EXECUTABLES:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise ToolFailure(
+        ErrorCode.EXECUTION_ERROR,
+        "no Chromium browser is installed (looked for " + ", ".join(DEFAULT_EXECUTABLES) + ")",
+        suggestion="The browser tools cannot work here; tell the user to install Chromium "
+        "(`apt-get install chromium`) or set TOOLDECK_CHROMIUM to its path. Use another tool.",
+    )
+
+
+@attrs.define(eq=False)
+class PageEntry:
+    """An open page of a session."""
+
+    page_id: str
+    page: Any  # playwright.async_api.Page
+
+
+@attrs.define(eq=False)
+class _SessionState:
+    context: Any  # playwright.async_api.BrowserContext
+    proxy: GuardProxy
+    pages: collections.OrderedDict[str, PageEntry] = attrs.field(
+        factory=collections.OrderedDict
+    )
+
+
+class BrowserEngine:
+    """The shared browser (see the module docstring). Use the process-wide :func:`engine`."""
+
+    def __init__(self, *, max_pages_per_session: int = 5, max_sessions: int = 32) -> None:
+        self.max_pages_per_session = max_pages_per_session
+        self.max_sessions = max_sessions
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._start_lock = threading.Lock()
+        # Touched only on the engine's loop:
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._launch_lock: asyncio.Lock | None = None
+        self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
+        self._proxies: dict[tuple[str, ...], GuardProxy] = {}
+        self.launches = 0
+
+    # -- the bridge between trio and the engine's asyncio loop ---------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def main() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=main, name="tooldeck-browser", daemon=True)
+                thread.start()
+                ready.wait()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def submit(self, coroutine: Awaitable[T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coroutine`` on the engine's loop (thread-safe); returns its future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._ensure_loop())  # type: ignore[arg-type]
+
+    async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``function(*args)`` on the engine's loop and await its result from trio.
+
+        Cancelling the trio side cancels the asyncio task (a navigation stops where it is).
+        """
+        future = self.submit(function(*args))
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+
+        def wake(_: object) -> None:
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass  # the trio run that waited is gone; nobody to wake
+
+        future.add_done_callback(wake)
+        try:
+            await done.wait()
+        except BaseException:
+            future.cancel()
+            raise
+        return future.result()
+
+    # -- on the engine's loop ------------------------------------------------------------------
+
+    async def _get_browser(self) -> Any:
+        if self._launch_lock is None:
+            self._launch_lock = asyncio.Lock()
+        async with self._launch_lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            executable = find_executable()
+            from playwright.async_api import async_playwright  # heavy: only when a page opens
+
+            if self._playwright is None:
+                self._playwright = await async_playwright().start()
+            args = list(LAUNCH_ARGS)
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                # Chromium's own sandbox cannot start as root; tooldeck's guard still applies.
+                args.append("--no-sandbox")
+            try:
+                self._browser = await self._playwright.chromium.launch(
+                    executable_path=executable, headless=True, args=args
+                )
+            except Exception as exc:
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"Chromium ({executable}) failed to start: {str(exc).splitlines()[0]}",
+                    suggestion="The browser cannot start on this machine; tell the user "
+                    "(check the Chromium install, `apt-get install chromium`) and use "
+                    "another tool.",
+                ) from None
+            self.launches += 1
+            self._sessions.clear()  # contexts of a crashed browser are gone with it
+            return self._browser
+
+    async def _proxy_for(self, allow: tuple[str, ...]) -> GuardProxy:
+        proxy = self._proxies.get(allow)
+        if proxy is None:
+            proxy = GuardProxy(allow)
+            await proxy.start()
+            self._proxies[allow] = proxy
+        return proxy
+
+    async def session_state(self, session_id: str) -> _SessionState:
+        """The session's context, created (with its proxy) on first use."""
+        allow = allow_list_for(session_id)
+        state = self._sessions.get(session_id)
+        if state is not None and state.proxy.allow != allow:
+            # The allow-list changed: the context's proxy is fixed at creation, start afresh.
+            await self._close_session(session_id)
+            state = None
+        if state is not None and state.context.browser is not None and (
+            state.context.browser.is_connected()
+        ):
+            self._sessions.move_to_end(session_id)
+            return state
+        browser = await self._get_browser()
+        proxy = await self._proxy_for(allow)
+        context = await browser.new_context(
+            proxy={"server": f"http://127.0.0.1:{proxy.port}", "bypass": "<-loopback>"},
+            service_workers="block",  # their requests would escape the page's view
+            accept_downloads=False,
+            java_script_enabled=True,
+            viewport={"width": 1280, "height": 900},
+        )
+        state = _SessionState(context=context, proxy=proxy)
+        self._sessions[session_id] = state
+        while len(self._sessions) > self.max_sessions:
+            oldest = next(iter(self._sessions))
+            await self._close_session(oldest)
+        return state
+
+    async def new_page(self, session_id: str) -> tuple[PageEntry, list[str]]:
+        """Open a page for the session; returns it and the ids of pages closed to make room."""
+        state = await self.session_state(session_id)
+        closed: list[str] = []
+        while len(state.pages) >= self.max_pages_per_session:
+            old_id, old = state.pages.popitem(last=False)
+            closed.append(old_id)
+            await _quietly(old.page.close())
+        page = await state.context.new_page()
+        entry = PageEntry(page_id="pg_" + secrets.token_hex(4), page=page)
+        state.pages[entry.page_id] = entry
+        return entry, closed
+
+    def get_page(self, session_id: str, page_id: str) -> PageEntry:
+        """The session's page ``page_id``; ``ToolFailure`` when it is unknown or closed."""
+        state = self._sessions.get(session_id)
+        entry = state.pages.get(page_id) if state is not None else None
+        if entry is None or entry.page.is_closed():
+            if state is not None and entry is not None:
+                state.pages.pop(page_id, None)
+            known = sorted(state.pages) if state is not None else []
+            raise ToolFailure(
+                ErrorCode.EXECUTION_ERROR,
+                f"no open page {page_id!r} in this session"
+                + (f"; open pages: {', '.join(known)}" if known else "; no page is open"),
+                suggestion="Open the page with browser_navigate (without page_id) and use the "
+                "page_id it returns.",
+                details={"open_pages": known},
+            )
+        state.pages.move_to_end(page_id)  # recently used pages are closed last
+        return entry
+
+    def proxy_of(self, session_id: str) -> GuardProxy | None:
+        """The guarding proxy of a session's context (to explain a blocked request)."""
+        state = self._sessions.get(session_id)
+        return state.proxy if state is not None else None
+
+    async def close_page(self, session_id: str, page_id: str) -> bool:
+        """Close one page of a session; False when it was not open."""
+        state = self._sessions.get(session_id)
+        entry = state.pages.pop(page_id, None) if state is not None else None
+        if entry is None:
+            return False
+        await _quietly(entry.page.close())
+        return True
+
+    async def _close_session(self, session_id: str) -> None:
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            await _quietly(state.context.close())
+
+    async def close_session(self, session_id: str) -> int:
+        """Close every page of a session; returns how many were open."""
+        state = self._sessions.get(session_id)
+        count = len(state.pages) if state is not None else 0
+        await self._close_session(session_id)
+        return count
+
+    def open_pages(self, session_id: str) -> list[str]:
+        """Ids of the session's open pages, oldest first."""
+        state = self._sessions.get(session_id)
+        return list(state.pages) if state is not None else []
+
+    async def _aclose(self) -> None:
+        for session_id in list(self._sessions):
+            await self._close_session(session_id)
+        if self._browser is not None:
+            await _quietly(self._browser.close())
+            self._browser = None
+        if self._playwright is not None:
+            await _quietly(self._playwright.stop())
+            self._playwright = None
+        for proxy in self._proxies.values():
+            await _quietly(proxy.aclose())
+        self._proxies.clear()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Close the browser and stop the engine's thread (blocking; also run at exit)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._aclose(), loop).result(timeout_s)
+        except Exception:  # best effort at exit: the process is going anyway
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout_s)
+        self._loop = self._thread = None
+        self._launch_lock = None
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    try:
+        await awaitable
+    except Exception:  # closing something already closed or crashed
+        pass
+
+
+_ENGINE: BrowserEngine | None = None
+_ENGINE_LOCK = threading.Lock()
+
+
+def engine() -> BrowserEngine:
+    """The process-wide engine (created on first use; the browser launches lazily)."""
+    global _ENGINE
+    with _ENGINE_LOCK:
+        if _ENGINE is None:
+            _ENGINE = BrowserEngine()
+            atexit.register(_ENGINE.shutdown)
+        return _ENGINE
+
+
+def shutdown() -> None:
+    """Close the shared browser now (it is closed at exit anyway)."""
+    if _ENGINE is not None:
+        _ENGINE.shutdown()

@@ -1,0 +1,93 @@
+"""What a model reads of a page: its main text and its links, extracted in the page.
+
+The main element (``article``, else ``main``, else ``body``) is cloned, stripped of scripts,
+styles, navigation and other chrome, and measured with ``innerText`` in an off-screen container,
+so block elements still end lines the way the page shows them; then whitespace is collapsed and
+the text capped. Links are those of the whole document (navigation links help the model move on),
+as absolute http(s) URLs, deduplicated and capped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["EXTRACT_JS", "MAX_LINKS", "MAX_TEXT_CHARS", "clean_text", "page_snapshot"]
+
+#: Cap on the readable text returned, in characters (about 50 kB of text).
+MAX_TEXT_CHARS = 50_000
+#: Cap on the number of links returned.
+MAX_LINKS = 100
+
+EXTRACT_JS = r"""
+([maxChars, maxLinks]) => {
+  const doc = document;
+  const root = doc.querySelector('article') || doc.querySelector('main')
+    || doc.body || doc.documentElement;
+  let text = '';
+  if (root) {
+    const clone = root.cloneNode(true);
+    clone.querySelectorAll(
+      'script, style, noscript, template, nav, svg, canvas, iframe, object, embed, head, '
+      + '[hidden], [aria-hidden="true"]'
+    ).forEach((el) => el.remove());
+    const box = doc.createElement('div');
+    box.setAttribute('style', 'position:absolute;left:-100000px;top:0;width:1000px;');
+    box.appendChild(clone);
+    (doc.body || doc.documentElement).appendChild(box);
+    try { text = clone.innerText || clone.textContent || ''; } finally { box.remove(); }
+  }
+  const total = text.length;
+  // Leave room for whitespace collapsing on the Python side: cut a little above the cap.
+  if (text.length > maxChars * 2) text = text.slice(0, maxChars * 2);
+  const seen = new Set();
+  const links = [];
+  let count = 0;
+  for (const a of doc.querySelectorAll('a[href]')) {
+    const href = a.href;
+    if (!/^https?:/i.test(href) || seen.has(href)) continue;
+    seen.add(href);
+    count += 1;
+    if (links.length < maxLinks) {
+      const label = (a.innerText || a.getAttribute('aria-label') || a.title || '')
+        .replace(/\s+/g, ' ').trim().slice(0, 200);
+      links.push({ text: label, href: href });
+    }
+  }
+  return { text: text, text_chars: total, links: links, link_count: count };
+}
+"""
+
+_SPACES = re.compile(r"[ \t\f\v\u00a0\u200b]+")
+_BLANKS = re.compile(r"\n{3,}")
+
+
+def clean_text(text: str) -> str:
+    """Collapse runs of spaces, trim every line, keep at most one blank line in a row."""
+    lines = (_SPACES.sub(" ", line).strip() for line in text.replace("\r", "\n").split("\n"))
+    return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
+
+
+async def page_snapshot(page: Any, *, max_chars: int = MAX_TEXT_CHARS) -> dict[str, Any]:
+    """Title, URL, readable text (capped, with ``truncated``) and links of ``page``."""
+    raw = await page.evaluate(EXTRACT_JS, [max_chars, MAX_LINKS])
+    text = clean_text(str(raw.get("text") or ""))
+    truncated = len(text) > max_chars or int(raw.get("text_chars") or 0) > max_chars * 2
+    if len(text) > max_chars:
+        text = text[:max_chars]
+    snapshot: dict[str, Any] = {
+        "title": await page.title(),
+        "url": page.url,
+        "text": text,
+        "truncated": truncated,
+        "links": list(raw.get("links") or []),
+        "link_count": int(raw.get("link_count") or 0),
+    }
+    if truncated:
+        snapshot["note"] = (
+            f"The page text was cut at {max_chars} characters. Use browser_click or a more "
+            "specific page (a section link) to read further."
+        )
+    if snapshot["link_count"] > len(snapshot["links"]):
+        snapshot["links_truncated"] = True
+    return snapshot

@@ -1,0 +1,220 @@
+"""A guarding forward proxy on 127.0.0.1, run on the browser thread's asyncio loop.
+
+Chromium sends every request of a context through it (``CONNECT host:port`` for https and
+WebSockets, absolute-form requests for plain http). Each connection is checked by
+:func:`._guard.allowed_addresses` and connected to a checked address, or answered with
+``403`` and an ``X-Tooldeck-Blocked`` header naming the reason, which the tools turn into
+``URL_NOT_ALLOWED``. One proxy serves one allow-list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import urllib.parse
+
+from ._guard import allowed_addresses
+
+__all__ = ["BLOCKED_HEADER", "UNREACHABLE_HEADER", "GuardProxy"]
+
+#: Response header of a refused plain-http request (the reason, URL-quoted).
+BLOCKED_HEADER = "X-Tooldeck-Blocked"
+#: Response header of a plain-http request whose server could not be reached.
+UNREACHABLE_HEADER = "X-Tooldeck-Unreachable"
+
+_MAX_HEAD = 64 * 1024
+_HEAD_TIMEOUT_S = 30.0
+_CONNECT_TIMEOUT_S = 10.0
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+}
+
+
+class GuardProxy:
+    """Check and forward the connections of the browser contexts that use one allow-list."""
+
+    def __init__(self, allow: tuple[str, ...]) -> None:
+        self.allow = allow
+        #: The last refusals, newest last: (host, reason). Read to explain a failed navigation.
+        self.blocked: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
+        #: How many connections were refused so far (to tell what one action caused).
+        self.block_count = 0
+        #: Hosts that could not be reached, newest last.
+        self.unreachable: collections.deque[str] = collections.deque(maxlen=64)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> int:
+        """Listen on an ephemeral loopback port; return it."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, limit=_MAX_HEAD)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def aclose(self) -> None:
+        """Stop listening and drop the connections in flight."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def last_block_for(self, host: str | None) -> str | None:
+        """The newest refusal reason for ``host`` (any host when None)."""
+        for blocked_host, reason in reversed(self.blocked):
+            if host is None or blocked_host == host:
+                return reason
+        return None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass  # a client or upstream that went away mid-way: nothing to report to anyone
+        except TimeoutError:
+            pass
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, version = (lines[0].split(" ", 2) + ["", ""])[:3]
+        if method.upper() == "CONNECT":
+            host, _, port_text = target.rpartition(":")
+            host = host.strip("[]")
+            scheme, port = "https", int(port_text or 443)
+        else:
+            parts = urllib.parse.urlsplit(target)
+            if parts.scheme.lower() != "http" or not parts.hostname:
+                await _answer(writer, 400, "Bad Request", "absolute http URL expected")
+                return
+            scheme, host, port = "http", parts.hostname, parts.port or 80
+        verdict = await asyncio.get_running_loop().run_in_executor(
+            None, allowed_addresses, scheme, host, port, self.allow
+        )
+        if isinstance(verdict, str):
+            self.blocked.append((host, verdict))
+            self.block_count += 1
+            await _answer(writer, 403, "Forbidden", verdict, blocked=verdict)
+            return
+        upstream = await _connect(verdict, port)
+        if upstream is None:
+            self.unreachable.append(host)
+            await _answer(
+                writer, 502, "Bad Gateway", f"could not connect to {host}:{port}", unreachable=True
+            )
+            return
+        up_reader, up_writer = upstream
+        try:
+            if method.upper() == "CONNECT":
+                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                await writer.drain()
+            else:
+                up_writer.write(_origin_form(method, target, version, lines[1:]))
+                await up_writer.drain()
+            await _pipe_both(reader, writer, up_reader, up_writer)
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                up_writer.close()
+
+
+def _origin_form(method: str, target: str, version: str, header_lines: list[str]) -> bytes:
+    """The request as the origin server expects it: path only, no proxy headers, one request
+    per connection (so that a reused client connection cannot reach a host never checked)."""
+    parts = urllib.parse.urlsplit(target)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    kept = [
+        line
+        for line in header_lines
+        if line and line.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP
+    ]
+    kept.append("Connection: close")
+    return (f"{method} {path} {version}\r\n" + "\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
+
+
+async def _connect(
+    addresses: list[str], port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    for address in addresses:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(address, port), _CONNECT_TIMEOUT_S
+            )
+        except (TimeoutError, OSError):
+            continue
+    return None
+
+
+async def _answer(
+    writer: asyncio.StreamWriter,
+    status: int,
+    phrase: str,
+    text: str,
+    *,
+    blocked: str | None = None,
+    unreachable: bool = False,
+) -> None:
+    body = (text + "\n").encode("utf-8", "replace")
+    extra = f"{BLOCKED_HEADER}: {urllib.parse.quote(blocked)}\r\n" if blocked else ""
+    if unreachable:
+        extra += f"{UNREACHABLE_HEADER}: 1\r\n"
+    writer.write(
+        (
+            f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+        ).encode("latin-1")
+        + body
+    )
+    with contextlib.suppress(OSError, RuntimeError):
+        await writer.drain()
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            writer.write(chunk)
+            await writer.drain()
+    except (OSError, RuntimeError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+
+
+async def _pipe_both(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    # Either side may half-close; the tunnel ends when the server side is done, since with one
+    # request per connection nothing useful can follow the response.
+    to_server = asyncio.ensure_future(_copy(reader, up_writer))
+    try:
+        await _copy(up_reader, writer)
+    finally:
+        to_server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await to_server

@@ -1,0 +1,311 @@
+"""The browser tools: ``browser_navigate``, ``browser_click``, ``browser_fill``,
+``browser_screenshot`` and ``browser_close``.
+
+Each is an async function called as ``tool(arguments, context)``; the work runs on the shared
+engine's asyncio thread (:mod:`._engine`). Failures a model can cause raise
+:class:`~tooldeck_hookspecs.ToolFailure` with a stable code and a suggestion.
+"""
+
+from __future__ import annotations
+
+import struct
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
+
+from ._engine import BrowserEngine, engine
+from ._extract import page_snapshot
+from ._files import check_relative_png, write_in_workdir
+from ._guard import scheme_problem
+from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
+
+__all__ = [
+    "DEFAULT_ACTION_TIMEOUT_S",
+    "DEFAULT_NAVIGATE_TIMEOUT_S",
+    "MAX_TIMEOUT_S",
+    "browser_click",
+    "browser_close",
+    "browser_fill",
+    "browser_navigate",
+    "browser_screenshot",
+]
+
+DEFAULT_NAVIGATE_TIMEOUT_S = 30.0
+DEFAULT_ACTION_TIMEOUT_S = 10.0
+#: Upper bound of the ``timeout_s`` arguments (the tools' own execution timeout is above it).
+MAX_TIMEOUT_S = 90.0
+_WAIT_UNTIL = ("load", "domcontentloaded", "networkidle")
+
+
+def _timeout_ms(arguments: Mapping[str, Any], default: float) -> float:
+    value = arguments.get("timeout_s", default)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 < value <= MAX_TIMEOUT_S:
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
+                          f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    return float(value) * 1000.0
+
+
+def _string(arguments: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = arguments.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, f"{name} must be a non-empty string")
+    return value
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _blocked_since(eng: BrowserEngine, session_id: str, before: int) -> list[dict[str, str]]:
+    proxy = eng.proxy_of(session_id)
+    if proxy is None or proxy.block_count <= before:
+        return []
+    fresh = list(proxy.blocked)[-min(proxy.block_count - before, len(proxy.blocked)):]
+    return [{"host": host, "reason": reason} for host, reason in fresh][:20]
+
+
+def _block_count(eng: BrowserEngine, session_id: str) -> int:
+    proxy = eng.proxy_of(session_id)
+    return proxy.block_count if proxy is not None else 0
+
+
+def _navigation_error(
+    eng: BrowserEngine, session_id: str, url: str, exc: Exception
+) -> ToolFailure:
+    """A Playwright navigation exception as a structured error."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    message = _first_line(exc)
+    proxy = eng.proxy_of(session_id)
+    host = _host(url)
+    if isinstance(exc, PlaywrightTimeout):
+        return ToolFailure(ErrorCode.TIMEOUT, f"loading {url!r} did not finish in time "
+                           f"({message})", suggestion="Try again with wait_until "
+                           "'domcontentloaded' or a larger timeout_s, or try another page.")
+    if "Download is starting" in message or "ERR_ABORTED" in message:
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{url!r} is a file download (binary "
+                           "content), not a web page; the browser does not download files",
+                           suggestion="Open a web page instead; this tool reads HTML pages.")
+    if "ERR_TUNNEL_CONNECTION_FAILED" in message or "ERR_PROXY" in message:
+        reason = proxy.last_block_for(host) if proxy is not None else None
+        if reason is not None:
+            return ToolFailure(ErrorCode.URL_NOT_ALLOWED, f"navigation to {url!r} was blocked: "
+                               f"{reason}", suggestion="Use a public http(s) URL.")
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not connect to {host!r} "
+                           "(connection refused or unreachable)",
+                           suggestion="Check the URL; the site may be down. Try again later "
+                           "or use another source.")
+    if "ERR_NAME_NOT_RESOLVED" in message or "ERR_CONNECTION" in message:
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not load {url!r}: {message}",
+                           suggestion="Check the URL; the site may be down or not exist.")
+    return ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not load {url!r}: {message}")
+
+
+async def _navigate(
+    eng: BrowserEngine, session_id: str, url: str, page_id: str | None, wait_until: str,
+    timeout_ms: float,
+) -> dict[str, Any]:
+    closed: list[str] = []
+    if page_id is None:
+        entry, closed = await eng.new_page(session_id)
+        fresh = True
+    else:
+        entry, fresh = eng.get_page(session_id, page_id), False
+    page = entry.page
+    before = _block_count(eng, session_id)
+    try:
+        try:
+            response = await page.goto(url, wait_until=wait_until, timeout=timeout_ms)
+        except ToolFailure:
+            raise
+        except Exception as exc:  # Playwright errors are mapped to codes
+            raise _navigation_error(eng, session_id, url, exc) from None
+        status = response.status if response is not None else None
+        headers = response.headers if response is not None else {}
+        blocked = headers.get(BLOCKED_HEADER.lower())
+        if blocked is not None:
+            reason = urllib.parse.unquote(blocked)
+            what = "a redirect" if page.url != url else "the URL"
+            raise ToolFailure(ErrorCode.URL_NOT_ALLOWED, f"navigation to {url!r} was blocked: "
+                              f"{what} led to {page.url!r}: {reason}",
+                              suggestion="Use a public http(s) URL.",
+                              details={"final_url": page.url})
+        if headers.get(UNREACHABLE_HEADER.lower()) is not None:
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not connect to "
+                              f"{_host(page.url)!r} for {url!r} (connection refused or "
+                              "unreachable)", suggestion="Check the URL; the site may be down.")
+        snapshot = await page_snapshot(page)
+    except BaseException:
+        if fresh:  # a page the model never got an id for would leak
+            await eng.close_page(session_id, entry.page_id)
+        raise
+    result: dict[str, Any] = {"page_id": entry.page_id, "status": status,
+                              "content_type": headers.get("content-type"), **snapshot}
+    blocked_requests = _blocked_since(eng, session_id, before)
+    if blocked_requests:
+        result["blocked_requests"] = blocked_requests
+    if closed:
+        result["closed_pages"] = closed
+        result["note_pages"] = (f"At most {eng.max_pages_per_session} pages stay open per "
+                                f"session; closed the oldest: {', '.join(closed)}.")
+    return result
+
+
+async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+    """Open ``url`` in a new page (or in page ``page_id``) and return what a reader sees."""
+    url = _string(arguments, "url")
+    assert url is not None
+    problem = scheme_problem(url)
+    if problem:
+        raise ToolFailure(ErrorCode.URL_NOT_ALLOWED, problem,
+                          suggestion="Use a public http(s) URL.")
+    page_id = _string(arguments, "page_id", required=False)
+    wait_until = arguments.get("wait_until", "load")
+    if wait_until not in _WAIT_UNTIL:
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
+                          f"wait_until must be one of {', '.join(_WAIT_UNTIL)}")
+    timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S)
+    eng = engine()
+    return await eng.run(_navigate, eng, context.session_id, url, page_id, wait_until, timeout_ms)
+
+
+def _action_error(what: str, target: str, exc: Exception) -> ToolFailure:
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    if isinstance(exc, PlaywrightTimeout):
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not {what} {target}: no matching "
+                           "element became ready in time", suggestion="Check the selector or "
+                           "text against the page's text and links (browser_navigate shows "
+                           "them); use a CSS selector such as 'button[type=submit]' or '#email'.")
+    return ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not {what} {target}: {_first_line(exc)}",
+                       suggestion="Check the selector; it must be a valid CSS selector.")
+
+
+async def _click(
+    eng: BrowserEngine, session_id: str, page_id: str, selector: str | None, text: str | None,
+    timeout_ms: float,
+) -> dict[str, Any]:
+    page = eng.get_page(session_id, page_id).page
+    target = f"selector {selector!r}" if selector else f"the element with text {text!r}"
+    locator = page.locator(selector).first if selector else page.get_by_text(text).first
+    before = _block_count(eng, session_id)
+    try:
+        await locator.click(timeout=timeout_ms)
+    except Exception as exc:  # mapped to a structured error
+        raise _action_error("click", target, exc) from None
+    try:
+        # A click may start a navigation: let it load (or give up quietly, the click happened).
+        await page.wait_for_load_state("load", timeout=timeout_ms)
+    except Exception:  # a slow load is reported through the snapshot's state
+        pass
+    snapshot = await page_snapshot(page)
+    result: dict[str, Any] = {"page_id": page_id, "clicked": target, **snapshot}
+    blocked = _blocked_since(eng, session_id, before)
+    if blocked:
+        result["blocked_requests"] = blocked
+    return result
+
+
+async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+    """Click the first element matching ``selector`` (CSS) or showing ``text``; return the
+    page as it is afterwards."""
+    page_id = _string(arguments, "page_id")
+    selector = _string(arguments, "selector", required=False)
+    text = _string(arguments, "text", required=False)
+    if bool(selector) == bool(text):
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "give exactly one of selector or text",
+                          suggestion="Pass selector (a CSS selector) or text (the visible text "
+                          "of the element), not both.")
+    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
+    eng = engine()
+    return await eng.run(_click, eng, context.session_id, page_id, selector, text, timeout_ms)
+
+
+async def _fill(
+    eng: BrowserEngine, session_id: str, page_id: str, selector: str, value: str,
+    timeout_ms: float,
+) -> dict[str, Any]:
+    page = eng.get_page(session_id, page_id).page
+    try:
+        await page.locator(selector).first.fill(value, timeout=timeout_ms)
+    except Exception as exc:  # mapped to a structured error
+        raise _action_error("fill", f"selector {selector!r}", exc) from None
+    return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url}
+
+
+async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+    """Type ``value`` into the input, textarea or editable element matching ``selector``."""
+    page_id = _string(arguments, "page_id")
+    selector = _string(arguments, "selector")
+    value = arguments.get("value")
+    if not isinstance(value, str):
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "value must be a string")
+    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
+    eng = engine()
+    return await eng.run(_fill, eng, context.session_id, page_id, selector, value, timeout_ms)
+
+
+async def _screenshot(
+    eng: BrowserEngine, session_id: str, page_id: str, full_page: bool
+) -> bytes:
+    page = eng.get_page(session_id, page_id).page
+    try:
+        data: bytes = await page.screenshot(type="png", full_page=full_page, timeout=30_000)
+    except Exception as exc:  # mapped to a structured error
+        raise ToolFailure(ErrorCode.EXECUTION_ERROR,
+                          f"the screenshot failed: {_first_line(exc)}") from None
+    return data
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+async def browser_screenshot(
+    arguments: Mapping[str, Any], context: ToolContext
+) -> dict[str, Any]:
+    """Save a PNG screenshot of page ``page_id`` at ``path`` inside the working directory."""
+    page_id = _string(arguments, "page_id")
+    path = arguments.get("path", "screenshot.png")
+    check_relative_png(path)  # refuse before taking the picture
+    full_page = arguments.get("full_page", False)
+    if not isinstance(full_page, bool):
+        raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "full_page must be true or false")
+    eng = engine()
+    data = await eng.run(_screenshot, eng, context.session_id, page_id, full_page)
+    written = await trio.to_thread.run_sync(write_in_workdir, context.workdir, path, data)
+    size = _png_size(data)
+    result: dict[str, Any] = {"page_id": page_id, "path": written, "bytes": len(data)}
+    if size is not None:
+        result["width"], result["height"] = size
+    return result
+
+
+async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:
+    closed = await eng.close_page(session_id, page_id)
+    return {"page_id": page_id, "closed": closed, "open_pages": eng.open_pages(session_id)}
+
+
+async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+    """Close page ``page_id`` (closing a page that is not open is not an error)."""
+    page_id = _string(arguments, "page_id")
+    eng = engine()
+    return await eng.run(_close, eng, context.session_id, page_id)

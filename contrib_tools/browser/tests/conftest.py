@@ -1,0 +1,161 @@
+"""Fixtures of the browser pack's tests: real pages served on loopback by a threaded server.
+
+``site`` serves the pages on 127.0.0.1 (the allowed host); ``canary`` listens on ::1, a loopback
+address the tests never allow, and records every request that reaches it, so a test can show
+that a redirect or a subresource aimed at it was stopped before it left the browser.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+HUGE_WORDS = 30_000  # about 180 kB of text: well over the 50 k characters cap
+
+
+def _page(title: str, body: str, charset: str = "utf-8") -> str:
+    return (f"<!doctype html><html><head><meta charset='{charset}'><title>{title}</title>"
+            f"</head><body>{body}</body></html>")
+
+
+@attrs.define
+class Site:
+    """A running test site: its base URL, what it saw, and a canary URL on ::1."""
+
+    base: str
+    canary_base: str
+    submitted: list[dict[str, list[str]]]
+    canary_hits: list[str]
+    port: int
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8",
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = urllib.parse.urlsplit(self.path).path
+            if path == "/":
+                body = _page(
+                    "Tooldeck Test Home",
+                    "<nav><a href='/nav-only'>NAVLINK</a> Menu text</nav>"
+                    "<script>document.title = document.title; var secret='SCRIPTTEXT';</script>"
+                    "<style>.x{color:red} STYLETEXT</style>"
+                    "<article><h1>Main   heading</h1><p>First    paragraph with "
+                    "<b>bold</b> words.</p>\n\n\n\n<p>Second paragraph.</p>"
+                    "<a href='/form'>Go to the form</a> <a href='page2?x=1'>Relative link</a>"
+                    "<a href='https://example.org/abs'>Absolute</a>"
+                    "<a href='mailto:a@b.c'>Mail</a></article>",
+                )
+                self._send(200, body.encode())
+            elif path == "/form":
+                body = _page(
+                    "Form page",
+                    "<main><form method='post' action='/submit'>"
+                    "<input name='q' id='q'><textarea name='note' id='note'></textarea>"
+                    "<button type='submit' id='go'>Send it</button></form></main>",
+                )
+                self._send(200, body.encode())
+            elif path == "/redirect-out":
+                self._send(302, b"", headers={"Location": site["canary_base"] + "/secret"})
+            elif path == "/redirect-in":
+                self._send(302, b"", headers={"Location": "/form"})
+            elif path == "/subresource":
+                body = _page("Sub", f"<main>Image below<img src='{site['canary_base']}/pixel'>"
+                             "</main>")
+                self._send(200, body.encode())
+            elif path == "/latin1":
+                body = _page("Caf\u00e9 page", "<p>Caf\u00e9 na\u00efve \u00e0 la carte</p>",
+                             charset="windows-1252")
+                self._send(200, body.encode("cp1252"), "text/html; charset=windows-1252")
+            elif path == "/latin1-nocharset":
+                body = ("<html><head><meta http-equiv='Content-Type' content='text/html; "
+                        "charset=iso-8859-1'><title>Sans</title></head><body><p>Cr\u00e8me "
+                        "br\u00fbl\u00e9e</p></body></html>")
+                self._send(200, body.encode("latin-1"), "text/html")
+            elif path == "/binary":
+                self._send(200, os.urandom(4096), "application/octet-stream")
+            elif path == "/huge":
+                words = " ".join(f"word{i}" for i in range(HUGE_WORDS))
+                self._send(200, _page("Huge", f"<main><p>{words}</p><p>THE-END</p></main>")
+                           .encode())
+            else:
+                self._send(404, _page("Not found", "<p>nothing here</p>").encode())
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            fields = urllib.parse.parse_qs(self.rfile.read(length).decode())
+            site["submitted"].append(fields)
+            value = fields.get("q", [""])[0]
+            self._send(200, _page("Thanks", f"<main>Received: {value}</main>").encode())
+
+    return Handler
+
+
+class _V6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+@pytest.fixture(scope="session")
+def site() -> Iterator[Site]:
+    canary_hits: list[str] = []
+
+    class Canary(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            canary_hits.append(self.path)
+            body = b"<html><head><title>CANARY</title></head><body>INTERNAL SECRET</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    canary = _V6Server(("::1", 0), Canary)
+    shared: dict[str, Any] = {"submitted": [],
+                              "canary_base": f"http://[::1]:{canary.server_address[1]}"}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(shared))
+    for srv in (server, canary):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        yield Site(base=f"http://127.0.0.1:{port}", canary_base=shared["canary_base"],
+                   submitted=shared["submitted"], canary_hits=canary_hits, port=port)
+    finally:
+        server.shutdown()
+        canary.shutdown()
+        server.server_close()
+        canary.server_close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    sock.close()
+    return port

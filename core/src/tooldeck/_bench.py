@@ -1,0 +1,168 @@
+"""``tooldeck bench``: the call path measured side by side with the alternatives, as ratios.
+
+Figures are medians of repeated batches in one process. Nothing here asserts a time: benchmarks
+report, tests check behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from tooldeck_hookspecs import ToolDefinition, tool
+
+from ._config import Config
+from ._deck import Deck
+from .testing import tools_plugin
+
+__all__ = ["run_bench", "run_bench_cli"]
+
+
+@tool(category="bench", execution={"cacheable": True, "cache_ttl_s": 600})
+async def bench_add(a: int, b: int) -> int:
+    """Add two integers (the trivial tool every figure is measured with)."""
+    return a + b
+
+
+async def _per_call_us(call: Callable[[int], Awaitable[Any]], n: int, repeats: int) -> float:
+    """Median over ``repeats`` batches of the mean time of ``n`` sequential calls, in µs."""
+    means = []
+    counter = 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(n):
+            counter += 1
+            await call(counter)
+        means.append((time.perf_counter() - started) / n * 1e6)
+    return statistics.median(means)
+
+
+def _langchain_us(n: int, repeats: int) -> float | None:
+    try:
+        from langchain_core.tools import StructuredTool
+    except ImportError:
+        return None
+
+    async def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    lc_tool = StructuredTool.from_function(coroutine=add, name="bench_add")
+
+    async def main() -> float:
+        async def call(i: int) -> Any:
+            return await lc_tool.ainvoke({"a": i, "b": 1})
+
+        await call(0)  # warm up pydantic model building
+        return await _per_call_us(call, n, repeats)
+
+    return asyncio.run(main())
+
+
+def _bench_deck() -> Deck:
+    # All installed plugins with default settings (no configuration file), plus the bench tool.
+    return Deck.load(Config.from_mapping({}), plugins=[tools_plugin([bench_add], name="bench")])
+
+
+async def _pipeline_figures(n: int, repeats: int) -> dict[str, float]:
+    deck = _bench_deck()
+    figures: dict[str, float] = {}
+    async with deck:
+        session = deck.session()
+        definition: ToolDefinition = deck.catalog.get("bench_add")  # type: ignore[assignment]
+        execute = definition.execute
+        assert execute is not None
+
+        async def direct(i: int) -> Any:
+            return await execute(a=i, b=1)
+
+        async def miss(i: int) -> Any:
+            # Distinct arguments every time: each call probes the cache, misses, runs, stores.
+            result = await session.call("bench_add", {"a": i, "b": 1})
+            assert result.success, result.error
+            return result
+
+        async def hit(i: int) -> Any:
+            return await session.call("bench_add", {"a": 1, "b": 1})
+
+        await miss(-1)
+        figures["direct_call_us"] = await _per_call_us(direct, n, repeats)
+        figures["pipeline_call_us"] = await _per_call_us(miss, n, repeats)
+        await hit(0)
+        figures["cache_hit_us"] = await _per_call_us(hit, n, repeats)
+        # Throughput: many concurrent callers, distinct arguments (no cache hits).
+        total, workers = n * 2, 50
+        started = time.perf_counter()
+
+        async def worker(offset: int) -> None:
+            for i in range(offset, total, workers):
+                await session.call("bench_add", {"a": 10_000_000 + i, "b": 2})
+
+        async with trio.open_nursery() as nursery:
+            for w in range(workers):
+                nursery.start_soon(worker, w)
+        figures["calls_per_s"] = total / (time.perf_counter() - started)
+    figures["pipeline_overhead_us"] = figures["pipeline_call_us"] - figures["direct_call_us"]
+    return figures
+
+
+def run_bench(*, quick: bool = False) -> dict[str, Any]:
+    """Run every benchmark whose plugin is installed; return the figures as one flat dict."""
+    n, repeats = (300, 3) if quick else (2000, 5)
+    figures: dict[str, Any] = dict(trio.run(_pipeline_figures, n, repeats))
+    langchain = _langchain_us(n, repeats)
+    if langchain is not None:
+        figures["langchain_ainvoke_us"] = langchain
+        figures["overhead_vs_langchain_ratio"] = figures["pipeline_overhead_us"] / langchain
+        figures["pipeline_vs_langchain_ratio"] = figures["pipeline_call_us"] / langchain
+    try:
+        from tooldeck_runner.bench import bench_sandbox
+    except ImportError:
+        figures["sandbox"] = "tooldeck-runner sandbox bench not installed"
+    else:
+        figures.update(trio.run(bench_sandbox, 20 if quick else 50))
+    try:
+        from ._eval import bench_selection
+    except ImportError:
+        figures["selection"] = "tooldeck-faiss not installed"
+    else:
+        sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
+        try:
+            figures.update(trio.run(bench_selection, sizes))
+        except Exception as exc:
+            figures["selection"] = f"skipped: {type(exc).__name__}: {exc}"
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()}
+
+
+def run_bench_cli(args: argparse.Namespace) -> int:
+    """``tooldeck bench [--json] [--quick]``."""
+    figures = run_bench(quick=args.quick)
+    if args.json:
+        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="tooldeck bench (medians; lower is better unless noted)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in figures.items():
+        table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+    console = Console()
+    console.print(table)
+    if "langchain_ainvoke_us" in figures:
+        console.print(
+            f"pipeline overhead is {figures['overhead_vs_langchain_ratio']:.3f}x of LangChain "
+            f"tool.ainvoke ({figures['pipeline_overhead_us']:.1f} µs vs "
+            f"{figures['langchain_ainvoke_us']:.1f} µs); "
+            f"direct call {figures['direct_call_us']:.2f} µs"
+        )
+    return 0

@@ -1,0 +1,585 @@
+"""tooldeck as an MCP server: ``tooldeck serve mcp [--transport stdio|http]``.
+
+Any MCP client (Claude Desktop, an IDE, an agent framework) gets the deck's tools, and every call
+goes through the whole pipeline (validation, policy, cache, rate limits, sandbox) in one
+:class:`~tooldeck.Session` per MCP connection. Errors come back as ``isError`` results carrying
+the structured error JSON, exactly as :func:`tooldeck.result_messages` builds them for ``mcp``.
+
+Built on the official SDK's low-level ``Server`` (full control of ``tools/list`` and
+``tools/call``: raw JSON Schemas and annotations pass through as they are). The deck is trio
+code, so the server runs on trio: the SDK is written against anyio and works on its trio backend;
+stdio uses the SDK's own transport; streamable HTTP is the SDK's Starlette app served by
+Hypercorn's trio worker (uvicorn is asyncio-only), so there is one event loop and no thread hop
+per call.
+
+Configuration, ``[tool.tooldeck.mcp]`` (the ``servers`` sub-table belongs to the MCP client
+bridge, ``tooldeck-mcp``)::
+
+    [tool.tooldeck.mcp]
+    list = "all"             # "all": every tool; "hand": only a hand + search_tools
+    default_task = ""        # "hand" mode: the task whose hand tools/list shows before a search
+    search_limit = 15        # default `limit` of search_tools
+    allow_approvals = false  # offer approve_call (a model approving its own calls: off!)
+
+Extra tools the server adds: ``search_tools`` (when a retriever is installed) returns the hand
+for a task with full input schemas, so a client facing hundreds of tools can ask for the right
+ones; ``approve_call`` (only with ``allow_approvals = true``) runs a call that answered
+``CONFIRMATION_REQUIRED``. It is off by default because the model would approve its own calls:
+turn it on only when the MCP client shows the user each ``approve_call`` and asks first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import trio
+from mcp import types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+
+from tooldeck_hookspecs import (
+    LEVEL_ORDER,
+    ConfigError,
+    ErrorCode,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+)
+
+from ._deck import Deck, Session
+from .adapters import export_tool, result_messages
+
+__all__ = [
+    "McpServerSettings",
+    "DeckMcpServer",
+    "SEARCH_TOOL",
+    "APPROVE_TOOL",
+    "serve_stdio",
+    "serve_http",
+    "serve_mcp_cli",
+    "add_serve_arguments",
+    "main",
+]
+
+log = logging.getLogger("tooldeck.mcp")
+
+#: Name of the tool that deals a hand for a task.
+SEARCH_TOOL = "search_tools"
+#: Name of the tool that approves a pending call (only when ``allow_approvals`` is on).
+APPROVE_TOOL = "approve_call"
+
+#: Connections without a transport session id (stdio, stateless HTTP) share this session key.
+_DEFAULT_KEY = "default"
+
+_SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "minLength": 1,
+            "description": "What you are trying to do, in a sentence.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 50,
+            "description": "How many tools to return (default 15).",
+        },
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+_APPROVE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approval_id": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The approval_id of a CONFIRMATION_REQUIRED result.",
+        }
+    },
+    "required": ["approval_id"],
+    "additionalProperties": False,
+}
+
+
+@attrs.frozen(kw_only=True)
+class McpServerSettings:
+    """The ``[tool.tooldeck.mcp]`` table as far as the server is concerned."""
+
+    list: Literal["all", "hand"] = "all"
+    default_task: str = ""
+    search_limit: int = 15
+    allow_approvals: bool = False
+    #: Most concurrent HTTP sessions kept; the least recently used one is dropped beyond it.
+    max_sessions: int = 1000
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> McpServerSettings:
+        """Read the ``mcp`` table of the whole tooldeck configuration.
+
+        :raises ConfigError: a key has the wrong type or value.
+        """
+        table = settings.get("mcp", {})
+        if not isinstance(table, Mapping):
+            raise ConfigError("'mcp' must be a table")
+        mode = table.get("list", "all")
+        if mode not in ("all", "hand"):
+            raise ConfigError(f"mcp.list must be 'all' or 'hand', not {mode!r}")
+        default_task = table.get("default_task", "")
+        if not isinstance(default_task, str):
+            raise ConfigError("mcp.default_task must be a string")
+        allow = table.get("allow_approvals", False)
+        if not isinstance(allow, bool):
+            raise ConfigError("mcp.allow_approvals must be true or false")
+        numbers: dict[str, int] = {}
+        for key, default in (("search_limit", 15), ("max_sessions", 1000)):
+            value = table.get(key, default)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"mcp.{key} must be an integer >= 1, not {value!r}")
+            numbers[key] = value
+        return cls(
+            list=mode,
+            default_task=default_task,
+            allow_approvals=allow,
+            search_limit=numbers["search_limit"],
+            max_sessions=numbers["max_sessions"],
+        )
+
+
+def _call_result(call: ToolCall, result: ToolResult) -> types.CallToolResult:
+    message = result_messages("mcp", [(call, result)])[0]
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=b["text"]) for b in message["content"]],
+        structured_content=message["structuredContent"],
+        is_error=message["isError"],
+    )
+
+
+def _mcp_tool(spec: Mapping[str, Any]) -> types.Tool:
+    return types.Tool.model_validate(dict(spec))
+
+
+class DeckMcpServer:
+    """An MCP server over a loaded :class:`Deck`.
+
+    :param deck: the deck (the caller enters and closes it).
+    :param workdir: the sessions' working directory (default: the ``[session]`` table, then cwd).
+    :param settings: server settings; default: read from ``deck.config``.
+    :param session_options: extra keyword arguments for :meth:`Deck.session` (grants, max_level,
+        ...); unset ones come from the ``[session]`` table.
+
+    ``server`` is the SDK's low-level server; :meth:`run_stdio` and :meth:`run_http` serve it.
+    """
+
+    def __init__(
+        self,
+        deck: Deck,
+        *,
+        workdir: str | None = None,
+        settings: McpServerSettings | None = None,
+        session_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        from . import __version__
+
+        self.deck = deck
+        self.workdir = workdir
+        self.settings = settings or McpServerSettings.from_settings(deck.config.settings)
+        self._session_options = dict(session_options or {})
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._scratch: Session | None = None
+        if self.settings.list == "hand" and deck.retriever is None:
+            log.warning("mcp.list = 'hand' needs a retriever (tooldeck-faiss); listing all tools")
+        self.server: Server[Any] = Server(
+            "tooldeck",
+            version=__version__,
+            instructions=self._instructions(),
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+        )
+
+    # ------------------------------------------------------------------ sessions
+
+    @property
+    def _hand_mode(self) -> bool:
+        return self.settings.list == "hand" and self.deck.retriever is not None
+
+    def _new_session(self) -> Session:
+        return self.deck.session(workdir=self.workdir, **self._session_options)
+
+    def session_for(self, ctx: ServerRequestContext[Any, Any] | None) -> Session:
+        """The deck session of the MCP connection that sent ``ctx``.
+
+        Streamable HTTP connections carry an ``mcp-session-id`` header: one deck session each.
+        stdio is one connection per process; stateless HTTP requests have no identity at all:
+        both use one shared session.
+        """
+        key = _DEFAULT_KEY
+        request = getattr(ctx, "request", None) if ctx is not None else None
+        headers = getattr(request, "headers", None)
+        if headers is not None:
+            key = headers.get("mcp-session-id") or _DEFAULT_KEY
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = self._new_session()
+            while len(self._sessions) > self.settings.max_sessions:
+                _, dropped = self._sessions.popitem(last=False)
+                dropped.cancel()
+        else:
+            self._sessions.move_to_end(key)
+        return session
+
+    @property
+    def sessions(self) -> Mapping[str, Session]:
+        """Open deck sessions by MCP session key (``"default"`` for stdio and stateless HTTP)."""
+        return dict(self._sessions)
+
+    # ------------------------------------------------------------------ tools/list
+
+    def _instructions(self) -> str:
+        parts = [
+            "Tools of a tooldeck deck. Every call is validated and authorized; a failed call "
+            "returns isError with a JSON error whose 'suggestion' says what to do next."
+        ]
+        if self.deck.retriever is not None:
+            parts.append(
+                f"Call {SEARCH_TOOL} with your task to get the tools that fit it, with their "
+                "input schemas."
+            )
+        return " ".join(parts)
+
+    def _visible(self, session: Session, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
+        """Leave out what the session could never run (excluded categories, too high a level)."""
+        ceiling = LEVEL_ORDER[session.max_level]
+        return [
+            t
+            for t in tools
+            if t.category not in session.excluded_categories
+            and LEVEL_ORDER[t.security.level] <= ceiling
+            and t.name not in (SEARCH_TOOL, APPROVE_TOOL)
+        ]
+
+    async def _default_hand(self, session: Session) -> list[ToolDefinition]:
+        if session.hand is not None:
+            return list(session.hand.tools)
+        pinned = [t for t in (self.deck.catalog.get(n) for n in session.pinned) if t is not None]
+        if not self.settings.default_task:
+            return pinned
+        hand = await session.select(self.settings.default_task)
+        return list(hand.tools)
+
+    def _meta_tools(self) -> list[types.Tool]:
+        extra: list[types.Tool] = []
+        if self.deck.retriever is not None and SEARCH_TOOL not in self.deck.catalog:
+            extra.append(
+                types.Tool(
+                    name=SEARCH_TOOL,
+                    title="search tools",
+                    description=(
+                        "Find the tools for a task: returns the best matching tools with their "
+                        "descriptions, relevance scores and full input schemas. Use it when the "
+                        "tool you need is not in your list."
+                    ),
+                    input_schema=_SEARCH_SCHEMA,
+                    annotations=types.ToolAnnotations(
+                        title="search tools",
+                        read_only_hint=True,
+                        destructive_hint=False,
+                        idempotent_hint=True,
+                        open_world_hint=False,
+                    ),
+                )
+            )
+        if self.settings.allow_approvals and APPROVE_TOOL not in self.deck.catalog:
+            extra.append(
+                types.Tool(
+                    name=APPROVE_TOOL,
+                    title="approve call",
+                    description=(
+                        "Run a call that returned CONFIRMATION_REQUIRED, exactly as it was asked "
+                        "for, once. Only call this after the user explicitly approved that call."
+                    ),
+                    input_schema=_APPROVE_SCHEMA,
+                    annotations=types.ToolAnnotations(
+                        title="approve call",
+                        read_only_hint=False,
+                        destructive_hint=True,
+                        idempotent_hint=False,
+                        open_world_hint=True,
+                    ),
+                )
+            )
+        return extra
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any] | None = None
+    ) -> list[types.Tool]:
+        """What ``tools/list`` answers for the connection of ``ctx``."""
+        session = self.session_for(ctx)
+        if self._hand_mode:
+            tools = await self._default_hand(session)
+        else:
+            tools = list(self.deck.catalog)
+        listed = [_mcp_tool(export_tool(t, "mcp")) for t in self._visible(session, tools)]
+        return listed + self._meta_tools()
+
+    async def _on_list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await self.list_tools(ctx))
+
+    # ------------------------------------------------------------------ tools/call
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        ctx: ServerRequestContext[Any, Any] | None = None,
+    ) -> types.CallToolResult:
+        """Run one ``tools/call`` through the pipeline; never raises for a model's mistake."""
+        session = self.session_for(ctx)
+        request_id = getattr(ctx, "request_id", None) if ctx is not None else None
+        call = ToolCall(
+            name=name,
+            arguments=dict(arguments or {}),
+            id=f"mcp_{request_id}" if request_id is not None else "",
+        )
+        if name == SEARCH_TOOL and SEARCH_TOOL not in self.deck.catalog:
+            if self.deck.retriever is not None:
+                return _call_result(call, await self._search(session, call.arguments))
+        if name == APPROVE_TOOL and APPROVE_TOOL not in self.deck.catalog:
+            if self.settings.allow_approvals:
+                return _call_result(call, await self._approve(session, call.arguments))
+        result = await session.call(call.name, call.arguments, call_id=call.id or None)
+        return _call_result(call, self._explain(result))
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await self.call_tool(params.name, params.arguments, ctx)
+
+    def _explain(self, result: ToolResult) -> ToolResult:
+        """Tell the model how (or whether) a CONFIRMATION_REQUIRED can be answered over MCP."""
+        error = result.error
+        if error is None or error.code is not ErrorCode.CONFIRMATION_REQUIRED:
+            return result
+        approval_id = error.details.get("approval_id")
+        if self.settings.allow_approvals:
+            suggestion = (
+                "Ask the user whether to run exactly this call. Only if they agree, call "
+                f"{APPROVE_TOOL} with approval_id {approval_id!r}."
+            )
+        else:
+            suggestion = (
+                "This server does not take approvals from the model. Tell the user this call "
+                "needs their approval and cannot run from here; do not retry it."
+            )
+        return attrs.evolve(result, error=attrs.evolve(error, suggestion=suggestion))
+
+    async def _search(self, session: Session, arguments: Mapping[str, Any]) -> ToolResult:
+        problems: list[dict[str, str]] = []
+        task = arguments.get("task")
+        limit = arguments.get("limit", self.settings.search_limit)
+        if not isinstance(task, str) or not task.strip():
+            problems.append({"path": "$.task", "message": "must be a non-empty string"})
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
+            problems.append({"path": "$.limit", "message": "must be an integer from 1 to 50"})
+        unknown = sorted(set(arguments) - {"task", "limit"})
+        problems += [{"path": f"$.{k}", "message": "is not a parameter"} for k in unknown]
+        if problems:
+            listed = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"{len(problems)} invalid argument(s): {listed}",
+                suggestion=f"Fix these fields and call again: {listed}",
+                details={"errors": problems},
+            )
+        assert isinstance(task, str) and isinstance(limit, int)
+        # In "all" mode the client already holds every tool: a search must not narrow what the
+        # connection's session will run, so the hand is dealt in a scratch session.
+        if self._hand_mode:
+            target = session
+        else:
+            if self._scratch is None:
+                self._scratch = self._new_session()
+            target = self._scratch
+        hand = await target.select(task, limit=limit)
+        tools = []
+        for tool in hand.tools:
+            spec = export_tool(tool, "mcp")
+            score = hand.scores.get(tool.name, 0.0)
+            tools.append(
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "category": tool.category,
+                    "level": str(tool.security.level),
+                    "score": score if math.isfinite(score) else None,
+                    "reasons": list(hand.reasons.get(tool.name, ())),
+                    "inputSchema": spec["inputSchema"],
+                    "annotations": spec["annotations"],
+                }
+            )
+        excluded = [{"name": e.name, "reason": e.reason} for e in hand.exclusions]
+        return ToolResult.ok({"task": task, "tools": tools, "excluded": excluded})
+
+    async def _approve(self, session: Session, arguments: Mapping[str, Any]) -> ToolResult:
+        approval_id = arguments.get("approval_id")
+        if not isinstance(approval_id, str) or not approval_id:
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS,
+                "1 invalid argument(s): $.approval_id: must be a non-empty string",
+                details={"errors": [{"path": "$.approval_id", "message": "must be a string"}]},
+            )
+        return await session.resume(approval_id)
+
+    # ------------------------------------------------------------------ transports
+
+    async def run_stdio(self) -> None:
+        """Serve one client over stdin/stdout until it closes stdin."""
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(
+                read_stream, write_stream, self.server.create_initialization_options(
+                    NotificationOptions(tools_changed=self._hand_mode)
+                )
+            )
+
+    async def run_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        path: str = "/mcp",
+        shutdown: trio.Event | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve streamable HTTP at ``http://host:port/mcp`` until ``shutdown`` is set.
+
+        ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
+        """
+        from hypercorn.config import Config as HypercornConfig
+        from hypercorn.trio import serve
+
+        app = self.server.streamable_http_app(streamable_http_path=path, host=host)
+        config = HypercornConfig()
+        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("tooldeck.mcp.http")
+        stop = shutdown if shutdown is not None else trio.Event()
+
+        async def started(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(started)
+            task_status.started(binds[0].rstrip("/") + path)
+
+
+async def serve_stdio(deck: Deck, *, workdir: str | None = None) -> None:
+    """Serve ``deck`` over stdio (enters and closes the deck)."""
+    async with deck:
+        await DeckMcpServer(deck, workdir=workdir).run_stdio()
+
+
+async def serve_http(
+    deck: Deck,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    workdir: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``deck`` over streamable HTTP until SIGINT or SIGTERM (enters and closes the deck)."""
+    async with deck:
+        server = DeckMcpServer(deck, workdir=workdir)
+        stop = trio.Event()
+
+        async def on_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signals)
+            url = await nursery.start(lambda task_status: server.run_http(
+                host, port, shutdown=stop, task_status=task_status
+            ))
+            log.warning("tooldeck MCP server on %s", url)
+            task_status.started(url)
+            await stop.wait()
+            nursery.cancel_scope.cancel()
+
+
+def serve_mcp_cli(
+    transport: str, host: str = "127.0.0.1", port: int = 8765, *, workdir: str | None = None
+) -> int:
+    """``tooldeck serve mcp``: load the deck from the configuration and serve it.
+
+    :param transport: ``stdio`` or ``http`` (streamable HTTP at ``http://host:port/mcp``).
+    :param workdir: the sessions' working directory (default: ``[session] workdir``, then cwd).
+    :return: the exit code (0 when the client or a signal ended the server, 2 on a bad
+        transport). Start-up errors raise :class:`TooldeckError` (the CLI prints them, exit 2).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not logging.getLogger().handlers:
+        # stdout belongs to the protocol on stdio: every log line goes to stderr.
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s"
+        )
+    if transport not in ("stdio", "http"):
+        sys.stderr.write(f"tooldeck serve mcp: unknown transport {transport!r} (stdio, http)\n")
+        return 2
+    if workdir is not None and not os.path.isdir(workdir):
+        sys.stderr.write(f"tooldeck serve mcp: --workdir {workdir!r} is not a directory\n")
+        return 2
+    deck = Deck.load()
+    if transport == "stdio":
+        trio.run(lambda: serve_stdio(deck, workdir=workdir))
+    else:
+        trio.run(lambda: serve_http(deck, host, port, workdir=workdir))
+    return 0
+
+
+def add_serve_arguments(parser: Any) -> None:
+    """Add ``--transport``, ``--host``, ``--port`` and ``--workdir`` to an argparse parser."""
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--workdir", default=None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tooldeck.mcp_server``: the same as ``tooldeck serve mcp``."""
+    import argparse
+
+    from tooldeck_hookspecs import TooldeckError
+
+    parser = argparse.ArgumentParser(
+        prog="tooldeck serve mcp", description="Serve the deck over MCP."
+    )
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return serve_mcp_cli(args.transport, args.host, args.port, workdir=args.workdir)
+    except TooldeckError as exc:
+        sys.stderr.write(f"tooldeck: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

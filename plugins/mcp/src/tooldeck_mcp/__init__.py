@@ -1,0 +1,26 @@
+"""tooldeck-mcp: the tools of MCP servers (stdio or streamable HTTP) as deck tools.
+
+Configure servers in ``[tool.tooldeck.mcp.servers.NAME]``; each remote tool registers as
+``<name>__<tool>`` and every call runs through the deck's whole pipeline before it is forwarded.
+For programmatic use or tests, pass ``McpBridge([McpServerConfig(...)])`` as a plugin object.
+"""
+
+from __future__ import annotations
+
+from ._bridge import McpBridge, convert_result, definitions_for
+from ._client import RemoteServer, ServerStatistics, remote_server, shutdown
+from ._config import McpServerConfig, parse_servers, slug, tool_name
+
+__all__ = [
+    "McpBridge",
+    "McpServerConfig",
+    "RemoteServer",
+    "ServerStatistics",
+    "convert_result",
+    "definitions_for",
+    "parse_servers",
+    "remote_server",
+    "shutdown",
+    "slug",
+    "tool_name",
+]

@@ -1,0 +1,200 @@
+"""Remote MCP tools as deck tools: definitions, levels, results."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mcp import types
+
+from tooldeck_hookspecs import (
+    ErrorCode,
+    ExecutionConfig,
+    RegisterFn,
+    RegistrationError,
+    SecurityConfig,
+    ToolContext,
+    ToolDefinition,
+    ToolFailure,
+    ToolResult,
+    hookimpl,
+)
+
+from ._client import RemoteServer, remote_server
+from ._config import McpServerConfig, parse_servers, slug, tool_name
+
+__all__ = ["McpBridge", "definitions_for", "convert_result"]
+
+log = logging.getLogger("tooldeck.mcp")
+
+#: Extra seconds the executor waits beyond the bridge's own timeout, so that the bridge's
+#: message (which names the server) is the one the model reads.
+_TIMEOUT_GRACE_S = 2.0
+
+
+def _content_item(block: Any) -> Any:
+    if isinstance(block, types.TextContent):
+        return block.text
+    dump = getattr(block, "model_dump", None)
+    return dump(mode="json", by_alias=True, exclude_none=True) if callable(dump) else block
+
+
+def convert_result(server: str, tool: str, result: types.CallToolResult) -> ToolResult:
+    """An MCP ``CallToolResult`` as a ToolResult.
+
+    Data is the ``structuredContent`` when the server sent one, else the text of a single text
+    block, else the list of blocks (text as strings, others as their JSON). ``isError`` becomes
+    ``EXECUTION_ERROR`` carrying the server's text.
+    """
+    items = [_content_item(b) for b in result.content]
+    if result.is_error:
+        text = "; ".join(i for i in items if isinstance(i, str)) or "the tool reported an error"
+        return ToolResult.fail(
+            ErrorCode.EXECUTION_ERROR,
+            f"{tool} (MCP server {server!r}) failed: {text}",
+            details={
+                "server": server,
+                "tool": tool,
+                **({"structured": result.structured_content} if result.structured_content else {}),
+            },
+        )
+    if result.structured_content is not None:
+        data: Any = result.structured_content
+    elif len(items) == 1 and isinstance(items[0], str):
+        data = items[0]
+    else:
+        data = items
+    return ToolResult.ok(data, mcp_server=server)
+
+
+def _parameters(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    parameters = dict(schema or {})
+    parameters.pop("$schema", None)  # a draft marker is not part of the tool's contract
+    if parameters.get("type") is None:
+        parameters["type"] = "object"
+    parameters.setdefault("properties", {})
+    return parameters
+
+
+def _make_execute(remote: RemoteServer, remote_name: str) -> Any:
+    server = remote.config.name
+
+    async def execute(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        result = await remote.call(remote_name, dict(arguments))
+        return convert_result(server, remote_name, result)
+
+    execute.__name__ = f"mcp_{slug(server)}_{slug(remote_name)}"
+    execute.__qualname__ = execute.__name__
+    return execute
+
+
+def definitions_for(
+    config: McpServerConfig, tools: Sequence[types.Tool], remote: RemoteServer | None = None
+) -> list[ToolDefinition]:
+    """Deck definitions of a server's tools (``remote`` executes them; None: no execute)."""
+    definitions: list[ToolDefinition] = []
+    seen: dict[str, str] = {}
+    for tool in tools:
+        if config.include is not None and tool.name not in config.include:
+            continue
+        if tool.name in config.exclude:
+            continue
+        name = tool_name(config.name, tool.name)
+        if name in seen:
+            # Two remote names that slug alike ("a-b", "a_b"): keep both, tell them apart.
+            name = tool_name(config.name, f"{tool.name} {len(definitions)}")
+        seen[name] = tool.name
+        hints = tool.annotations
+        level = config.level_for(
+            read_only=hints.read_only_hint if hints else None,
+            destructive=hints.destructive_hint if hints else None,
+        )
+        description = (tool.description or "").strip() or (
+            f"{tool.title or tool.name} (tool {tool.name!r} of MCP server {config.name!r})"
+        )
+        tags = ["mcp", f"mcp_server:{config.name}", f"mcp_tool:{tool.name}"]
+        if hints is not None and hints.open_world_hint:
+            tags.append("open_world")
+        definitions.append(
+            ToolDefinition(
+                name=name,
+                description=description,
+                category=config.category_name,
+                parameters=_parameters(tool.input_schema),
+                security=SecurityConfig(level=level, network=config.transport == "http"),
+                # Never retried by the executor: a remote tool may not be idempotent, and a
+                # crash is the model's to retry (the error says retryable).
+                execution=ExecutionConfig(
+                    timeout_s=config.timeout_s + _TIMEOUT_GRACE_S, retryable=False
+                ),
+                execute=_make_execute(remote, tool.name) if remote is not None else None,
+                tags=tuple(tags),
+            )
+        )
+    return definitions
+
+
+class McpBridge:
+    """The plugin: registers the tools of every configured MCP server.
+
+    :param servers: explicit server configurations (tests, programmatic use); when None, they are
+        read from the deck's settings (``mcp.servers``) as the deck loads.
+
+    Usable as a plugin object: ``make_deck(McpBridge([McpServerConfig(...)]))``; the ``mcp``
+    entry point (:mod:`tooldeck_mcp.plugin`) drives one configured from the settings.
+    """
+
+    def __init__(self, servers: Sequence[McpServerConfig] | None = None) -> None:
+        self._explicit = list(servers) if servers is not None else None
+        self._configured: list[McpServerConfig] = []
+
+    def configure(self, settings: Mapping[str, Any]) -> None:
+        """Read ``mcp.servers`` from the whole tooldeck configuration."""
+        self._configured = parse_servers(settings)
+
+    @property
+    def servers(self) -> list[McpServerConfig]:
+        """The servers this bridge registers."""
+        return self._explicit if self._explicit is not None else self._configured
+
+    def remotes(self) -> list[RemoteServer]:
+        """The connection managers of the configured servers."""
+        return [remote_server(c) for c in self.servers]
+
+    def register_tools(self, register: RegisterFn) -> None:
+        """Connect to each server, list its tools and register them."""
+        problems: list[str] = []
+        for config in self.servers:
+            remote = remote_server(config)
+            try:
+                tools = remote.list_tools_blocking()
+            except ToolFailure as exc:
+                message = f"MCP server {config.name!r}: {exc.message}"
+                if config.required:
+                    problems.append(message + " (required = true)")
+                else:
+                    log.warning("%s; its tools are not registered", message)
+                continue
+            for definition in definitions_for(config, tools, remote):
+                register(definition)
+        if problems:
+            raise RegistrationError(problems)
+
+    # ------------------------------------------------------------------ hooks
+
+    # tryfirst: the contract gives tooldeck_register_tools no settings, and the core resolves the
+    # executor (with the settings) right before it registers tools. This implementation only
+    # reads the configuration and returns None, so the real executor provider is still chosen;
+    # it must run before that provider, or firstresult would stop the call before reaching it.
+    @hookimpl(tryfirst=True)
+    def tooldeck_executor(self, settings: Mapping[str, Any]) -> None:
+        """Read ``mcp.servers`` (unless servers were given explicitly); provide no executor."""
+        if self._explicit is None:
+            self.configure(settings)
+        return None
+
+    @hookimpl
+    def tooldeck_register_tools(self, register: RegisterFn) -> None:
+        """Connect to every configured MCP server and register its tools as ``<server>__<tool>``."""
+        self.register_tools(register)

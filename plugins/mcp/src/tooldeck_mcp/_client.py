@@ -1,0 +1,429 @@
+"""Connections to remote MCP servers, kept in one background event loop for the whole process.
+
+The deck registers tools synchronously (pluggy cannot await) and runs calls under trio; the MCP
+SDK wants an anyio loop whose tasks own each connection's context managers for as long as the
+connection lives. So the bridge runs one asyncio loop in a daemon thread (an anyio
+``BlockingPortal``), every connection is a task there, and callers hand work over as
+``concurrent.futures.Future`` objects: registration blocks on them, trio awaits them through a
+done-callback (no worker thread is held while a remote call runs).
+
+A connection that breaks (the server died, the HTTP endpoint went away) answers the call with a
+retryable ``EXECUTION_ERROR`` and is started again on the next call. Restarts back off
+exponentially after consecutive failures, and pause for ``backoff_max_s`` after
+``max_restarts`` of them, so a server that crashes at start-up is not relaunched in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+import attrs
+import sniffio
+import trio
+from anyio.from_thread import BlockingPortal
+from mcp import Client, MCPError, types
+from mcp.types import CONNECTION_CLOSED
+
+from tooldeck_hookspecs import ErrorCode, ToolFailure
+
+from ._config import McpServerConfig
+
+__all__ = ["RemoteServer", "ServerStatistics", "remote_server", "shutdown"]
+
+log = logging.getLogger("tooldeck.mcp")
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """One asyncio loop in a daemon thread, reached through an anyio portal."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._portal: BlockingPortal | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._thread: threading.Thread | None = None
+
+    def portal(self) -> BlockingPortal:
+        with self._lock:
+            if self._portal is None:
+                ready = threading.Event()
+                failure: list[BaseException] = []
+                # A daemon thread: the interpreter must not wait for a loop that serves forever;
+                # atexit closes the connections (and their subprocesses) before it exits.
+                self._thread = threading.Thread(
+                    target=self._main, args=(ready, failure), name="tooldeck-mcp", daemon=True
+                )
+                self._thread.start()
+                ready.wait()
+                if failure:
+                    raise RuntimeError("the MCP bridge's loop failed to start") from failure[0]
+                assert self._portal is not None
+            return self._portal
+
+    def _main(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        try:
+            anyio.run(self._serve, ready, backend="asyncio")
+        except BaseException as exc:  # reported to the thread waiting on `ready`
+            failure.append(exc)
+            ready.set()
+
+    async def _serve(self, ready: threading.Event) -> None:
+        async with anyio.create_task_group() as group, BlockingPortal() as portal:
+            self._group = group
+            self._portal = portal
+            ready.set()
+            await portal.sleep_until_stopped()
+            group.cancel_scope.cancel()
+
+    def spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        """Start a long-lived task in the loop; call from inside the loop only."""
+        assert self._group is not None
+        self._group.start_soon(function)
+
+    def close(self) -> None:
+        with self._lock:
+            portal, self._portal = self._portal, None
+        if portal is None:
+            return
+        with contextlib.suppress(Exception):
+            portal.call(_close_all)
+        with contextlib.suppress(Exception):
+            portal.call(portal.stop, True)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+_LOOP = _Loop()
+_SERVERS: dict[McpServerConfig, RemoteServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def remote_server(config: McpServerConfig) -> RemoteServer:
+    """The process-wide connection manager of ``config`` (equal configurations share one)."""
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(config)
+        if server is None:
+            server = _SERVERS[config] = RemoteServer(config)
+        return server
+
+
+async def _close_all() -> None:
+    for server in list(_SERVERS.values()):
+        await server._close()
+
+
+def shutdown() -> None:
+    """Close every connection (stdio servers are terminated) and stop the background loop."""
+    _LOOP.close()
+
+
+atexit.register(shutdown)
+
+
+async def wait_future(future: concurrent.futures.Future[T]) -> T:
+    """Await a concurrent future from trio or asyncio; cancelling the wait cancels the future."""
+    if sniffio.current_async_library() == "asyncio":
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+    if not future.done():
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+
+        def wake(_future: concurrent.futures.Future[T]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        future.add_done_callback(wake)
+        try:
+            await done.wait()
+        except BaseException:
+            # trio cancelled the call (timeout, session cancel): stop the remote request too.
+            future.cancel()
+            raise
+    return future.result()
+
+
+@attrs.frozen(kw_only=True)
+class ServerStatistics:
+    """What happened to one remote server so far."""
+
+    name: str
+    transport: str
+    connected: bool
+    starts: int
+    crashes: int
+    consecutive_failures: int
+    calls: int
+
+
+class _Connection:
+    """One live MCP client session; :meth:`run` owns its transport from start to close."""
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.ready = anyio.Event()
+        self.stopped = anyio.Event()
+        self._stop = anyio.Event()
+        self.client: Client | None = None
+        self.tools: list[types.Tool] = []
+        self.error: BaseException | None = None
+        self.alive = False
+
+    def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+        config = self.config
+        if config.command is not None:
+            from mcp import StdioServerParameters, stdio_client
+
+            errlog: Any = sys.stderr
+            if config.stderr == "discard":
+                errlog = stack.enter_context(open(os.devnull, "w"))
+            params = StdioServerParameters(
+                command=config.command[0],
+                args=list(config.command[1:]),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            return stdio_client(params, errlog=errlog)
+        from mcp.client.streamable_http import streamable_http_client
+
+        assert config.url is not None
+        http_client = None
+        if config.headers:
+            import httpx2
+
+            http_client = httpx2.AsyncClient(headers=dict(config.headers))
+        return streamable_http_client(config.url, http_client=http_client)
+
+    async def run(self) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                transport = self._transport(stack)
+                client = await stack.enter_async_context(Client(transport, cache=None))
+                self.tools = await _list_all(client)
+                self.client = client
+                self.alive = True
+                self.ready.set()
+                await self._stop.wait()
+        except Exception as exc:  # recorded; the next call restarts the server
+            self.error = exc
+            if self.alive:
+                log.warning("MCP server %r: connection ended: %s", self.config.name, exc)
+        finally:
+            self.alive = False
+            self.client = None
+            self.ready.set()
+            self.stopped.set()
+
+    async def close(self) -> None:
+        self.alive = False
+        self._stop.set()
+        with anyio.move_on_after(10):
+            await self.stopped.wait()
+
+
+async def _list_all(client: Client) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class RemoteServer:
+    """Connection manager of one remote server: start, call, detect death, restart.
+
+    The sync and trio methods are called from the deck's threads; everything that touches the
+    connection runs in the bridge's loop, so no state here needs a thread lock.
+    """
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self._connection: _Connection | None = None
+        self._connecting: anyio.Lock | None = None
+        self._failures = 0
+        self._failed_at = 0.0
+        self._starts = 0
+        self._crashes = 0
+        self._calls = 0
+
+    # ------------------------------------------------------------------ callers' side
+
+    def list_tools_blocking(self) -> list[types.Tool]:
+        """Connect if needed and list the server's tools (blocks; for registration)."""
+        return _LOOP.portal().call(self._list_tools)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Forward one ``tools/call`` from trio (or asyncio).
+
+        :raises ToolFailure: the server could not be reached, died, refused or timed out.
+        """
+        future = _LOOP.portal().start_task_soon(self._call, tool, arguments)
+        return await wait_future(future)
+
+    def statistics(self) -> ServerStatistics:
+        """Starts, crashes and calls so far."""
+        connection = self._connection
+        return ServerStatistics(
+            name=self.config.name,
+            transport=self.config.transport,
+            connected=connection is not None and connection.alive,
+            starts=self._starts,
+            crashes=self._crashes,
+            consecutive_failures=self._failures,
+            calls=self._calls,
+        )
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def _backoff_s(self) -> float:
+        config = self.config
+        if self._failures <= 1:
+            return 0.0
+        if self._failures > config.max_restarts:
+            return config.backoff_max_s
+        return min(config.backoff_initial_s * 2 ** (self._failures - 2), config.backoff_max_s)
+
+    def _record_failure(self) -> None:
+        self._failures += 1
+        self._failed_at = time.monotonic()
+
+    async def _ensure(self) -> _Connection:
+        if self._connecting is None:
+            self._connecting = anyio.Lock()
+        async with self._connecting:
+            connection = self._connection
+            if connection is not None and connection.alive:
+                return connection
+            config = self.config
+            wait = self._failed_at + self._backoff_s() - time.monotonic()
+            if wait > 0:
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"MCP server {config.name!r} failed {self._failures} time(s) in a row; the "
+                    f"next restart is in {wait:.1f} s",
+                    retryable=True,
+                    suggestion=f"Wait {wait:.0f} s and try again, or use another tool.",
+                    details={"server": config.name, "retry_after_s": round(wait, 3)},
+                )
+            connection = _Connection(config)
+            _LOOP.spawn(connection.run)
+            with anyio.move_on_after(config.startup_timeout_s):
+                await connection.ready.wait()
+            if not connection.alive:
+                reason = (
+                    _describe(connection.error)
+                    if connection.error is not None
+                    else f"no answer within {config.startup_timeout_s:g} s"
+                )
+                await connection.close()
+                self._record_failure()
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"could not start MCP server {config.name!r}: {reason}",
+                    retryable=True,
+                    suggestion="The tool's server is unavailable; try again later or use "
+                    "another tool.",
+                    details={"server": config.name},
+                )
+            self._starts += 1
+            if self._starts > 1:
+                log.warning("MCP server %r restarted (start #%d)", config.name, self._starts)
+            self._connection = connection
+            return connection
+
+    async def _list_tools(self) -> list[types.Tool]:
+        connection = await self._ensure()
+        assert connection.client is not None
+        try:
+            connection.tools = await _list_all(connection.client)
+        except Exception as exc:  # keep the listing made at connect time
+            log.warning("MCP server %r: tools/list failed: %s", self.config.name, exc)
+        return connection.tools
+
+    async def _died(self, connection: _Connection) -> None:
+        self._crashes += 1
+        self._record_failure()
+        if self._connection is connection:
+            self._connection = None
+        await connection.close()
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        connection = await self._ensure()
+        client = connection.client
+        config = self.config
+        self._calls += 1
+        lost = (
+            f"the connection to MCP server {config.name!r} was lost (the server may have "
+            "crashed); it is restarted on the next call"
+        )
+        again = "The tool's server stopped and is restarted on the next call: call again."
+        if client is None:
+            await self._died(connection)
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, lost, retryable=True, suggestion=again)
+        try:
+            with anyio.fail_after(config.timeout_s):
+                result = await client.call_tool(tool, arguments)
+        except TimeoutError:
+            raise ToolFailure(
+                ErrorCode.TIMEOUT,
+                f"MCP server {config.name!r} did not answer {tool!r} within {config.timeout_s:g} s",
+                retryable=True,
+                details={"server": config.name, "timeout_s": config.timeout_s},
+            ) from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                await self._died(connection)
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    lost,
+                    retryable=True,
+                    suggestion=again,
+                    details={"server": config.name},
+                ) from None
+            # A JSON-RPC error from a live server (unknown tool, bad params): the call's fault.
+            raise ToolFailure(
+                ErrorCode.EXECUTION_ERROR,
+                f"MCP server {config.name!r} refused the call of {tool!r}: {exc.message}",
+                details={"server": config.name, "jsonrpc_code": exc.code},
+            ) from None
+        except Exception as exc:  # a transport failure: the server is gone
+            await self._died(connection)
+            raise ToolFailure(
+                ErrorCode.EXECUTION_ERROR,
+                f"{lost} ({_describe(exc)})",
+                retryable=True,
+                suggestion=again,
+                details={"server": config.name},
+            ) from None
+        self._failures = 0
+        return result
+
+    async def _close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()

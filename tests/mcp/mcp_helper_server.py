@@ -1,0 +1,50 @@
+"""A tiny MCP server written with the official SDK, launched over stdio by the bridge tests.
+
+Run as ``python mcp_helper_server.py``. Its tools cover what the bridge maps: a read-only hint, a
+destructive hint, no hints, structured output, a tool error, and the server's pid (so a test can
+kill it mid-session).
+"""
+
+from __future__ import annotations
+
+import os
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+server = MCPServer("tooldeck-test-helper")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@server.tool()
+def add(a: int, b: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": a + b}
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def wipe_records(table: str) -> str:
+    """Delete every record of a table (pretend)."""
+    return f"wiped {table}"
+
+
+@server.tool(name="server-pid", annotations=ToolAnnotations(read_only_hint=True))
+def server_pid() -> int:
+    """The process id of this server."""
+    return os.getpid()
+
+
+@server.tool()
+def explode(reason: str) -> str:
+    """Always fails with the given reason."""
+    raise ToolError(f"exploded: {reason}")
+
+
+if __name__ == "__main__":
+    server.run("stdio")

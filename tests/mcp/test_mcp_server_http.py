@@ -1,0 +1,99 @@
+"""The MCP server over streamable HTTP on 127.0.0.1 (Hypercorn's trio worker)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import trio
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from tooldeck.mcp_server import DeckMcpServer
+from tooldeck.testing import make_deck
+
+
+async def test_http_one_deck_session_per_mcp_session(workdir: Path, mcp_payload: Any) -> None:
+    deck = make_deck(load_entry_points=["schema", "runner", "policy", "fs"])
+    async with deck, trio.open_nursery() as nursery:
+        server = DeckMcpServer(deck, workdir=str(workdir))
+        stop = trio.Event()
+        url = await nursery.start(
+            lambda task_status: server.run_http(
+                "127.0.0.1", 0, shutdown=stop, task_status=task_status
+            )
+        )
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+
+        async def legacy_client(path: str) -> dict[str, Any]:
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                assert tools["file_read"].annotations.read_only_hint is True  # type: ignore[union-attr]
+                result = await session.call_tool("file_read", {"path": path})
+                return mcp_payload(result)  # type: ignore[no-any-return]
+
+        results: dict[str, dict[str, Any]] = {}
+
+        async def run(path: str) -> None:
+            results[path] = await legacy_client(path)
+
+        async with trio.open_nursery() as clients:
+            clients.start_soon(run, "notes.txt")
+            clients.start_soon(run, "../secret.txt")
+        assert results["notes.txt"]["data"]["content"] == "hello from the workdir\n"
+        assert results["../secret.txt"]["error"]["code"] == "PATH_NOT_ALLOWED"
+        # Two MCP sessions (mcp-session-id), two deck sessions.
+        keys = [k for k in server.sessions if k != "default"]
+        assert len(keys) == 2
+        assert len({s.id for s in server.sessions.values()}) == len(server.sessions)
+
+        # The 2026 stateless protocol works too (no session id: the shared session).
+        async with Client(url) as modern:
+            result = await modern.call_tool("list_dir", {"path": "."})
+            assert not result.is_error, result
+            names = [e["name"] for e in mcp_payload(result)["data"]["entries"]]
+            assert "notes.txt" in names
+        stop.set()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_http_cli_serves_until_sigterm(
+    workdir: Path, serve_cmd: Any, make_server_env: Any, mcp_payload: Any
+) -> None:
+    port = _free_port()
+    command = serve_cmd("--transport", "http", "--port", str(port), "--workdir", str(workdir))
+    process = await trio.lowlevel.open_process(
+        command, env=make_server_env(), cwd=str(workdir), stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        with trio.fail_after(60):
+            while True:
+                try:
+                    async with Client(url) as client:
+                        listed = await client.list_tools()
+                        result = await client.call_tool("file_read", {"path": "notes.txt"})
+                    break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    assert process.returncode is None, "the server exited"
+                    await trio.sleep(0.2)
+        assert "file_read" in {t.name for t in listed.tools}
+        assert mcp_payload(result)["data"]["content"] == "hello from the workdir\n"
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
