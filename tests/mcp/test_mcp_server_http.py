@@ -11,6 +11,7 @@ from typing import Any
 import trio
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
 from tooldeck.mcp_server import DeckMcpServer
 from tooldeck.testing import make_deck
 
@@ -85,7 +86,7 @@ async def test_http_cli_serves_until_sigterm(
                         listed = await client.list_tools()
                         result = await client.call_tool("file_read", {"path": "notes.txt"})
                     break
-                except Exception:  # noqa: BLE001 - not listening yet
+                except Exception:  # not listening yet
                     assert process.returncode is None, "the server exited"
                     await trio.sleep(0.2)
         assert "file_read" in {t.name for t in listed.tools}

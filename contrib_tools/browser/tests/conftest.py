@@ -11,6 +11,7 @@ import http.server
 import os
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -53,7 +54,10 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass  # the browser gave up on a slow page (timeout tests)
 
         def do_GET(self) -> None:
             path = urllib.parse.urlsplit(self.path).path
@@ -95,6 +99,9 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
                         "charset=iso-8859-1'><title>Sans</title></head><body><p>Cr\u00e8me "
                         "br\u00fbl\u00e9e</p></body></html>")
                 self._send(200, body.encode("latin-1"), "text/html")
+            elif path == "/slow":
+                time.sleep(2.0)
+                self._send(200, _page("Slow", "<p>finally</p>").encode())
             elif path == "/binary":
                 self._send(200, os.urandom(4096), "application/octet-stream")
             elif path == "/huge":

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 from tooldeck_tools_browser import MAX_TEXT_CHARS, browser_navigate, engine, find_executable
 
 from tooldeck.testing import make_deck
@@ -243,3 +244,23 @@ async def test_pages_belong_to_their_session_and_are_capped(site, allow_loopback
         # Loading into an open page keeps its id.
         again = await alice.call("browser_navigate", {"url": site.url("/"), "page_id": ids[-1]})
         assert again.data["page_id"] == ids[-1] and again.data["title"] == "Tooldeck Test Home"
+
+
+async def test_slow_pages_time_out_and_cancelled_calls_leave_no_page(
+    site, allow_loopback, workdir
+):
+    async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
+        session = _session(deck, workdir)
+        slow = await session.call("browser_navigate", {"url": site.url("/slow"),
+                                                       "timeout_s": 0.5})
+        assert slow.error.code == "TIMEOUT" and "timeout_s" in slow.error.suggestion
+        assert engine().open_pages(session.id) == []
+        with trio.move_on_after(0.5) as scope:
+            await session.call("browser_navigate", {"url": site.url("/slow")})
+        assert scope.cancelled_caught
+        # The asyncio side closes the page once the cancellation reaches it.
+        for _ in range(100):
+            if not engine().open_pages(session.id):
+                break
+            await trio.sleep(0.05)
+        assert engine().open_pages(session.id) == []

@@ -38,3 +38,20 @@ async def test_errors_come_back_as_results(sandbox):
         missing = await session.call("file_read", {"path": "nope.txt"})
         assert not missing.success and missing.error.code == "EXECUTION_ERROR"
         assert missing.error.suggestion
+
+
+async def test_a_write_invalidates_cached_reads(tmp_path):
+    from tooldeck.testing import make_deck
+
+    (tmp_path / "note.txt").write_text("old")
+    deck = make_deck(load_entry_points=["schema", "runner", "policy", "cache", "fs"])
+    async with deck:
+        session = deck.session(workdir=tmp_path, grants={"filesystem"})
+        first = await session.call("file_read", {"path": "note.txt"})
+        again = await session.call("file_read", {"path": "note.txt"})
+        assert again.metadata["cached"] is True and again.data["content"] == "old"
+        wrote = await session.call("file_write", {"path": "note.txt", "content": "new"})
+        assert wrote.success, wrote.error
+        fresh = await session.call("file_read", {"path": "note.txt"})
+    assert first.data["content"] == "old"
+    assert fresh.metadata["cached"] is False and fresh.data["content"] == "new"

@@ -21,7 +21,19 @@ from tooldeck_tools_fs import _safepath, file_read, file_write, list_dir
 
 from tooldeck_hookspecs import ToolFailure
 
-CORPUS = Path(os.environ.get("TOOLDECK_SECURITY_DATA", "/work/shared/data/security"))
+
+def _corpus_dir() -> Path:
+    """$TOOLDECK_SECURITY_DATA, else shared/ beside the repository (as CI lays it out)."""
+    repo = Path(__file__).resolve().parents[3]
+    for candidate in (os.environ.get("TOOLDECK_SECURITY_DATA"),
+                      repo.parent / "shared" / "data" / "security",
+                      "/work/shared/data/security"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return repo.parent / "shared" / "data" / "security"
+
+
+CORPUS = _corpus_dir()
 TRAVERSAL = CORPUS / "path-traversal"
 CHILD = Path(__file__).with_name("fs_corpus_child.py")
 

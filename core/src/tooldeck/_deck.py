@@ -735,11 +735,14 @@ class Session:
         result = await self._execute(call, tool)
         self._used(tool.name)
         result = await self._finish(call, tool, result)
-        if key is not None and result.success:
+        if deck._cache is not None and result.success:
             try:
-                await deck._cache.put(key, result, tool.execution.cache_ttl_s)
+                if key is not None:
+                    await deck._cache.put(key, result, tool.execution.cache_ttl_s)
+                if tool.execution.invalidates:
+                    await deck._cache.invalidate(tool.execution.invalidates)
             except Exception:
-                log.exception("cache put failed")
+                log.exception("cache update failed")
         return result.with_metadata(**metadata) if metadata else result
 
     def _used(self, name: str) -> None:

@@ -471,7 +471,8 @@ class DeckMcpServer:
         from hypercorn.config import Config as HypercornConfig
         from hypercorn.trio import serve
 
-        app = self.server.streamable_http_app(streamable_http_path=path, host=host)
+        # Starlette is an ASGI app; Hypercorn's stricter ASGI typing does not see that.
+        app: Any = self.server.streamable_http_app(streamable_http_path=path, host=host)
         config = HypercornConfig()
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None

@@ -39,6 +39,7 @@ from .model import (
     cache_key,
     call_tool_function,
     canonical_json,
+    resolve_entrypoint,
 )
 from .protocols import (
     ApprovalStore,
@@ -87,6 +88,7 @@ __all__ = [
     "cache_key",
     "call_tool_function",
     "canonical_json",
+    "resolve_entrypoint",
     "ApprovalStore",
     "ArgumentValidator",
     "Cache",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import importlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -42,6 +43,7 @@ __all__ = [
     "canonical_json",
     "cache_key",
     "call_tool_function",
+    "resolve_entrypoint",
 ]
 
 
@@ -115,6 +117,9 @@ class ExecutionConfig:
     cache_ttl_s: float = 300.0
     #: Session fields the result depends on, added to the cache key (e.g. ``("workdir",)``).
     cache_context: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    #: After a successful call, cached results of these tools are dropped (a write invalidates
+    #: the reads that could now be stale).
+    invalidates: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
     #: Address-space cap of a sandboxed call, in MiB.
     memory_mb: int = 256
     #: Cap on captured output (stdout, stderr, result) in bytes.
@@ -358,11 +363,31 @@ def call_tool_function(
     The one place that knows the two conventions, shared by in-process executors and sandbox
     workers.
     """
-    if tool.execute is None:
-        raise TypeError(f"tool {tool.name!r} has no execute callable")
+    function = tool.execute
+    if function is None and tool.entrypoint:
+        function = resolve_entrypoint(tool.entrypoint)
+    if function is None:
+        from .exceptions import ToolFailure
+
+        raise ToolFailure(
+            ErrorCode.EXECUTION_ERROR,
+            f"tool {tool.name!r} is declared without an implementation in this process",
+            suggestion="This tool cannot run here; choose another tool.",
+        )
     if tool.call_style == "kwargs":
         kwargs = dict(arguments)
         if tool.context_param:
             kwargs[tool.context_param] = context
-        return tool.execute(**kwargs)
-    return tool.execute(arguments, context)
+        return function(**kwargs)
+    return function(arguments, context)
+
+
+def resolve_entrypoint(reference: str) -> Callable[..., Any]:
+    """Import ``"package.module:qualified.name"`` and return the object it names."""
+    module_name, _, qualname = reference.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"{reference!r} does not name a callable")
+    return target  # type: ignore[no-any-return]

@@ -97,6 +97,9 @@ class Cache(Protocol):
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
         """Store a successful result for ``ttl_s`` seconds."""
 
+    async def invalidate(self, tools: Sequence[str]) -> int:
+        """Drop every cached result of these tools (any arguments); return how many."""
+
     def statistics(self) -> Any:
         """A frozen object with at least ``hits``, ``misses`` and ``evictions``."""
 

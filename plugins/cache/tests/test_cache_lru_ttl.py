@@ -132,3 +132,17 @@ def test_provider_hook_reads_settings() -> None:
     assert tooldeck_cache(settings={"cache": {"enabled": False}}) is None
     default = tooldeck_cache(settings={})
     assert default is not None and default.max_entries == 1024
+
+
+async def test_invalidate_drops_every_entry_of_the_named_tools():
+    from tooldeck_cache import ResultCache
+    from tooldeck_hookspecs import ToolResult
+
+    cache = ResultCache()
+    await cache.put("file_read@1.0.0:aa", ToolResult.ok("a"), 60)
+    await cache.put("file_read@1.0.0:bb", ToolResult.ok("b"), 60)
+    await cache.put("file_reader@1.0.0:cc", ToolResult.ok("c"), 60)
+    await cache.put("list_dir@1.0.0:dd", ToolResult.ok("d"), 60)
+    assert await cache.invalidate(["file_read", "list_dir"]) == 3
+    assert await cache.get("file_read@1.0.0:aa") is None
+    assert (await cache.get("file_reader@1.0.0:cc")).data == "c"

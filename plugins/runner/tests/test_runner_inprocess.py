@@ -114,6 +114,17 @@ async def test_other_exceptions_become_execution_error_without_traceback(caplog:
     assert any(r.exc_info for r in caplog.records)  # the traceback went to the log instead
 
 
+async def test_sys_exit_in_a_tool_does_not_stop_the_host() -> None:
+    import sys
+
+    def quitter(arguments: Any, context: ToolContext) -> None:
+        sys.exit(3)
+
+    result = await run(RunnerExecutor(), make_tool(quitter))
+    assert result.error is not None and result.error.code == "EXECUTION_ERROR"
+    assert result.error.message.startswith("SystemExit")
+
+
 # -- timeouts and queues ---------------------------------------------------------------------
 
 

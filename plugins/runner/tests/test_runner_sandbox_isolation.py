@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from tooldeck_runner import ISOLATION_BWRAP, ISOLATION_PROCESS, RunnerExecutor
 from tooldeck_runner.bench import bench_sandbox
 
@@ -178,6 +179,10 @@ async def test_second_call_is_served_by_a_warm_worker(
     process_executor: RunnerExecutor, tmp_path: Path
 ) -> None:
     first = await call(process_executor, tmp_path, sandboxed("echo"))
+    # The replacement starts in the background; wait until the pool holds it.
+    with trio.fail_after(30):
+        while process_executor.statistics().sandbox.warm_idle < 1:  # type: ignore[union-attr]
+            await trio.sleep(0.01)
     second = await call(process_executor, tmp_path, sandboxed("echo"))
     assert first.metadata["warm"] is False and second.metadata["warm"] is True
     assert first.data["pid"] != second.data["pid"]  # single use: a new process each time

@@ -148,8 +148,10 @@ CASES: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
      {"execution": ex(max_output_bytes=1024)}),
     ({"execution": ex(cache_context=("cwd",))}, "execution.cache_context",
      {"execution": ex(cache_context=("workdir",))}),
-    ({"execute": None}, "execute",
-     {"execute": None, "entrypoint": f"{__name__}:module_level_tool"}),
+    # A declaration-only tool (no execute, no entrypoint) is fine unless it is sandboxed.
+    ({"execute": None, "security": sec(sandbox=True)}, "execute",
+     {"execute": None, "security": sec(sandbox=True),
+      "entrypoint": f"{__name__}:module_level_tool"}),
     ({"entrypoint": "not a reference"}, "entrypoint",
      {"entrypoint": "tooldeck_schema.plugin:tooldeck_validate_tool"}),
     ({"security": sec(sandbox=True), "entrypoint": "tooldeck_schema.nope:run"}, "entrypoint",

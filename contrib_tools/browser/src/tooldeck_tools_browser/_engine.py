@@ -9,7 +9,9 @@ Each tooldeck session gets its own browser context (cookies and storage are not 
 sessions) whose traffic goes through a guarding proxy (:mod:`._proxy`); pages are keyed by
 ``(session_id, page_id)``, so one session never sees another's pages. A session keeps at most
 ``max_pages_per_session`` pages open (the oldest is closed to make room), and the engine at most
-``max_sessions`` contexts (the least recently used one is closed).
+``max_sessions`` contexts (the least recently used one is closed); a session whose pages were
+not used for ``idle_close_s`` seconds has its context closed (tooldeck has no "session ended"
+hook, so idleness is the signal).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -121,14 +124,19 @@ class _SessionState:
     pages: collections.OrderedDict[str, PageEntry] = attrs.field(
         factory=collections.OrderedDict
     )
+    last_used: float = attrs.field(factory=time.monotonic)
 
 
 class BrowserEngine:
     """The shared browser (see the module docstring). Use the process-wide :func:`engine`."""
 
-    def __init__(self, *, max_pages_per_session: int = 5, max_sessions: int = 32) -> None:
+    def __init__(
+        self, *, max_pages_per_session: int = 5, max_sessions: int = 32,
+        idle_close_s: float = 900.0,
+    ) -> None:
         self.max_pages_per_session = max_pages_per_session
         self.max_sessions = max_sessions
+        self.idle_close_s = idle_close_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._start_lock = threading.Lock()
@@ -229,6 +237,10 @@ class BrowserEngine:
 
     async def session_state(self, session_id: str) -> _SessionState:
         """The session's context, created (with its proxy) on first use."""
+        now = time.monotonic()
+        for other_id, other in list(self._sessions.items()):
+            if other_id != session_id and now - other.last_used > self.idle_close_s:
+                await self._close_session(other_id)
         allow = allow_list_for(session_id)
         state = self._sessions.get(session_id)
         if state is not None and state.proxy.allow != allow:
@@ -239,6 +251,7 @@ class BrowserEngine:
             state.context.browser.is_connected()
         ):
             self._sessions.move_to_end(session_id)
+            state.last_used = now
             return state
         browser = await self._get_browser()
         proxy = await self._proxy_for(allow)
@@ -285,7 +298,9 @@ class BrowserEngine:
                 "page_id it returns.",
                 details={"open_pages": known},
             )
+        assert state is not None  # an entry was found, so its session exists
         state.pages.move_to_end(page_id)  # recently used pages are closed last
+        state.last_used = time.monotonic()
         return entry
 
     def proxy_of(self, session_id: str) -> GuardProxy | None:

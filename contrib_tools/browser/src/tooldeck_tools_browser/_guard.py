@@ -41,8 +41,8 @@ try:  # the policy plugin is optional: use its guard (the same rules everywhere)
     from tooldeck_policy import check_url as _policy_check_url
     from tooldeck_policy import parse_allow_list as _policy_parse_allow_list
 except ImportError:  # pragma: no cover - exercised only without tooldeck-policy installed
-    _policy_check_url = None
-    _policy_parse_allow_list = None
+    _policy_check_url = None  # type: ignore[assignment]
+    _policy_parse_allow_list = None  # type: ignore[assignment]
 
 _SESSION_ALLOW: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 _SESSION_ALLOW_LOCK = threading.Lock()

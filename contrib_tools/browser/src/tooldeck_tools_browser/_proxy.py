@@ -51,6 +51,7 @@ class GuardProxy:
         self.unreachable: collections.deque[str] = collections.deque(maxlen=64)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def start(self) -> int:
@@ -60,13 +61,14 @@ class GuardProxy:
         return self.port
 
     async def aclose(self) -> None:
-        """Stop listening and drop the connections in flight."""
+        """Stop listening and end the connections in flight."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
+        for writer in list(self._writers):
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(list(self._tasks), timeout=2.0)
 
     def last_block_for(self, host: str | None) -> str | None:
         """The newest refusal reason for ``host`` (any host when None)."""
@@ -79,13 +81,17 @@ class GuardProxy:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        self._writers.add(writer)
         try:
             await self._serve(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # a client or upstream that went away mid-way: nothing to report to anyone
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError):
+            # Nobody awaits a connection's task: ending quietly keeps asyncio from logging a
+            # cancelled callback when the loop shuts down.
             pass
         finally:
+            self._writers.discard(writer)
             with contextlib.suppress(OSError, RuntimeError):
                 writer.close()
             if task is not None:
@@ -121,6 +127,7 @@ class GuardProxy:
             )
             return
         up_reader, up_writer = upstream
+        self._writers.add(up_writer)
         try:
             if method.upper() == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -130,6 +137,7 @@ class GuardProxy:
                 await up_writer.drain()
             await _pipe_both(reader, writer, up_reader, up_writer)
         finally:
+            self._writers.discard(up_writer)
             with contextlib.suppress(OSError, RuntimeError):
                 up_writer.close()
 
@@ -209,12 +217,15 @@ async def _pipe_both(
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
 ) -> None:
-    # Either side may half-close; the tunnel ends when the server side is done, since with one
-    # request per connection nothing useful can follow the response.
-    to_server = asyncio.ensure_future(_copy(reader, up_writer))
+    # The tunnel ends as soon as either side is done: browsers do not half-close, and with one
+    # request per connection nothing useful can follow the end of either direction.
+    directions = {
+        asyncio.ensure_future(_copy(reader, up_writer)),
+        asyncio.ensure_future(_copy(up_reader, writer)),
+    }
     try:
-        await _copy(up_reader, writer)
+        await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        to_server.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await to_server
+        for task in directions:
+            task.cancel()
+        await asyncio.gather(*directions, return_exceptions=True)

@@ -97,9 +97,14 @@ def _navigation_error(
         return ToolFailure(ErrorCode.TIMEOUT, f"loading {url!r} did not finish in time "
                            f"({message})", suggestion="Try again with wait_until "
                            "'domcontentloaded' or a larger timeout_s, or try another page.")
-    if "Download is starting" in message or "ERR_ABORTED" in message:
+    if "Download is starting" in message:
         return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{url!r} is a file download (binary "
                            "content), not a web page; the browser does not download files",
+                           suggestion="Open a web page instead; this tool reads HTML pages.")
+    if "ERR_ABORTED" in message:
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"loading {url!r} was aborted: it is "
+                           "probably a file download (binary content) rather than a page, or "
+                           "the page navigated elsewhere while loading",
                            suggestion="Open a web page instead; this tool reads HTML pages.")
     if "ERR_TUNNEL_CONNECTION_FAILED" in message or "ERR_PROXY" in message:
         reason = proxy.last_block_for(host) if proxy is not None else None

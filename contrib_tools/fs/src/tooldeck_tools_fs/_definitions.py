@@ -92,7 +92,7 @@ FILE_WRITE = ToolDefinition(
         "additionalProperties": False,
     },
     security=_security(SecurityLevel.MODERATE),
-    execution=ExecutionConfig(timeout_s=60.0),
+    execution=ExecutionConfig(timeout_s=60.0, invalidates=("file_read", "list_dir")),
     execute=tools.file_write,
     entrypoint="tooldeck_tools_fs.tools:file_write",
     call_style="mapping",

@@ -9,8 +9,10 @@ missing configuration names the environment variable to set.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import os
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -130,12 +132,24 @@ def _status_error(provider: Provider, response: httpx.Response, excerpt: str) ->
     )
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Building a context loads the CA bundle (tens of ms): once per process, not per call.
+    try:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+    except ImportError:  # pragma: no cover - httpx depends on certifi
+        return ssl.create_default_context()
+
+
 async def _fetch(provider: Provider, query: str, count: int) -> tuple[httpx.Response, bytes]:
     request = provider.request(query, count)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=min(10.0, REQUEST_TIMEOUT_S))
     try:
         # API endpoints do not redirect; following a redirect would send the key elsewhere.
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False,
+                                     verify=_ssl_context(),
                                      headers={"User-Agent": _USER_AGENT}) as client:
             async with client.stream(request.method, request.url, params=dict(request.params),
                                      headers=dict(request.headers), json=request.json) as response:

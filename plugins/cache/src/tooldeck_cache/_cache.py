@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -126,6 +126,15 @@ class ResultCache:
         # cachetools enforces one bound (bytes); the entry count is enforced here.
         while len(self._store) > self.max_entries:
             self._store.popitem()
+
+    async def invalidate(self, tools: Sequence[str]) -> int:
+        """Drop every entry of these tools, whatever their arguments; return how many."""
+        # Keys are "name@version:digest" (tooldeck_hookspecs.cache_key).
+        prefixes = tuple(f"{name}@" for name in tools)
+        stale = [key for key in list(self._store.keys()) if key.startswith(prefixes)]
+        for key in stale:
+            self._store.pop(key, None)
+        return len(stale)
 
     def clear(self) -> None:
         """Drop every entry; counters are kept."""

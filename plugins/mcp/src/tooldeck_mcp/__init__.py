@@ -7,8 +7,9 @@ For programmatic use or tests, pass ``McpBridge([McpServerConfig(...)])`` as a p
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._bridge import McpBridge, convert_result, definitions_for
-from ._client import RemoteServer, ServerStatistics, remote_server, shutdown
 from ._config import McpServerConfig, parse_servers, slug, tool_name
 
 __all__ = [
@@ -24,3 +25,14 @@ __all__ = [
     "slug",
     "tool_name",
 ]
+
+_LAZY = {"RemoteServer", "ServerStatistics", "remote_server", "shutdown"}
+
+
+def __getattr__(name: str) -> Any:
+    # The connection layer imports the MCP SDK: only when it is asked for.
+    if name in _LAZY:
+        from . import _client
+
+        return getattr(_client, name)
+    raise AttributeError(f"module 'tooldeck_mcp' has no attribute {name!r}")

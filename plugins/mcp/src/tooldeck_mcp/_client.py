@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -88,7 +88,7 @@ class _Loop:
             await portal.sleep_until_stopped()
             group.cancel_scope.cancel()
 
-    def spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+    def spawn(self, function: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Start a long-lived task in the loop; call from inside the loop only."""
         assert self._group is not None
         self._group.start_soon(function)
@@ -306,7 +306,8 @@ class RemoteServer:
             return 0.0
         if self._failures > config.max_restarts:
             return config.backoff_max_s
-        return min(config.backoff_initial_s * 2 ** (self._failures - 2), config.backoff_max_s)
+        delay = config.backoff_initial_s * 2.0 ** (self._failures - 2)
+        return min(delay, config.backoff_max_s)
 
     def _record_failure(self) -> None:
         self._failures += 1

@@ -307,7 +307,9 @@ class RunnerExecutor:
                     value = await value
         except ToolFailure as exc:
             return failure_result(exc)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
+            # Any bug of the tool is a structured result; SystemExit too, since a tool calling
+            # sys.exit() must not stop the deck.
             if context.logger is not None:
                 context.logger.warning("tool %r raised", tool.name, exc_info=exc)
             return exception_result(exc)

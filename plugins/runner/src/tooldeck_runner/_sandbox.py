@@ -224,7 +224,15 @@ class SandboxPool:
         )
         worker = self._take_warm(key)
         if worker is None:
-            worker = await self._spawn(key, preload=())
+            try:
+                worker = await self._spawn(key, preload=())
+            except OSError as exc:
+                return ToolResult.fail(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"the sandbox could not be started: {exc}",
+                    suggestion="The tool cannot run right now; report it to the user.",
+                    plugin="runner",
+                )
             self._served_cold += 1
         else:
             self._served_warm += 1
@@ -276,16 +284,18 @@ class SandboxPool:
             return None
         self._idle.move_to_end(key)
         while workers:
-            worker = workers.pop()
+            # The oldest first: it is the most likely to have finished starting.
+            worker = workers.pop(0)
             if worker.process.returncode is None and worker.process.poll() is None:
                 return worker
+            self._live.discard(worker)  # died while idle (killed from outside): already reaped
         return None
 
     async def _refill_quietly(self, key: PoolKey) -> None:
         self._refills += 1
         try:
             await self._refill(key)
-        except Exception:
+        except Exception:  # a system task must not crash the run
             logger.exception("tooldeck-runner: starting warm workers failed")
         finally:
             self._refills -= 1
@@ -514,7 +524,7 @@ class SandboxPool:
         if got.frame is not None:
             try:
                 result = structure_result(got.frame)
-            except Exception as exc:
+            except Exception as exc:  # a malformed answer is the tool's failure, not ours
                 return ToolResult.fail(
                     ErrorCode.EXECUTION_ERROR, f"the sandbox worker sent a malformed answer: {exc}"
                 )

@@ -210,7 +210,7 @@ def main() -> None:
     for name in preload:
         try:
             importlib.import_module(name)
-        except BaseException:
+        except BaseException:  # a broken preload must not kill the warm worker
             pass
 
     _warm_up(wire, outcomes)
@@ -236,7 +236,7 @@ def main() -> None:
         _apply_limits(limits)
         result = _call(wire, outcomes, request)
         payload = wire.dumps(result)
-    except BaseException as exc:
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: always answer
         try:
             result = outcomes.exception_result(exc, memory_mb=limits.memory_mb)
         except MemoryError:
@@ -255,7 +255,7 @@ def main() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:
+    except BaseException:  # closed or broken streams must not prevent the answer
         pass
     view = memoryview(wire.encode_frame(payload))
     while view:

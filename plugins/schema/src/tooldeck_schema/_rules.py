@@ -180,7 +180,10 @@ def _check_callable(tool: ToolDefinition, add: Callable[[str, str], None]) -> No
             if not callable(target):
                 add("entrypoint", f"{entrypoint!r} does not name a callable")
     if tool.execute is None and entrypoint is None:
-        add("execute", "the tool has neither an execute callable nor an entrypoint")
+        # A declaration-only tool (a catalog to select from, tools run by the client): it can be
+        # dealt and exported; calling it answers EXECUTION_ERROR from the executor.
+        if tool.security.sandbox:
+            add("execute", "a sandboxed tool needs an execute callable or an entrypoint")
         return
     if tool.security.sandbox and entrypoint is None:
         func = tool.execute

@@ -1,0 +1,81 @@
+"""``mcp.list = "hand"``: tools/list shows a hand plus search_tools (in-process SDK client).
+
+A tiny keyword retriever stands in for FAISS so that the listing logic is tested without loading
+the embedding model; the real retriever is exercised in test_mcp_server_search.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tooldeck.mcp_server import DeckMcpServer, McpServerSettings
+from tooldeck.testing import inline_plugin, make_deck
+from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
+
+
+class KeywordRetriever:
+    """Scores a tool by the words of the query found in its name and description."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, str] = {}
+
+    async def index(self, tools: Sequence[ToolDefinition]) -> None:
+        self.tools = {t.name: f"{t.name} {t.description}".lower() for t in tools}
+
+    async def add(self, tools: Sequence[ToolDefinition]) -> None:
+        self.tools.update({t.name: f"{t.name} {t.description}".lower() for t in tools})
+
+    async def remove(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.tools.pop(name, None)
+
+    async def search(self, query: str, k: int) -> list[ScoredTool]:
+        words = [w for w in query.lower().split() if len(w) > 2]
+        scored = [
+            ScoredTool(name=name, score=float(sum(w in text for w in words)))
+            for name, text in self.tools.items()
+        ]
+        scored = [s for s in scored if s.score > 0]
+        return sorted(scored, key=lambda s: -s.score)[:k]
+
+
+def tooldeck_retriever(settings: Any) -> KeywordRetriever:
+    return KeywordRetriever()
+
+
+async def test_hand_mode_lists_a_hand_and_search_tools(workdir: Path, mcp_payload: Any) -> None:
+    deck = make_deck(
+        inline_plugin(tooldeck_retriever, name="keywords"),
+        load_entry_points=["schema", "runner", "policy", "fs"],
+        config={"mcp": {"list": "hand"}, "hand": {"pinned": ["list_dir"]}},
+    )
+    async with deck:
+        server = DeckMcpServer(deck, workdir=str(workdir))
+        async with Client(server.server) as client:
+            before = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
+            assert before == ["list_dir", "search_tools"]
+            found = await client.call_tool("search_tools", {"task": "read a file", "limit": 3})
+            names = [t["name"] for t in mcp_payload(found)["data"]["tools"]]
+            assert "file_read" in names and len(names) <= 3
+            after = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
+            # The hand of the last search, pinned tools first, then search_tools.
+            assert after[0] == "list_dir" and "file_read" in after
+            assert after[-1] == "search_tools"
+            read = await client.call_tool("file_read", {"path": "notes.txt"})
+            assert mcp_payload(read)["data"]["content"] == "hello from the workdir\n"
+
+
+def test_server_settings_are_checked() -> None:
+    assert McpServerSettings.from_settings({}).list == "all"
+    settings = McpServerSettings.from_settings(
+        {"mcp": {"list": "hand", "allow_approvals": True, "servers": {}}}
+    )
+    assert settings.list == "hand" and settings.allow_approvals
+    for bad in ({"list": "some"}, {"allow_approvals": "yes"}, {"search_limit": 0}):
+        with pytest.raises(ConfigError):
+            McpServerSettings.from_settings({"mcp": bad})
