@@ -522,3 +522,34 @@ async def test_tooldeck_approval_store_provider_is_used():
         result = await deck.session().call("wipe", {"target": "q"})
     assert deck.providers["approvals"] == "shared"
     assert created == [result.error.details["approval_id"]]
+
+
+async def test_context_carries_attributes_and_the_plugins_settings_and_close_is_observed():
+    seen = {}
+    events = []
+
+    def probe(context: ToolContext) -> str:
+        """Report what the tool was given."""
+        seen["attributes"] = dict(context.attributes)
+        seen["settings"] = dict(context.settings)
+        return "ok"
+
+    def tooldeck_register_tools(register, settings):
+        seen["register_settings"] = settings.get("probe_pack")
+        register(probe, category="demo")
+
+    deck = make_deck(
+        inline_plugin(tooldeck_register_tools, name="probe_pack"),
+        inline_plugin(tooldeck_event=lambda event: events.append(event.kind), name="obs"),
+        load_entry_points=STAGES,
+        config={"probe_pack": {"depth": 3}},
+    )
+    async with deck:
+        async with deck.session(attributes={"user": "ada"}) as session:
+            assert (await session.call("probe", {})).success
+    assert seen == {
+        "register_settings": {"depth": 3},
+        "attributes": {"user": "ada"},
+        "settings": {"depth": 3},
+    }
+    assert events[-1] == "session.closed"

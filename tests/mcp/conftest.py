@@ -51,11 +51,16 @@ def server_env(**extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def stdio_session(
-    workdir: Path, *, env: Mapping[str, str] | None = None, config: str | None = None
+    workdir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    config: str | None = None,
+    **client_options: Any,
 ) -> AsyncIterator[ClientSession]:
     """An initialized official client session with ``tooldeck serve mcp`` over stdio.
 
     :param config: TOML written to ``tooldeck.toml`` in the server's cwd (a sibling of workdir).
+    :param client_options: for ``ClientSession`` (e.g. ``elicitation_callback``).
     """
     home = workdir.parent / f"{workdir.name}-server"
     home.mkdir(exist_ok=True)
@@ -67,7 +72,10 @@ async def stdio_session(
     params = StdioServerParameters(
         command=command[0], args=command[1:], env=environment, cwd=str(home)
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, **client_options) as session,
+    ):
         await session.initialize()
         yield session
 

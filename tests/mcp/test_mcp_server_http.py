@@ -73,7 +73,10 @@ async def test_http_cli_serves_until_sigterm(
     workdir: Path, serve_cmd: Any, make_server_env: Any, mcp_payload: Any
 ) -> None:
     port = _free_port()
-    command = serve_cmd("--transport", "http", "--port", str(port), "--workdir", str(workdir))
+    command = serve_cmd(
+        "--transport", "http", "--port", str(port), "--workdir", str(workdir),
+        "--grant", "filesystem",
+    )
     process = await trio.lowlevel.open_process(
         command, env=make_server_env(), cwd=str(workdir), stderr=subprocess.DEVNULL
     )
@@ -85,12 +88,17 @@ async def test_http_cli_serves_until_sigterm(
                     async with Client(url) as client:
                         listed = await client.list_tools()
                         result = await client.call_tool("file_read", {"path": "notes.txt"})
+                        wrote = await client.call_tool(
+                            "file_write", {"path": "new.txt", "content": "granted"}
+                        )
                     break
                 except Exception:  # not listening yet
                     assert process.returncode is None, "the server exited"
                     await trio.sleep(0.2)
         assert "file_read" in {t.name for t in listed.tools}
         assert mcp_payload(result)["data"]["content"] == "hello from the workdir\n"
+        assert not wrote.is_error, mcp_payload(wrote)
+        assert (workdir / "new.txt").read_text() == "granted"
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await process.wait() == 0

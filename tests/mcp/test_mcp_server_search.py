@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 
+
+@pytest.mark.slow  # loads the embedding model in the server process
 async def test_search_tools_returns_the_fs_tools_for_a_file_task(
     workdir: Path, open_stdio: Any, make_server_env: Any, mcp_payload: Any
 ) -> None:

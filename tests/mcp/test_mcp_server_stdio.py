@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mcp import types
+
 DANGEROUS_WRITE = """
 [session]
 grants = ["filesystem"]
@@ -102,3 +104,27 @@ async def test_stdio_approve_call_when_configured(
         assert mcp_payload(again)["error"]["code"] == "PERMISSION_DENIED"
         bad = await session.call_tool("approve_call", {})
         assert mcp_payload(bad)["error"]["code"] == "INVALID_ARGUMENTS"
+
+
+async def test_stdio_confirmation_by_elicitation_asks_the_user(
+    workdir: Path, open_stdio: Any, mcp_payload: Any
+) -> None:
+    asked: list[str] = []
+    answers = iter(["accept", "decline"])
+
+    async def user(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=next(answers), content={"always": False})
+
+    config = DANGEROUS_WRITE + '\n[mcp]\nconfirm = "elicit"\n'
+    async with open_stdio(workdir, config=config, elicitation_callback=user) as session:
+        done = await session.call_tool("file_write", {"path": "out.txt", "content": "yes"})
+        assert not done.is_error, mcp_payload(done)
+        assert (workdir / "out.txt").read_text() == "yes"
+        assert "file_write" in asked[0] and '"content": "yes"' in asked[0]
+
+        refused = await session.call_tool("file_write", {"path": "out.txt", "content": "no"})
+        error = mcp_payload(refused)["error"]
+        assert error["code"] == "PERMISSION_DENIED" and "decline" in error["message"]
+        assert (workdir / "out.txt").read_text() == "yes"
+        assert len(asked) == 2

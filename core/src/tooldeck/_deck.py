@@ -198,7 +198,10 @@ class Deck:
         problems: list[str] = []
         for impl in self._impls("tooldeck_register_tools"):
             try:
-                impl(register=self._make_register(impl.plugin, pending))
+                impl(
+                    register=self._make_register(impl.plugin, pending),
+                    settings=self.config.settings,
+                )
             except RegistrationError as exc:
                 problems.extend(exc.problems)
             except Exception as exc:
@@ -336,6 +339,11 @@ class Deck:
     def plugin_infos(self) -> list[PluginInfo]:
         """Loaded plugins with distribution, version and hooks."""
         return self.plugins.plugin_infos()
+
+    def plugin_settings(self, plugin: str | None) -> Mapping[str, Any]:
+        """The configuration table named after a plugin (``[tool.tooldeck.fs]`` for ``fs``)."""
+        table = self.config.settings.get(plugin, {}) if plugin else {}
+        return table if isinstance(table, Mapping) else {}
 
     @property
     def executor(self) -> Any:
@@ -502,6 +510,24 @@ class Session:
         """Cancel every queued and running call of this session; each returns ``CANCELLED``."""
         for scope in list(self._scopes):
             scope.cancel()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the session: cancel its calls and tell observers (``session.closed``), so that
+        tool packs can release per-session resources such as browser pages."""
+        self.cancel()
+        self._pending.clear()
+        event = Event(kind="session.closed", session_id=self.id)
+        for impl in self.deck._impls("tooldeck_event"):
+            try:
+                impl(event=event)
+            except Exception:
+                log.exception("plugin %r: tooldeck_event raised", impl.plugin)
 
     # ------------------------------------------------------------------ the hand
 
@@ -992,6 +1018,8 @@ class Session:
             call_id=call.id,
             tool_name=tool.name,
             allowed_paths=allowed,
+            attributes=self.attributes,
+            settings=self.deck.plugin_settings(tool.plugin),
             logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
         )
         scope = trio.CancelScope()

@@ -19,17 +19,31 @@ bridge, ``tooldeck-mcp``)::
     list = "all"             # "all": every tool; "hand": only a hand + search_tools
     default_task = ""        # "hand" mode: the task whose hand tools/list shows before a search
     search_limit = 15        # default `limit` of search_tools
+    confirm = "error"        # "elicit": ask the user through the client (MCP elicitation)
+    confirm_timeout_s = 120  # how long an elicitation waits for the user
     allow_approvals = false  # offer approve_call (a model approving its own calls: off!)
+    allow_remote = false     # HTTP on a non-loopback address (no auth here: use a proxy)
 
 Extra tools the server adds: ``search_tools`` (when a retriever is installed) returns the hand
 for a task with full input schemas, so a client facing hundreds of tools can ask for the right
 ones; ``approve_call`` (only with ``allow_approvals = true``) runs a call that answered
 ``CONFIRMATION_REQUIRED``. It is off by default because the model would approve its own calls:
 turn it on only when the MCP client shows the user each ``approve_call`` and asks first.
+
+Calls that need confirmation (dangerous tools) answer ``CONFIRMATION_REQUIRED`` with an
+``approval_id`` by default. With ``confirm = "elicit"`` and a client that declared form
+elicitation, the server asks the user instead (``elicitation/create``, out of the model's reach):
+accepted, the call runs (once, or for the rest of the session if they tick "always"); declined or
+unanswered, it is ``PERMISSION_DENIED``.
+
+Sessions: stdio is one connection, one deck session. Streamable HTTP gives each MCP session
+(``mcp-session-id``) its own deck session; requests of the stateless 2026 protocol carry no
+identity and share one session.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -76,6 +90,8 @@ SEARCH_TOOL = "search_tools"
 #: Name of the tool that approves a pending call (only when ``allow_approvals`` is on).
 APPROVE_TOOL = "approve_call"
 
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
 #: Connections without a transport session id (stdio, stateless HTTP) share this session key.
 _DEFAULT_KEY = "default"
 
@@ -120,6 +136,14 @@ class McpServerSettings:
     default_task: str = ""
     search_limit: int = 15
     allow_approvals: bool = False
+    #: "error": CONFIRMATION_REQUIRED goes back to the model; "elicit": the server asks the user
+    #: through the client (MCP elicitation) when the client supports it, and runs the call if
+    #: they accept.
+    confirm: Literal["error", "elicit"] = "error"
+    confirm_timeout_s: float = 120.0
+    #: Let ``serve mcp --transport http`` bind an address other than loopback. The server has no
+    #: authentication of its own: only behind a proxy that authenticates.
+    allow_remote: bool = False
     #: Most concurrent HTTP sessions kept; the least recently used one is dropped beyond it.
     max_sessions: int = 1000
 
@@ -138,9 +162,17 @@ class McpServerSettings:
         default_task = table.get("default_task", "")
         if not isinstance(default_task, str):
             raise ConfigError("mcp.default_task must be a string")
-        allow = table.get("allow_approvals", False)
-        if not isinstance(allow, bool):
-            raise ConfigError("mcp.allow_approvals must be true or false")
+        flags: dict[str, bool] = {}
+        for key in ("allow_approvals", "allow_remote"):
+            flags[key] = table.get(key, False)
+            if not isinstance(flags[key], bool):
+                raise ConfigError(f"mcp.{key} must be true or false")
+        confirm = table.get("confirm", "error")
+        if confirm not in ("error", "elicit"):
+            raise ConfigError(f"mcp.confirm must be 'error' or 'elicit', not {confirm!r}")
+        timeout = table.get("confirm_timeout_s", 120.0)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise ConfigError(f"mcp.confirm_timeout_s must be a number > 0, not {timeout!r}")
         numbers: dict[str, int] = {}
         for key, default in (("search_limit", 15), ("max_sessions", 1000)):
             value = table.get(key, default)
@@ -150,7 +182,10 @@ class McpServerSettings:
         return cls(
             list=mode,
             default_task=default_task,
-            allow_approvals=allow,
+            allow_approvals=flags["allow_approvals"],
+            allow_remote=flags["allow_remote"],
+            confirm=confirm,
+            confirm_timeout_s=float(timeout),
             search_limit=numbers["search_limit"],
             max_sessions=numbers["max_sessions"],
         )
@@ -163,6 +198,15 @@ def _call_result(call: ToolCall, result: ToolResult) -> types.CallToolResult:
         structured_content=message["structuredContent"],
         is_error=message["isError"],
     )
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared form elicitation and this request can carry one."""
+    server_session = ctx.session
+    capabilities = server_session.client_capabilities
+    if capabilities is None or capabilities.elicitation is None:
+        return False
+    return bool(getattr(server_session, "can_send_request", True))
 
 
 def _mcp_tool(spec: Mapping[str, Any]) -> types.Tool:
@@ -360,7 +404,71 @@ class DeckMcpServer:
             if self.settings.allow_approvals:
                 return _call_result(call, await self._approve(session, call.arguments))
         result = await session.call(call.name, call.arguments, call_id=call.id or None)
+        if (
+            self.settings.confirm == "elicit"
+            and result.error is not None
+            and result.error.code is ErrorCode.CONFIRMATION_REQUIRED
+            and ctx is not None
+            and _can_elicit(ctx)
+        ):
+            result = await self._ask_user(ctx, session, call, result)
         return _call_result(call, self._explain(result))
+
+    async def _ask_user(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        session: Session,
+        call: ToolCall,
+        asked: ToolResult,
+    ) -> ToolResult:
+        """Answer a CONFIRMATION_REQUIRED by asking the user through the client (elicitation).
+
+        The model never sees the question: the user accepts (the call runs once, or "always"
+        for the rest of the session) or declines (PERMISSION_DENIED). When the client cannot
+        be asked after all, the original CONFIRMATION_REQUIRED goes back.
+        """
+        assert asked.error is not None
+        approval_id = str(asked.error.details.get("approval_id", ""))
+        reasons = asked.error.details.get("reasons") or [asked.error.message]
+        arguments = json.dumps(dict(call.arguments), ensure_ascii=False, default=str)
+        if len(arguments) > 2000:
+            arguments = arguments[:2000] + " ..."
+        message = (
+            f"The assistant wants to run the tool {call.name!r} with these arguments:\n"
+            f"{arguments}\n\nWhy approval is needed: " + "; ".join(map(str, reasons))
+            + "\n\nAllow this call?"
+        )
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "always": {
+                    "type": "boolean",
+                    "title": f"Always allow {call.name} in this session",
+                    "default": False,
+                }
+            },
+        }
+        answer: types.ElicitResult | None = None
+        try:
+            with trio.move_on_after(self.settings.confirm_timeout_s):
+                answer = await ctx.session.elicit_form(
+                    message, schema, related_request_id=ctx.request_id
+                )
+        except Exception as exc:  # the client could not ask after all: the model is told
+            log.warning("elicitation failed (%s: %s); returning CONFIRMATION_REQUIRED",
+                        type(exc).__name__, exc)
+            return asked
+        if answer is None or answer.action != "accept":
+            await session.deny(approval_id)
+            what = "no answer" if answer is None else answer.action
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"the user did not approve this call of {call.name!r} ({what})",
+                suggestion="Do not retry this call; ask the user how to proceed.",
+            )
+        if (answer.content or {}).get("always") is True:
+            session.always_allow(call.name)
+        return await session.resume(approval_id)
 
     async def _on_call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -487,10 +595,15 @@ class DeckMcpServer:
             task_status.started(binds[0].rstrip("/") + path)
 
 
-async def serve_stdio(deck: Deck, *, workdir: str | None = None) -> None:
+async def serve_stdio(
+    deck: Deck,
+    *,
+    workdir: str | None = None,
+    session_options: Mapping[str, Any] | None = None,
+) -> None:
     """Serve ``deck`` over stdio (enters and closes the deck)."""
     async with deck:
-        await DeckMcpServer(deck, workdir=workdir).run_stdio()
+        await DeckMcpServer(deck, workdir=workdir, session_options=session_options).run_stdio()
 
 
 async def serve_http(
@@ -499,11 +612,12 @@ async def serve_http(
     port: int = 8765,
     *,
     workdir: str | None = None,
+    session_options: Mapping[str, Any] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``deck`` over streamable HTTP until SIGINT or SIGTERM (enters and closes the deck)."""
     async with deck:
-        server = DeckMcpServer(deck, workdir=workdir)
+        server = DeckMcpServer(deck, workdir=workdir, session_options=session_options)
         stop = trio.Event()
 
         async def on_signals() -> None:
@@ -524,12 +638,18 @@ async def serve_http(
 
 
 def serve_mcp_cli(
-    transport: str, host: str = "127.0.0.1", port: int = 8765, *, workdir: str | None = None
+    transport: str,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    workdir: str | None = None,
+    grants: Sequence[str] | None = None,
 ) -> int:
     """``tooldeck serve mcp``: load the deck from the configuration and serve it.
 
     :param transport: ``stdio`` or ``http`` (streamable HTTP at ``http://host:port/mcp``).
     :param workdir: the sessions' working directory (default: ``[session] workdir``, then cwd).
+    :param grants: categories granted to every session (default: ``[session] grants``).
     :return: the exit code (0 when the client or a signal ended the server, 2 on a bad
         transport). Start-up errors raise :class:`TooldeckError` (the CLI prints them, exit 2).
     """
@@ -546,19 +666,31 @@ def serve_mcp_cli(
         sys.stderr.write(f"tooldeck serve mcp: --workdir {workdir!r} is not a directory\n")
         return 2
     deck = Deck.load()
+    if transport == "http" and host not in _LOOPBACK:
+        if not McpServerSettings.from_settings(deck.config.settings).allow_remote:
+            sys.stderr.write(
+                f"tooldeck serve mcp: refusing to listen on {host!r}: the MCP server has no "
+                "authentication; use 127.0.0.1 (or set mcp.allow_remote = true behind an "
+                "authenticating proxy)\n"
+            )
+            return 2
+    options = {"grants": list(grants)} if grants else {}
     if transport == "stdio":
-        trio.run(lambda: serve_stdio(deck, workdir=workdir))
+        trio.run(lambda: serve_stdio(deck, workdir=workdir, session_options=options))
     else:
-        trio.run(lambda: serve_http(deck, host, port, workdir=workdir))
+        trio.run(lambda: serve_http(deck, host, port, workdir=workdir, session_options=options))
     return 0
 
 
 def add_serve_arguments(parser: Any) -> None:
-    """Add ``--transport``, ``--host``, ``--port`` and ``--workdir`` to an argparse parser."""
+    """Add ``--transport``, ``--host``, ``--port``, ``--workdir``, ``--grant`` to a parser."""
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP: port (0: any free one)")
+    parser.add_argument("--workdir", default=None, help="the sessions' working directory")
+    parser.add_argument(
+        "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -573,7 +705,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return serve_mcp_cli(args.transport, args.host, args.port, workdir=args.workdir)
+        return serve_mcp_cli(
+            args.transport, args.host, args.port, workdir=args.workdir, grants=args.grant
+        )
     except TooldeckError as exc:
         sys.stderr.write(f"tooldeck: {exc}\n")
         return 2

@@ -70,11 +70,15 @@ class ToolFailure(TooldeckError):
         *,
         suggestion: str | None = None,
         retryable: bool = False,
+        retry_after_s: float | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
         self.code = ErrorCode(code)
         self.message = message
         self.suggestion = suggestion
         self.retryable = retryable
+        #: The least time to wait before trying again (e.g. an HTTP Retry-After); executors that
+        #: retry wait at least this long.
+        self.retry_after_s = retry_after_s
         self.details = details or {}
         super().__init__(f"{self.code}: {message}")

@@ -329,7 +329,9 @@ class ToolContext:
 
     ``emit`` streams progress to the caller (a no-op when nobody listens). ``logger`` is a standard
     logger named after the tool. Cancellation arrives as trio cancellation for in-process tools and
-    as a killed process for sandboxed ones.
+    as a killed process for sandboxed ones. ``attributes`` are the session's application
+    attributes (e.g. ``url_allow``); ``settings`` is the table of the tool's own plugin in the
+    configuration (``[tool.tooldeck.<plugin>]``).
     """
 
     session_id: str
@@ -337,6 +339,8 @@ class ToolContext:
     call_id: str = ""
     tool_name: str = ""
     allowed_paths: tuple[str, ...] = ()
+    attributes: Mapping[str, Any] = attrs.field(factory=dict)
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
 

@@ -214,15 +214,29 @@ async def test_timeout_and_cancellation_kill_the_process_tree(
     ex, workdir = executor
     marker = f"tooldeck-cancel-{uuid.uuid4().hex}"
     # Children that sleep for an hour while the tool itself sleeps: killed on timeout...
-    tool = sandboxed("thousand_children_then_sleep", timeout_s=1.0)
+    tool = sandboxed("thousand_children_then_sleep", timeout_s=2.0)
     result = await call(ex, workdir, tool, marker=marker, count=5)
     assert result.error is not None and result.error.code == "TIMEOUT"
     await assert_none_left(marker)
     # ... and on the caller's cancellation, which propagates as trio.Cancelled.
     marker = f"tooldeck-cancel-{uuid.uuid4().hex}"
-    with trio.move_on_after(1.0) as scope:
-        await call(ex, workdir, sandboxed("thousand_children_then_sleep"), marker=marker, count=5)
-    assert scope.cancelled_caught
+    outcome: list[str] = []
+    caller = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+
+        async def go() -> None:
+            with caller:
+                tool = sandboxed("thousand_children_then_sleep")
+                await call(ex, workdir, tool, marker=marker, count=5)
+                outcome.append("returned")
+            outcome.append("cancelled" if caller.cancelled_caught else "not cancelled")
+
+        nursery.start_soon(go)
+        with trio.fail_after(30):
+            while len(marked_pids(marker)) < 5:
+                await trio.sleep(0.02)
+        caller.cancel()
+    assert outcome == ["cancelled"]
     await assert_none_left(marker)
     await next_call_works(ex, workdir)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .._markers import hookspec
 from ..model import ToolDefinition
 from ..protocols import ArgumentValidator, Catalog, RegisterFn
@@ -12,16 +15,19 @@ from ..protocols import ArgumentValidator, Catalog, RegisterFn
 
 
 @hookspec
-def tooldeck_register_tools(register: RegisterFn) -> None:
+def tooldeck_register_tools(register: RegisterFn, settings: Mapping[str, Any]) -> None:
     """Register the tools a pack provides.
 
     Called once at start-up for every plugin that implements it; return values are ignored. The
     core hands each plugin its own ``register`` callable so that it records which plugin each tool
-    came from.
+    came from. Like every hook, an implementation may accept only the parameters it uses.
 
     :param register: call ``register(definition)`` with a :class:`ToolDefinition`, or
         ``register(function, category=..., ...)`` with a plain or async function whose parameters
         are derived from its type hints and docstring (or given as ``parameters=`` JSON Schema).
+    :param settings: the whole tooldeck configuration; read your own table (e.g.
+        ``settings.get("fs", {})``). Tools also receive their plugin's table as
+        ``ToolContext.settings`` at call time.
 
     Example::
 

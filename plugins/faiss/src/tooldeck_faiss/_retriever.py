@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,20 @@ class RetrieverSettings:
     bm25_b: float = 0.75
     hnsw_m: int = 32
     hnsw_ef_search: int = 128
+    #: Approximate index above ``approx_threshold``: "ivf" (default) or "hnsw".
+    approx_kind: str = attrs.field(
+        default="ivf", validator=attrs.validators.in_(("ivf", "hnsw"))
+    )
+    ivf_nprobe: int = 32
     max_segments: int = 12
     embed_whole_query: bool = False
+    #: OpenMP threads FAISS may use. One: a handful of query vectors against thousands of tools
+    #: is microseconds of work, and OpenMP spin-waiting on a busy 2-core machine costs
+    #: milliseconds (measured: 19 ms vs 2 ms per search under load).
+    faiss_threads: int = 1
+    #: Dynamic int8 quantization of the model's linear layers: about 2x faster query
+    #: embedding on CPU, slightly different vectors (cached under their own model id).
+    quantize: bool = False
     batch_size: int = 64
 
     @classmethod
@@ -99,6 +112,19 @@ class RetrieverStatistics:
     tombstones: int
 
 
+@contextlib.contextmanager
+def _faiss_threads(n: int) -> Iterator[None]:
+    """Temporarily let FAISS use ``n`` OpenMP threads."""
+    import faiss
+
+    saved = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(saved)
+
+
 def _model_id(path: str) -> str:
     """A stable id for a local model folder: its name plus a digest of its configuration.
 
@@ -120,6 +146,17 @@ def _model_id(path: str) -> str:
     return f"{folder.name or 'model'}-{digest.hexdigest()[:16]}"
 
 
+def _quantized(model: Any) -> Any:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of torchao, which is not installed.
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
 class FaissRetriever:
     """Hybrid retriever implementing :class:`tooldeck_hookspecs.Retriever`.
 
@@ -135,6 +172,8 @@ class FaissRetriever:
         self.settings = settings or RetrieverSettings()
         self._model = model  # injectable (tests, benchmarks share one loaded model)
         self._model_lock = threading.Lock()
+        self._ready = False
+        self._model_id: str | None = None
         self._lock = threading.RLock()
         self._store: EmbeddingStore | None = None
         self._dim = 0
@@ -153,19 +192,30 @@ class FaissRetriever:
 
     def _load_model(self) -> Any:
         with self._model_lock:
+            if self._ready:
+                return self._model
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
 
                 self._model = SentenceTransformer(self.settings.model, device="cpu")
-            if self._store is None and self.settings.cache_dir:
+                if self.settings.quantize:
+                    self._model = _quantized(self._model)
+            import faiss
+
+            faiss.omp_set_num_threads(max(1, self.settings.faiss_threads))
+            if self.settings.cache_dir:
                 self._store = EmbeddingStore(self.settings.cache_dir, self.model_id)
+            self._ready = True
             return self._model
 
     @property
     def model_id(self) -> str:
         """The id under which this model's vectors are cached."""
-        return _model_id(self.settings.model)
+        if self._model_id is None:
+            suffix = "-qint8" if self.settings.quantize else ""
+            self._model_id = _model_id(self.settings.model) + suffix
+        return self._model_id
 
     def _encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
         import torch
@@ -215,15 +265,30 @@ class FaissRetriever:
 
     # ------------------------------------------------------------------ index maintenance
 
-    def _new_index(self, dim: int, approx: bool) -> Any:
+    def _new_index(self, vectors: np.ndarray, approx: bool) -> Any:
+        """An empty exact index, or a trained approximate one (IVF or HNSW) for ``vectors``."""
         import faiss
 
-        if approx:
+        dim = vectors.shape[1]
+        if not approx:
+            return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        if self.settings.approx_kind == "hnsw":
             hnsw = faiss.IndexHNSWFlat(dim, self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             hnsw.hnsw.efSearch = self.settings.hnsw_ef_search
             hnsw.hnsw.efConstruction = 80
             return faiss.IndexIDMap(hnsw)
-        return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        # IVF: cheap to train on a sample, supports remove_ids (no tombstones), and its search
+        # cost is set by nprobe. sqrt(n) lists keeps both the coarse and the fine scan small.
+        n = len(vectors)
+        nlist = max(1, min(n, int(np.sqrt(n))))
+        quantizer = faiss.IndexFlatIP(dim)
+        ivf = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.max_points_per_centroid = 64  # training on a sample: seconds, not minutes
+        ivf.cp.min_points_per_centroid = 1
+        if n:
+            ivf.train(vectors)
+        ivf.nprobe = max(1, min(nlist, self.settings.ivf_nprobe))
+        return ivf
 
     def _lexical_terms(self, tool: ToolDefinition) -> dict[str, float]:
         weights = self.settings.field_weights
@@ -244,10 +309,16 @@ class FaissRetriever:
         tools = [tools[i] for i in order]
         vectors = vectors[order] if len(order) else vectors[:0]
         dim = vectors.shape[1] if vectors.ndim == 2 and vectors.shape[1] else self._dimension()
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(tools), dim)
+        approx = len(tools) > self.settings.approx_threshold
+        with _faiss_threads(os.cpu_count() or 1):  # building is worth every core
+            index = self._new_index(vectors, approx)
+            if len(tools):
+                index.add_with_ids(vectors, np.arange(len(tools), dtype=np.int64))
         with self._lock:
             self._dim = dim
-            self._approx = len(tools) > self.settings.approx_threshold
-            self._index = self._new_index(dim, self._approx)
+            self._approx = approx
+            self._index = index
             self._names = [t.name for t in tools]
             self._slot_of = {t.name: i for i, t in enumerate(tools)}
             self._vectors = np.array(vectors, dtype=np.float32).reshape(len(tools), dim)
@@ -255,8 +326,6 @@ class FaissRetriever:
             self._tombstones = set()
             for slot, tool in enumerate(tools):
                 self._bm25.add(slot, self._lexical_terms(tool))
-            if len(tools):
-                self._index.add_with_ids(self._vectors, np.arange(len(tools), dtype=np.int64))
 
     def _remove_slots(self, slots: list[int]) -> None:
         if not slots:
@@ -267,7 +336,7 @@ class FaissRetriever:
                 self._slot_of.pop(name, None)
             self._names[slot] = None
             self._bm25.remove(slot)
-        if self._approx:
+        if self._approx and self.settings.approx_kind == "hnsw":
             # HNSW cannot delete: the slots become tombstones filtered at search time.
             self._tombstones.update(slots)
         else:
@@ -450,6 +519,6 @@ class FaissRetriever:
             texts_embedded=self._texts_embedded,
             encode_calls=self._encode_calls,
             cache_hits=self._cache_hits,
-            index_kind="hnsw" if self._approx else "flat",
+            index_kind=self.settings.approx_kind if self._approx else "flat",
             tombstones=len(self._tombstones),
         )

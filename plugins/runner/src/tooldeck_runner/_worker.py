@@ -64,7 +64,6 @@ def _resolve(entrypoint: str) -> Any:
     target: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         target = getattr(target, part)
-    # Decorated tools may be wrapped objects that keep the real function in ``__wrapped__``.
     return target
 
 
