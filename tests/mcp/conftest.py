@@ -127,3 +127,12 @@ def make_server_env() -> Any:
 def helper_server() -> Path:
     """The path of the tiny MCP server used by the bridge tests."""
     return HELPER_SERVER
+
+
+@pytest.fixture(autouse=True)
+def _close_bridge_connections() -> Any:
+    """Stop the MCP servers a test's bridge started (they live per process otherwise)."""
+    yield
+    client = sys.modules.get("tooldeck_mcp._client")
+    if client is not None:
+        client.shutdown()

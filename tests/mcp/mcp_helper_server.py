@@ -8,6 +8,7 @@ kill it mid-session).
 from __future__ import annotations
 
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -44,6 +45,13 @@ def server_pid() -> int:
 def explode(reason: str) -> str:
     """Always fails with the given reason."""
     raise ToolError(f"exploded: {reason}")
+
+
+@server.tool()
+def nap(seconds: float) -> str:
+    """Sleep, then answer (for timeouts)."""
+    time.sleep(seconds)
+    return "awake"
 
 
 if __name__ == "__main__":

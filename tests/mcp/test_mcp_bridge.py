@@ -119,6 +119,23 @@ async def test_bridge_restarts_a_killed_server(helper_server: Path) -> None:
         assert (stats.starts, stats.crashes, stats.consecutive_failures) == (2, 1, 0)
 
 
+async def test_bridge_times_out_a_slow_call_and_keeps_the_server(helper_server: Path) -> None:
+    config = _servers(helper_server, "timeout", timeout_s=1)
+    deck = make_deck(config=config, load_entry_points=ENTRY_POINTS)
+    async with deck:
+        session = deck.session(grants={"mcp_helper"})
+        slow = await session.call("helper__nap", {"seconds": 60})
+        assert slow.error is not None and slow.error.code == "TIMEOUT"
+        assert slow.error.retryable and "'helper'" in slow.error.message
+        # A timeout is not a crash: the same server answers the next call.
+        fine = await session.call("helper__echo", {"text": "still here"})
+        assert fine.data == {"result": "still here"}
+        stats = remote_server(
+            McpServerConfig.from_table("helper", config["mcp"]["servers"]["helper"])
+        ).statistics()
+        assert (stats.starts, stats.crashes) == (1, 0)
+
+
 async def test_bridge_server_that_cannot_start(tmp_path: Path) -> None:
     broken = {"command": [sys.executable, "-c", "import sys; sys.exit(3)"], "stderr": "discard",
               "env": {"TOOLDECK_TEST": "broken"}, "startup_timeout_s": 20}

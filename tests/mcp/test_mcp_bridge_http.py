@@ -6,6 +6,7 @@ from functools import partial
 from pathlib import Path
 
 import trio
+from tooldeck_mcp import parse_servers, remote_server
 
 from tooldeck.mcp_server import DeckMcpServer
 from tooldeck.testing import make_deck
@@ -41,4 +42,6 @@ async def test_bridge_over_http_to_a_tooldeck_server(workdir: Path) -> None:
             escape = await session.call("remote__file_read", {"path": "../secret.txt"})
             assert escape.error is not None and escape.error.code == "EXECUTION_ERROR"
             assert "PATH_NOT_ALLOWED" in escape.error.message
+        for remote in (remote_server(c) for c in parse_servers(config)):
+            await trio.to_thread.run_sync(remote.close)
         stop.set()

@@ -209,6 +209,14 @@ def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     return bool(getattr(server_session, "can_send_request", True))
 
 
+async def _notify_tools_changed(ctx: ServerRequestContext[Any, Any]) -> None:
+    """Tell the client that tools/list changed (the hand did); best effort."""
+    try:
+        await ctx.session.send_tool_list_changed()
+    except Exception as exc:  # a client that cannot hear it re-lists on its own terms
+        log.debug("tools/list_changed not sent: %s: %s", type(exc).__name__, exc)
+
+
 def _mcp_tool(spec: Mapping[str, Any]) -> types.Tool:
     return types.Tool.model_validate(dict(spec))
 
@@ -399,7 +407,10 @@ class DeckMcpServer:
         )
         if name == SEARCH_TOOL and SEARCH_TOOL not in self.deck.catalog:
             if self.deck.retriever is not None:
-                return _call_result(call, await self._search(session, call.arguments))
+                found = await self._search(session, call.arguments)
+                if found.success and self._hand_mode and ctx is not None:
+                    await _notify_tools_changed(ctx)
+                return _call_result(call, found)
         if name == APPROVE_TOOL and APPROVE_TOOL not in self.deck.catalog:
             if self.settings.allow_approvals:
                 return _call_result(call, await self._approve(session, call.arguments))

@@ -363,15 +363,32 @@ async def test_backoff_is_exponential_with_bounded_jitter(autojump_clock: Any) -
     assert 1 + 2 + 4 <= waited <= 1 + 2 + 4 + 3 * 0.5
 
 
+async def test_a_retry_after_from_the_tool_sets_the_wait(autojump_clock: Any) -> None:
+    calls = []
+
+    async def throttled(arguments: Any, context: ToolContext) -> str:
+        calls.append(trio.current_time())
+        if len(calls) == 1:
+            raise ToolFailure("EXECUTION_ERROR", "HTTP 429", retryable=True, retry_after_s=30)
+        return "served"
+
+    ex = RunnerExecutor(RunnerSettings(retry_jitter_s=0.5))
+    result = await run(ex, make_tool(throttled, retryable=True, max_retries=2))
+    assert result.data == "served" and result.metadata["attempts"] == 2
+    # The server asked for 30 s; the exponential guess would have been about 1 s.
+    assert calls[1] - calls[0] >= 30
+
+
 # -- wiring ----------------------------------------------------------------------------------
 
 
 def test_the_hook_builds_an_executor_from_the_runner_table() -> None:
     ex = runner_plugin.tooldeck_executor(
-        settings={"runner": {"concurrency": {"shell": 5}, "sandbox": "process"}}
+        settings={"runner": {"concurrency": {"shell": 2}, "sandbox": "process"}}
     )
     assert isinstance(ex, RunnerExecutor)
-    assert ex.settings.concurrency == {"default": 16, "shell": 5}
+    # Configured categories override the defaults; the others keep theirs.
+    assert ex.settings.concurrency == {"default": 16, "browser": 3, "shell": 2, "code": 4}
     assert ex.settings.sandbox == "process"
 
 

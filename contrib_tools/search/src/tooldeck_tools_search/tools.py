@@ -112,6 +112,7 @@ def _status_error(provider: Provider, response: httpx.Response, excerpt: str) ->
             ErrorCode.EXECUTION_ERROR,
             f"search provider {provider.name} {what} (HTTP {status}){shown}",
             retryable=True,
+            retry_after_s=wait,
             suggestion="Wait a little and search again"
             + (f" (the provider asked for {wait:g} s)" if wait is not None else "")
             + "; or answer without searching.",

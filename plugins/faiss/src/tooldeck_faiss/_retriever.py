@@ -210,6 +210,11 @@ class FaissRetriever:
             return self._model
 
     @property
+    def model(self) -> Any:
+        """The sentence-transformers model, or None before the first index/search/warm-up."""
+        return self._model
+
+    @property
     def model_id(self) -> str:
         """The id under which this model's vectors are cached."""
         if self._model_id is None:
@@ -452,6 +457,10 @@ class FaissRetriever:
     def _search_sync(self, query: str, k: int) -> list[ScoredTool]:
         if not isinstance(query, str) or not self._slot_of or k <= 0:
             return []
+        # Lone surrogates and control characters come from broken decoders upstream; the
+        # tokenizer rejects the former, and neither carries meaning.
+        query = query.encode("utf-8", "replace").decode("utf-8")
+        query = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in query)
         segments = self._query_segments(query)
         if not segments:
             return []

@@ -88,6 +88,11 @@ class _Loop:
             await portal.sleep_until_stopped()
             group.cancel_scope.cancel()
 
+    @property
+    def running(self) -> bool:
+        """Whether the loop thread has been started (and not closed)."""
+        return self._portal is not None
+
     def spawn(self, function: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Start a long-lived task in the loop; call from inside the loop only."""
         assert self._group is not None
@@ -424,7 +429,14 @@ class RemoteServer:
         self._failures = 0
         return result
 
+    def close(self) -> None:
+        """Close the connection now (a stdio server is terminated); the next call reconnects."""
+        if _LOOP.running:
+            _LOOP.portal().call(self._close)
+
     async def _close(self) -> None:
+        # The lock belongs to this loop; a later loop (after shutdown()) makes its own.
+        self._connecting = None
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.close()

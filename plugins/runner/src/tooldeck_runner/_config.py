@@ -16,6 +16,11 @@ SandboxMode = Literal["auto", "bubblewrap", "process"]
 _MODES = ("auto", "bubblewrap", "process")
 
 
+
+#: Calls in flight per category unless configured: a browser page and a shell are heavy, so they
+#: get few slots; everything else shares a generous default.
+DEFAULT_CONCURRENCY: dict[str, int] = {"default": 16, "browser": 3, "shell": 5, "code": 4}
+
 @attrs.frozen(kw_only=True)
 class RunnerSettings:
     """Settings of the runner (all optional).
@@ -29,7 +34,7 @@ class RunnerSettings:
     site-packages can be imported by reference.
     """
 
-    concurrency: Mapping[str, int] = attrs.field(factory=lambda: {"default": 16})
+    concurrency: Mapping[str, int] = attrs.field(factory=lambda: dict(DEFAULT_CONCURRENCY))
     sandbox: SandboxMode = "auto"
     warm_workers: int = 2
     max_warm_keys: int = 4
@@ -66,7 +71,7 @@ class RunnerSettings:
                 raise ConfigError(
                     "[tool.tooldeck.runner].concurrency must map categories to integers >= 1"
                 )
-            kw["concurrency"] = {"default": 16, **{str(k): int(v) for k, v in conc.items()}}
+            kw["concurrency"] = {**DEFAULT_CONCURRENCY, **{str(k): int(v) for k, v in conc.items()}}
         if "sandbox" in table:
             if table["sandbox"] not in _MODES:
                 raise ConfigError(

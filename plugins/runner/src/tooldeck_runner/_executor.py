@@ -85,6 +85,17 @@ class _RetryableResult(Exception):
         self.result = result
 
 
+def _backoff_hook(exc: Exception) -> bool | float:
+    """stamina's hook: retry our own marker; wait at least what the tool was told to wait."""
+    if not isinstance(exc, _RetryableResult):
+        return False
+    error = exc.result.error
+    if error is not None and error.retry_after_s:
+        # A server's Retry-After beats our exponential guess (stamina uses the float as is).
+        return float(error.retry_after_s)
+    return True
+
+
 def _should_retry(result: ToolResult) -> bool:
     error = result.error
     return (
@@ -229,7 +240,7 @@ class RunnerExecutor:
         settings = self.settings
         try:
             async for attempt in stamina.retry_context(
-                on=_RetryableResult,
+                on=_backoff_hook,
                 attempts=execution.max_retries + 1,
                 timeout=None,
                 wait_initial=settings.retry_initial_s,

@@ -39,6 +39,7 @@ def failure_result(exc: ToolFailure) -> ToolResult:
             exc.message,
             retryable=exc.retryable,
             suggestion=exc.suggestion,
+            retry_after_s=exc.retry_after_s,
             details=dict(exc.details),
         ),
     )

@@ -1,0 +1,310 @@
+"""``tooldeck eval retrieval`` and the selection figures of ``tooldeck bench``.
+
+Pure functions over a deck: :func:`load_dataset` turns a tool-retrieval dataset into tool
+definitions and queries, :func:`eval_retrieval` runs every query through the normal selection path
+(retriever plus rule filters) and scores the hands, :func:`bench_selection` times selection on
+synthetic catalogs of 1k to 100k tools. Figures are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tooldeck_hookspecs import ToolDefinition
+
+__all__ = [
+    "load_dataset",
+    "snake_case",
+    "retrieval_metrics",
+    "eval_retrieval",
+    "bench_selection",
+    "run_eval_cli",
+]
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NOT_NAME = re.compile(r"[^a-z0-9]+")
+
+#: Entry points the evaluation deck loads when they are installed: the retriever, the rule
+#: filters (the normal selection path) and the stages a deck cannot start without.
+EVAL_ENTRY_POINTS = ("schema", "runner", "faiss", "policy")
+
+
+def snake_case(name: str) -> str:
+    """``getHTTPStatus`` -> ``get_http_status``; anything else becomes a valid tool name."""
+    words = _NOT_NAME.sub("_", _CAMEL.sub("_", name).lower()).strip("_")
+    if not words:
+        words = "tool"
+    if not words[0].isalpha():
+        words = "t_" + words
+    return words
+
+
+def load_dataset(path: str | Path) -> tuple[list[ToolDefinition], list[dict[str, Any]]]:
+    """Tools and queries of a retrieval dataset (``{"tools": [...], "queries": [...]}``).
+
+    Tool names are converted to snake_case (made unique with a numeric suffix when two collide);
+    each query's ``relevant`` is rewritten to the new names and the original list is kept under
+    ``relevant_original``. Categories and parameters are taken as given; tools have no
+    executable.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    tools: list[ToolDefinition] = []
+    mapping: dict[str, str] = {}
+    taken: set[str] = set()
+    for raw in data.get("tools", []):
+        original = str(raw["name"])
+        name = base = snake_case(original)
+        suffix = 2
+        while name in taken:
+            name = f"{base}_{suffix}"
+            suffix += 1
+        taken.add(name)
+        mapping[original] = name
+        parameters = raw.get("parameters") or {"type": "object", "properties": {}}
+        tools.append(
+            ToolDefinition(
+                name=name,
+                description=str(raw.get("description") or ""),
+                category=str(raw.get("category") or "general"),
+                parameters=parameters,
+                execute=None,
+            )
+        )
+    queries = []
+    for i, raw in enumerate(data.get("queries", [])):
+        relevant = [str(r) for r in raw.get("relevant", [])]
+        queries.append(
+            {
+                **raw,
+                "id": raw.get("id", str(i)),
+                "split": raw.get("split", "all"),
+                "relevant_original": relevant,
+                "relevant": [mapping.get(r, snake_case(r)) for r in relevant],
+            }
+        )
+    return tools, queries
+
+
+def _percent(values: Sequence[float]) -> float:
+    return round(100.0 * sum(values) / len(values), 2) if values else 0.0
+
+
+def retrieval_metrics(hands: Sequence[Sequence[str]], golds: Sequence[Sequence[str]]) -> dict:
+    """R@5, R@10, R@15, NDCG@10 (binary relevance) and complete@15, as percentages."""
+    recall: dict[int, list[float]] = {5: [], 10: [], 15: []}
+    ndcg: list[float] = []
+    complete: list[float] = []
+    for hand, gold_list in zip(hands, golds, strict=True):
+        gold = set(gold_list)
+        if not gold:
+            continue
+        for k, values in recall.items():
+            values.append(len(gold & set(hand[:k])) / len(gold))
+        complete.append(float(gold <= set(hand[:15])))
+        dcg = sum(1 / math.log2(i + 2) for i, n in enumerate(hand[:10]) if n in gold)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(10, len(gold))))
+        ndcg.append(dcg / ideal)
+    return {
+        "R@5": _percent(recall[5]),
+        "R@10": _percent(recall[10]),
+        "R@15": _percent(recall[15]),
+        "NDCG@10": _percent(ndcg),
+        "complete@15": _percent(complete),
+    }
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def eval_retrieval(
+    deck: Any,
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    limit: int = 15,
+    n_queries: int | None = None,
+) -> dict[str, Any]:
+    """Run each query through ``deck.session().select`` and score the hands.
+
+    Returns ``R@5``, ``R@10``, ``R@15``, ``NDCG@10``, ``complete@15`` (percentages 0-100),
+    ``p50_ms`` and ``p95_ms`` (selection latency), ``build_s`` (index build, 0 when the deck
+    was already indexed), ``queries`` (how many were run) and ``splits`` (the same metrics per
+    ``split`` of the queries). A hand is cut at ``limit``, so R@15 with ``limit=10`` is R@10.
+    """
+    selected = list(queries)[: n_queries if n_queries else None]
+    build_s = await deck.ensure_index()
+    session = deck.session()
+    hands: list[list[str]] = []
+    latencies: list[float] = []
+    for query in selected:
+        started = time.perf_counter()
+        hand = await session.select(str(query["query"]), limit=limit)
+        latencies.append((time.perf_counter() - started) * 1000.0)
+        hands.append([t.name for t in hand.tools])
+    golds = [list(q["relevant"]) for q in selected]
+    figures: dict[str, Any] = retrieval_metrics(hands, golds)
+    figures.update(
+        {
+            "p50_ms": round(statistics.median(latencies), 2) if latencies else 0.0,
+            "p95_ms": round(_quantile(latencies, 0.95), 2),
+            "build_s": round(build_s, 3),
+            "queries": len(selected),
+        }
+    )
+    splits: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(str(q.get("split", "all")) for q in selected):
+        idx = [i for i, q in enumerate(selected) if str(q.get("split", "all")) == name]
+        part = retrieval_metrics([hands[i] for i in idx], [golds[i] for i in idx])
+        part["queries"] = len(idx)
+        splits[name] = part
+    figures["splits"] = splits
+    return figures
+
+
+def _dataset_deck(tools: Sequence[ToolDefinition], config: Mapping[str, Any] | None) -> Any:
+    """An isolated deck holding the dataset's tools and the installed selection plugins."""
+    from importlib.metadata import entry_points
+
+    from .testing import inline_plugin, make_deck
+
+    installed = {ep.name for ep in entry_points(group="tooldeck")}
+    wanted = [name for name in EVAL_ENTRY_POINTS if name in installed]
+
+    def tooldeck_register_tools(register: Any) -> None:
+        for tool in tools:
+            register(tool)
+
+    pack = inline_plugin(tooldeck_register_tools, name="eval-dataset")
+    return make_deck(pack, load_entry_points=wanted, config=dict(config or {}))
+
+
+async def _eval_file(
+    path: str, *, limit: int, n_queries: int | None, config: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    tools, queries = load_dataset(path)
+    deck = _dataset_deck(tools, config)
+    async with deck:
+        figures = await eval_retrieval(deck, queries, limit=limit, n_queries=n_queries)
+    figures["tools"] = len(tools)
+    return figures
+
+
+def run_eval_cli(args: argparse.Namespace) -> int:
+    """``tooldeck eval retrieval DATASET.json [--limit N] [--queries N] [--json]``."""
+    config = getattr(args, "config", None)
+    figures = trio.run(
+        lambda: _eval_file(args.dataset, limit=args.limit, n_queries=args.queries, config=config)
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    metric_keys = ["R@5", "R@10", "R@15", "NDCG@10", "complete@15", "queries"]
+    table = Table(title=f"retrieval on {Path(args.dataset).name} (limit {args.limit})")
+    table.add_column("split")
+    for key in metric_keys:
+        table.add_column(key, justify="right")
+    for name, part in {"all": figures, **figures["splits"]}.items():
+        table.add_row(name, *(str(part[k]) for k in metric_keys))
+    console = Console()
+    console.print(table)
+    console.print(
+        f"selection p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms; "
+        f"index build {figures['build_s']} s for {figures['tools']} tools"
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------------- bench
+
+_BENCH_QUERIES = [
+    "Read the file notes.txt and count its words.",
+    "What's the weather in Paris tomorrow?",
+    "Find the latest price of ACME shares. Then email it to my manager. "
+    "Also remind me to check again on Friday.",
+    "Convert 120 US dollars to euros.",
+    "Search the web for trio structured concurrency and summarize the first result.",
+    "Resize every picture in the photos folder to 800 pixels wide, then zip the folder.",
+    "Create a calendar event for the team meeting on Monday at 10am.",
+    "Run the unit tests. If they fail, show me the log. Finally commit the fix to git.",
+]
+
+
+def _synthetic_catalog(size: int, seed: int = 7) -> tuple[list[ToolDefinition], Any]:
+    """``size`` tools with plausible names and descriptions, and random unit vectors."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    verbs = "get list create update delete search analyze convert send fetch compute check".split()
+    # A vocabulary of a few thousand pseudo-words keeps BM25 postings at realistic lengths.
+    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "da", "zu", "fo"]
+    vocab = sorted({"".join(rng.choice(syllables, size=3)) for _ in range(6000)})
+    tools = []
+    for i in range(size):
+        words = rng.choice(vocab, size=8)
+        verb = verbs[i % len(verbs)]
+        tools.append(
+            ToolDefinition(
+                name=f"{verb}_{words[0]}_{words[1]}_{i}",
+                description=f"{verb.capitalize()} the {' '.join(words[1:6])}.",
+                category=f"cat_{i % 50}",
+                parameters={
+                    "type": "object",
+                    "properties": {str(words[6]): {"type": "string", "description": words[7]}},
+                },
+            )
+        )
+    vectors = rng.standard_normal((size, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return tools, vectors
+
+
+async def bench_selection(
+    sizes: Sequence[int] = (1_000, 10_000, 100_000), *, rounds: int = 5
+) -> dict[str, float]:
+    """Median selection latency (query embedding, both signals, fusion) per catalog size.
+
+    Tool vectors are random and injected through ``FaissRetriever.index_vectors`` so that a
+    100k catalog builds in seconds; queries are embedded for real by the same model each time.
+    Returns ``select_p50_ms_1k``, ``select_p50_ms_10k``, ``select_p50_ms_100k`` (one key per
+    size) and ``index_build_s_<size>``.
+    """
+    from tooldeck_faiss import FaissRetriever, RetrieverSettings
+
+    figures: dict[str, float] = {}
+    model = None
+    for size in sizes:
+        label = f"{size // 1000}k" if size % 1000 == 0 else str(size)
+        tools, vectors = _synthetic_catalog(size)
+        retriever = FaissRetriever(RetrieverSettings(cache_dir=None), model=model)
+        await retriever.warm_up()
+        model = retriever.model  # load the model once for every size
+        started = time.perf_counter()
+        await retriever.index_vectors(tools, vectors)
+        figures[f"index_build_s_{label}"] = round(time.perf_counter() - started, 3)
+        for query in _BENCH_QUERIES[:3]:  # warm caches and the model's first-call costs
+            await retriever.search(query, 20)
+        latencies = []
+        for _ in range(rounds):
+            for query in _BENCH_QUERIES:
+                t0 = time.perf_counter()
+                await retriever.search(query, 20)
+                latencies.append((time.perf_counter() - t0) * 1000.0)
+        figures[f"select_p50_ms_{label}"] = round(statistics.median(latencies), 2)
+    return figures

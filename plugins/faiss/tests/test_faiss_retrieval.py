@@ -1,0 +1,226 @@
+"""Recall, persistence, run-time changes, approximate index and bad input, with the real model."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from tooldeck_faiss import FaissRetriever, RetrieverSettings, dense_text, segment_query
+from tooldeck_faiss._store import EmbeddingStore
+from tooldeck_faiss.plugin import tooldeck_retriever
+
+from tooldeck_hookspecs import ConfigError, ToolDefinition
+
+
+def names(results):
+    return [r.name for r in results]
+
+
+# ---------------------------------------------------------------- recall
+
+
+@pytest.mark.parametrize(
+    ("query", "expected", "within"),
+    [
+        ("What's the weather going to be like in Paris tomorrow?", {"get_weather"}, 1),
+        # no word in common with the tool: the dense signal has to find it
+        ("Will I need an umbrella in Rome?", {"get_weather"}, 3),
+        ("How many dollars is 50 euros?", {"convert_currency"}, 2),
+        ("Show me what is inside the config.toml file", {"file_read"}, 2),
+        ("Put my dentist appointment on Friday at 3pm in the agenda", {"create_calendar_event"}, 3),
+        ("What is Apple trading at right now?", {"getStockPrice"}, 3),
+        # several intents: each brings its own tool into a small hand
+        (
+            "Look up the current share price of ACME. Then email the figure to my boss. "
+            "Also remind me tomorrow at 9 to check it again.",
+            {"getStockPrice", "send_email", "set_reminder"},
+            5,
+        ),
+        (
+            "Download https://example.com/report and summarize it. "
+            "Translate the summary into German.",
+            {"fetch_url", "summarize_text", "translate_text"},
+            5,
+        ),
+    ],
+)
+async def test_handmade_catalog_recall(make_retriever, handmade, query, expected, within):
+    retriever = make_retriever()
+    await retriever.index(handmade)
+    top = names(await retriever.search(query, within))
+    assert expected <= set(top), top
+
+
+async def test_signals_and_order(make_retriever, handmade):
+    retriever = make_retriever()
+    await retriever.index(handmade)
+    results = await retriever.search("run a bash command. then commit the changes to git", 6)
+    assert len(results) == 6
+    scores = [r.score for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for r in results:
+        assert {"dense", "bm25", "fused"} <= set(r.signals)
+        assert r.signals["fused"] == pytest.approx(r.score)
+    assert {"run_shell_command", "git_commit"} <= set(names(results[:3]))
+
+
+def test_tool_text_has_all_fields(handmade):
+    text = dense_text(handmade[16])  # getStockPrice
+    assert text.startswith("get Stock Price:")
+    assert "finance" in text and "ticker" in text and "Stock symbol" in text
+
+
+def test_segmentation():
+    assert segment_query("") == []
+    assert segment_query("Read the notes.txt file. Then delete the old backup folder. Thanks!") == [
+        "Read the notes.txt file.",
+        "Then delete the old backup folder. Thanks!",
+    ]
+    assert segment_query("single sentence without a stop") == ["single sentence without a stop"]
+    long = segment_query("Do task number %d now please. " * 100, max_segments=5)
+    assert len(long) == 5 and all(len(s) <= 1000 for s in long)
+
+
+# ---------------------------------------------------------------- persistence
+
+
+async def test_warm_start_embeds_nothing(make_retriever, handmade):
+    cold = make_retriever()
+    await cold.index(handmade)
+    assert cold.statistics().texts_embedded == len(handmade)
+
+    warm = make_retriever()  # same cache folder, a new process would look the same
+    await warm.index(handmade)
+    stats = warm.statistics()
+    assert stats.texts_embedded == 0 and stats.encode_calls == 0
+    assert stats.cache_hits == len(handmade)
+    query = "send a message to alice by mail"
+    assert names(await warm.search(query, 5)) == names(await cold.search(query, 5))
+
+    # only the changed tool is embedded again
+    changed = [*handmade[:-1], attrs.evolve(handmade[-1], description="Run Python code.")]
+    again = make_retriever()
+    await again.index(changed)
+    assert again.statistics().texts_embedded == 1
+
+
+def test_store_concurrent_writers_and_merge(tmp_path):
+    a = EmbeddingStore(tmp_path, "m")
+    b = EmbeddingStore(tmp_path, "m")
+    a.put_many(["k1"], np.ones((1, 4), dtype=np.float32))
+    b.put_many(["k2"], np.full((1, 4), 2.0, dtype=np.float32))
+    fresh = EmbeddingStore(tmp_path, "m")
+    got = fresh.get_many(["k1", "k2", "k3"])
+    assert set(got) == {"k1", "k2"} and got["k2"][0] == 2.0
+    for i in range(12):  # enough chunks to trigger a merge
+        a.put_many([f"x{i}"], np.zeros((1, 4), dtype=np.float32))
+    assert len(list((tmp_path / "m").glob("chunk-*.npz"))) <= 9
+    every = ["k1", "k2", *(f"x{i}" for i in range(12))]
+    assert len(EmbeddingStore(tmp_path, "m").get_many(every)) == 14
+    assert not list((tmp_path / "m").glob(".tmp-*"))
+
+
+# ---------------------------------------------------------------- run-time changes
+
+
+async def test_add_remove_replace_without_rebuild(make_retriever, handmade):
+    retriever = make_retriever()
+    await retriever.index(handmade)
+    query = "play a song by the beatles"
+    assert "play_music" not in names(await retriever.search(query, 3))
+
+    music = ToolDefinition(name="play_music", description="Play a song or an album.",
+                           category="media", parameters={"type": "object", "properties": {}})
+    await retriever.add([music])
+    assert names(await retriever.search(query, 1)) == ["play_music"]
+    assert retriever.statistics().tools == len(handmade) + 1
+
+    await retriever.remove(["play_music", "get_weather", "no_such_tool"])
+    assert retriever.statistics().tools == len(handmade) - 1
+    results = names(await retriever.search("weather forecast for Oslo and a song", 25))
+    assert "play_music" not in results and "get_weather" not in results
+
+    # replacing a tool under the same name changes what it is found for
+    weather = attrs.evolve(handmade[8], description="Tide tables for a harbour.")
+    await retriever.add([weather])
+    assert names(await retriever.search("high tide times in the harbour", 1)) == ["get_weather"]
+    hand = names(await retriever.search("high tide times in the harbour", 40))
+    assert hand.count("get_weather") == 1
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+async def test_approximate_index_above_threshold(make_retriever, handmade, kind):
+    retriever = make_retriever(approx_threshold=5, approx_kind=kind)
+    await retriever.index(handmade)
+    assert retriever.statistics().index_kind == kind
+    assert "get_weather" in names(await retriever.search("weather forecast in Lisbon", 3))
+    await retriever.remove(["get_weather"])
+    assert "get_weather" not in names(await retriever.search("weather forecast in Lisbon", 20))
+    if kind == "hnsw":
+        assert retriever.statistics().tombstones == 1
+    await retriever.add([handmade[8]])
+    assert "get_weather" in names(await retriever.search("weather forecast in Lisbon", 3))
+
+    small = make_retriever(approx_threshold=100)
+    await small.index(handmade)
+    assert small.statistics().index_kind == "flat"
+
+
+async def test_index_vectors_injects_precomputed(make_retriever, handmade):
+    retriever = make_retriever()
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(len(handmade), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    await retriever.index_vectors(handmade, vectors)
+    assert retriever.statistics().texts_embedded == 0
+    # the lexical signal still works on random vectors
+    assert "git_commit" in names(await retriever.search("git commit my changes", 3))
+    with pytest.raises(ValueError, match="vectors"):
+        await retriever.index_vectors(handmade, vectors[:3])
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["", "   \n\t ", "?!.;", "Wie wird das Wetter morgen in Berlin?", "明天北京的天气怎么样？",
+     "x" * 10_000, "Read the file. " * 700, "\x00\ud800 broken"],
+)
+async def test_bad_queries_answered_cleanly(make_retriever, handmade, query):
+    retriever = make_retriever()
+    await retriever.index(handmade)
+    results = await retriever.search(query, 10)
+    assert isinstance(results, list) and len(results) <= 10
+    assert len({r.name for r in results}) == len(results)
+
+
+async def test_empty_catalog_and_zero_k(make_retriever, handmade):
+    retriever = make_retriever()
+    assert await retriever.search("read a file", 5) == []
+    await retriever.index([])
+    assert await retriever.search("read a file", 5) == []
+    await retriever.add(handmade[:2])
+    assert await retriever.search("read a file", 0) == []
+    assert names(await retriever.search("read a file", 1)) == ["file_read"]
+
+
+# ---------------------------------------------------------------- the hook
+
+
+def test_hook_reads_its_table(tmp_path):
+    retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path), "lexical_weight": 0.4}})
+    assert isinstance(retriever, FaissRetriever)
+    assert retriever.settings.lexical_weight == 0.4
+    assert isinstance(tooldeck_retriever({}), FaissRetriever)
+    with pytest.raises(ConfigError, match="lexical_wieght"):
+        tooldeck_retriever({"faiss": {"lexical_wieght": 0.4}})
+    with pytest.raises(ConfigError):
+        RetrieverSettings.from_mapping({"approx_kind": "lsh"})
+
+
+async def test_lazy_model_load_from_settings(tmp_path, handmade):
+    retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path)}})
+    assert retriever._model is None  # nothing loaded at start-up
+    await retriever.index(handmade[:3])
+    assert names(await retriever.search("list the files in a folder", 1)) == ["list_directory"]

@@ -1,0 +1,138 @@
+"""Pending approvals in Redis: granted through one worker, honoured once by any worker."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from ._client import RedisConnection
+from ._settings import RedisSettings
+from .exceptions import RedisUnavailable
+
+__all__ = ["RedisApprovalStore"]
+
+logger = logging.getLogger("tooldeck.redis")
+
+# KEYS[1]: the approval's hash. ARGV: new state (approved | denied).
+# Only a pending approval can be decided, and only once.
+_RESOLVE = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[1])
+return 1
+"""
+
+# KEYS[1]: the approval's hash. ARGV: session, tool, arguments hash.
+# Check and delete in one script: of two workers racing with the same approval id, exactly one
+# sees it approved; a call for another session, tool or arguments leaves it in place.
+_CONSUME = """
+local a = redis.call('HMGET', KEYS[1], 'state', 'session', 'tool', 'args')
+if a[1] ~= 'approved' or a[2] ~= ARGV[1] or a[3] ~= ARGV[2] or a[4] ~= ARGV[3] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+
+class RedisApprovalStore:
+    """Single-use approvals bound to a session, a tool and a hash of the exact arguments.
+
+    The semantics of the core's in-memory store, shared across processes: one hash per approval
+    (``<namespace>:approval:<id>`` with fields ``session``, ``tool``, ``args``, ``state``) that
+    Redis expires on its own (``PEXPIRE``); ``resolve`` and ``consume`` are Lua scripts, hence
+    atomic. Unanswered approvals are bounded by their TTL and the server's ``maxmemory``.
+
+    Approvals fail closed: when Redis is unavailable ``consume`` and ``resolve`` answer False
+    (the core then refuses the call with ``PERMISSION_DENIED``) and ``create`` raises
+    :class:`RedisUnavailable`, which names Redis and its URL.
+
+    :param connection: the Redis connection.
+    :param settings: the parsed ``[tool.tooldeck.redis]`` table.
+    """
+
+    def __init__(self, connection: RedisConnection, settings: RedisSettings) -> None:
+        self.connection = connection
+        self._prefix = f"{settings.namespace}:approval:"
+        self._resolve = connection.script(_RESOLVE)
+        self._consume = connection.script(_CONSUME)
+        #: Redis failures answered by refusing (fail closed).
+        self.errors = 0
+
+    async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
+        """Record a pending approval for ``ttl_s`` seconds; return its unguessable id.
+
+        :raises RedisUnavailable: Redis failed (nothing is recorded).
+        """
+        approval_id = "apr_" + secrets.token_urlsafe(16)
+        key = self._prefix + approval_id
+        ttl_ms = max(1, round(ttl_s * 1000))
+
+        def create(client: Any) -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.hset(
+                key,
+                mapping={
+                    "session": session_id,
+                    "tool": tool,
+                    "args": arguments_hash,
+                    "state": "pending",
+                },
+            )
+            pipe.pexpire(key, ttl_ms)
+            pipe.execute()
+
+        await self.connection.run("approvals cannot be recorded", create)
+        return approval_id
+
+    async def resolve(self, approval_id: str, approved: bool) -> bool:
+        """Approve or deny; False when unknown, expired, already decided, or Redis failed."""
+        key = self._prefix + approval_id
+        state = "approved" if approved else "denied"
+        try:
+            done = await self.connection.run(
+                "approvals cannot be decided",
+                lambda client: self._resolve(keys=[key], args=[state], client=client),
+            )
+        except RedisUnavailable as exc:
+            self.errors += 1
+            logger.error("approval %s not decided: %s", approval_id, exc)
+            return False
+        return bool(done)
+
+    async def consume(
+        self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str
+    ) -> bool:
+        """Use an approved approval once, for exactly this session, tool and arguments.
+
+        False when it is not approved, expired, for another call, already used, or Redis failed.
+        """
+        key = self._prefix + approval_id
+        try:
+            done = await self.connection.run(
+                "approvals cannot be checked",
+                lambda client: self._consume(
+                    keys=[key], args=[session_id, tool, arguments_hash], client=client
+                ),
+            )
+        except RedisUnavailable as exc:
+            self.errors += 1
+            logger.error("approval %s refused: %s", approval_id, exc)
+            return False
+        return bool(done)
+
+    async def get(self, approval_id: str) -> dict[str, str] | None:
+        """The approval's fields (``session``, ``tool``, ``args``, ``state``), or None."""
+        key = self._prefix + approval_id
+        raw = await self.connection.run(
+            "approvals cannot be read", lambda client: client.hgetall(key)
+        )
+        if not raw:
+            return None
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.connection.aclose()

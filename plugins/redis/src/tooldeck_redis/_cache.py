@@ -1,0 +1,276 @@
+"""Results of cacheable tools in Redis, shared by every process that points at the same server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import cattrs
+
+from tooldeck_hookspecs import ToolResult
+
+from ._client import RedisConnection, delete_matching, glob_escape
+from ._settings import RedisSettings
+from .exceptions import RedisUnavailable
+
+__all__ = ["RedisCache", "RedisCacheStatistics"]
+
+logger = logging.getLogger("tooldeck.redis")
+
+# Results cross this boundary only: one converter for the module.
+_converter = cattrs.Converter()
+
+#: At most one INFO round trip per this many seconds to follow the server's evicted_keys.
+_EVICTIONS_REFRESH_S = 10.0
+
+
+@attrs.frozen(kw_only=True)
+class RedisCacheStatistics:
+    """A snapshot of a :class:`RedisCache`'s counters (this process's view).
+
+    ``evictions`` is the growth of the server's ``evicted_keys`` since this cache started
+    (server-wide: keys pushed out by ``maxmemory``, whoever wrote them), refreshed at most every
+    10 s or by :meth:`RedisCache.refresh_statistics`.
+    """
+
+    hits: int
+    misses: int
+    evictions: int
+    #: Results stored in Redis.
+    stored: int
+    #: Results not stored: larger than ``max_entry_bytes``, or not JSON-serializable.
+    skipped: int
+    #: Entries removed by :meth:`RedisCache.invalidate`.
+    invalidated: int
+    #: Redis operations that failed (each answered by the local cache or as a miss).
+    errors: int
+    #: Hits served by the local in-memory fallback while Redis was unavailable.
+    local_hits: int
+    #: True while the circuit breaker holds Redis calls back.
+    redis_down: bool
+
+
+class RedisCache:
+    """Results of cacheable tools in Redis: ``SET key value PX ttl``, JSON values.
+
+    Keys are ``<namespace>:cache:<cache_key>`` (``tooldeck:cache:name@version:digest``); values are
+    the cattrs-unstructured :class:`ToolResult` as JSON, so a hit comes back with JSON types
+    (tuples become lists). Each entry expires on its own TTL in Redis; the total is bounded by the
+    server's ``maxmemory`` with an eviction policy such as ``allkeys-lru`` or ``volatile-ttl``
+    (configure it on the server: every entry here carries a TTL). A result larger than
+    ``max_entry_bytes`` is not stored.
+
+    When Redis fails, ``on_error = "local"`` (default) serves from an in-process
+    :class:`tooldeck_cache.ResultCache` until Redis is back; ``"fail_closed"`` treats every
+    lookup as a miss and stores nothing. Invalidations made meanwhile are replayed in Redis when it
+    returns, and the local entries are dropped then, so neither serves a stale result later.
+
+    :param connection: the Redis connection.
+    :param settings: the parsed ``[tool.tooldeck.redis]`` table.
+    """
+
+    def __init__(self, connection: RedisConnection, settings: RedisSettings) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.max_entry_bytes = settings.max_entry_bytes
+        self._prefix = f"{settings.namespace}:cache:"
+        self._local: Any = None
+        self._pending_invalidations: set[str] = set()
+        self._seen_recoveries = connection.recoveries
+        self._hits = self._misses = self._stored = self._skipped = 0
+        self._invalidated = self._errors = self._local_hits = 0
+        self._evicted_base: int | None = None
+        self._evicted_now = 0
+        self._evicted_checked = 0.0
+
+    # ------------------------------------------------------------------ fallback
+
+    def _local_cache(self) -> Any:
+        if self._local is None:
+            from tooldeck_cache import ResultCache
+
+            self._local = ResultCache(
+                max_entries=self.settings.local_max_entries,
+                max_bytes=self.settings.local_max_bytes,
+            )
+        return self._local
+
+    @property
+    def _use_local(self) -> bool:
+        return self.settings.cache_on_error == "local"
+
+    async def _after_recovery(self) -> None:
+        """Redis is back: replay the invalidations it missed, forget the local entries."""
+        if self.connection.recoveries == self._seen_recoveries:
+            return
+        self._seen_recoveries = self.connection.recoveries
+        if self._local is not None:
+            self._local.clear()
+        pending = sorted(self._pending_invalidations)
+        if pending:
+            self._pending_invalidations.clear()
+            try:
+                await self._invalidate_in_redis(pending)
+            except RedisUnavailable:
+                self._pending_invalidations.update(pending)
+
+    def _failed(self, exc: RedisUnavailable) -> None:
+        self._errors += 1
+        logger.debug("cache falls back: %s", exc)
+
+    # ------------------------------------------------------------------ protocol
+
+    async def get(self, key: str) -> ToolResult | None:
+        """The cached result for ``key``, or None (a miss, an expired entry, or Redis down)."""
+        await self._after_recovery()
+        try:
+            raw = await self.connection.run(
+                "cached results cannot be read",
+                lambda client: client.get(self._prefix + key),
+            )
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            if self._use_local:
+                result: ToolResult | None = await self._local_cache().get(key)
+                if result is not None:
+                    self._local_hits += 1
+                    self._hits += 1
+                    return result
+            self._misses += 1
+            return None
+        if raw is None:
+            self._misses += 1
+            return None
+        try:
+            result = _converter.structure(json.loads(raw), ToolResult)
+        except Exception:
+            # Written by another version, or corrupted: a miss, and the put that follows fixes it.
+            logger.warning("unreadable cache entry %r ignored", key)
+            self._misses += 1
+            return None
+        self._hits += 1
+        return result
+
+    async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
+        """Store a successful result for ``ttl_s`` seconds (``SET ... PX``)."""
+        if not result.success or ttl_s <= 0:
+            return
+        await self._after_recovery()
+        try:
+            payload: bytes | None = json.dumps(
+                _converter.unstructure(result), separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
+        except (TypeError, ValueError):
+            payload = None  # data that JSON cannot carry is not shared
+        full_key = self._prefix + key
+        ttl_ms = max(1, round(ttl_s * 1000))
+        if payload is None or len(payload) > self.max_entry_bytes:
+            self._skipped += 1
+            # Too big to share: drop an older value so that a stale one is not served.
+            value = None
+        else:
+            value = payload
+        refresh = time.monotonic() - self._evicted_checked > _EVICTIONS_REFRESH_S
+
+        def store(client: Any) -> int | None:
+            if value is None:
+                client.delete(full_key)
+            else:
+                client.set(full_key, value, px=ttl_ms)
+            return _evicted_keys(client) if refresh else None
+
+        try:
+            evicted = await self.connection.run("results cannot be cached", store)
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            if self._use_local and value is not None:
+                await self._local_cache().put(key, result, ttl_s)
+            return
+        if value is not None:
+            self._stored += 1
+        if evicted is not None:
+            self._note_evictions(evicted)
+
+    async def invalidate(self, tools: Sequence[str]) -> int:
+        """Drop every cached result of these tools (SCAN + UNLINK by ``name@`` prefix).
+
+        When Redis is unavailable the tools are remembered and dropped in Redis once it is back;
+        the count returned then is the local one.
+        """
+        if not tools:
+            return 0
+        await self._after_recovery()
+        local = await self._local.invalidate(tools) if self._local is not None else 0
+        try:
+            deleted = await self._invalidate_in_redis(tools)
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            self._pending_invalidations.update(tools)
+            return int(local)
+        return deleted
+
+    async def _invalidate_in_redis(self, tools: Sequence[str]) -> int:
+        patterns = [glob_escape(f"{self._prefix}{name}@") + "*" for name in tools]
+
+        def delete(client: Any) -> int:
+            return sum(delete_matching(client, pattern) for pattern in patterns)
+
+        deleted = int(await self.connection.run("cached results cannot be invalidated", delete))
+        self._invalidated += deleted
+        return deleted
+
+    # ------------------------------------------------------------------ statistics
+
+    def _note_evictions(self, evicted: int) -> None:
+        self._evicted_checked = time.monotonic()
+        if self._evicted_base is None or evicted < self._evicted_base:
+            # First reading, or the server restarted and its counter started over.
+            self._evicted_base = evicted - (self._evicted_now if self._evicted_base else 0)
+        self._evicted_now = evicted - self._evicted_base
+
+    async def refresh_statistics(self) -> RedisCacheStatistics:
+        """Read the server's ``evicted_keys`` now, then return :meth:`statistics`."""
+        try:
+            self._note_evictions(
+                await self.connection.run("statistics cannot be read", _evicted_keys)
+            )
+        except RedisUnavailable as exc:
+            self._failed(exc)
+        return self.statistics()
+
+    def statistics(self) -> RedisCacheStatistics:
+        """Counters of this process (no Redis round trip)."""
+        return RedisCacheStatistics(
+            hits=self._hits,
+            misses=self._misses,
+            evictions=self._evicted_now,
+            stored=self._stored,
+            skipped=self._skipped,
+            invalidated=self._invalidated,
+            errors=self._errors,
+            local_hits=self._local_hits,
+            redis_down=self.connection.is_down,
+        )
+
+    async def clear(self) -> int:
+        """Delete every cached result of this namespace in Redis (and the local fallback's)."""
+        if self._local is not None:
+            self._local.clear()
+        pattern = glob_escape(self._prefix) + "*"
+        return int(
+            await self.connection.run(
+                "cached results cannot be cleared", lambda client: delete_matching(client, pattern)
+            )
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool (the deck calls this on close)."""
+        await self.connection.aclose()
+
+
+def _evicted_keys(client: Any) -> int:
+    return int(client.info("stats").get("evicted_keys", 0))

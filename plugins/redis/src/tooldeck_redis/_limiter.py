@@ -1,0 +1,225 @@
+"""Moving-window rate limits shared by every process through one server-side Lua script."""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from tooldeck_hookspecs import ConfigError, RateLimit, RateLimitOutcome, SessionInfo, ToolDefinition
+
+from ._client import RedisConnection, delete_matching, glob_escape
+from ._settings import RedisSettings
+from .exceptions import RedisUnavailable
+
+__all__ = ["RedisRateLimiter"]
+
+logger = logging.getLogger("tooldeck.redis")
+
+_ALLOWED = RateLimitOutcome(allowed=True)
+
+# KEYS: one sorted set per window (members are call ids, scores are times in ms).
+# ARGV: member, then (max_calls, window_ms) per key.
+# Every window is trimmed and counted before any is written, all inside one script, so the check
+# and the hits are atomic across processes and a refused call uses no slot. The time comes from
+# the server (TIME), so workers on hosts with skewed clocks still share one window. Redis >= 5
+# replicates a script by its effects, which is what allows TIME before writes.
+_MOVING_WINDOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local member = ARGV[1]
+for i, key in ipairs(KEYS) do
+  local limit = tonumber(ARGV[2 * i])
+  local window = tonumber(ARGV[2 * i + 1])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local count = redis.call('ZCARD', key)
+  if count >= limit then
+    local retry = window
+    if limit > 0 then
+      -- A slot frees when the call `limit` places from the newest leaves the window.
+      local entry = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
+      retry = tonumber(entry[2]) + window - now
+    end
+    return {0, i, retry}
+  end
+end
+for i, key in ipairs(KEYS) do
+  local window = tonumber(ARGV[2 * i + 1])
+  redis.call('ZADD', key, now, member)
+  redis.call('PEXPIRE', key, window)
+end
+return {1, 0, 0}
+"""
+
+
+@attrs.frozen
+class _Window:
+    key: str
+    max_calls: int
+    window_ms: int
+    label: str
+
+
+def _window_ms(window_s: float) -> int:
+    return max(1, math.ceil(window_s * 1000))
+
+
+def _parse_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
+    """Same meaning as in tooldeck-ratelimit: an int, a ``{max_calls, window_s}`` table, or 0."""
+    if isinstance(value, bool):
+        if value:
+            raise ConfigError(f"ratelimit.global.{tool}: expected an int or a table, got true")
+        return None
+    if value is None or value == 0:
+        return None
+    if isinstance(value, int):
+        return RateLimit(max_calls=value, window_s=default_window_s)
+    if isinstance(value, Mapping) and "max_calls" in value:
+        return RateLimit(
+            max_calls=int(value["max_calls"]),
+            window_s=float(value.get("window_s", default_window_s)),
+        )
+    raise ConfigError(
+        f"ratelimit.global.{tool}: expected an int or a table with max_calls (and window_s), "
+        f"got {value!r}"
+    )
+
+
+def _describe(max_calls: int, window_s: float) -> str:
+    return f"{max_calls} per {window_s:g} s"
+
+
+class RedisRateLimiter:
+    """Admission control for tools that declare ``security.rate_limit``, shared through Redis.
+
+    The windows are those of tooldeck-ratelimit: one per (session, tool) with the tool's own
+    limit, one per tool across sessions (``[ratelimit] global_factor`` times the limit, or the
+    tool's entry in ``[ratelimit.global]``). Both are checked and counted by one Lua script, so
+    the limits hold exactly across any number of processes, and a window lives in Redis only as
+    long as its own ``window_s`` (``PEXPIRE``).
+
+    When Redis fails: ``on_error = "fail_closed"`` (default) raises :class:`RedisUnavailable`,
+    which the core reports as a ``PLUGIN_ERROR`` and does not run the call; ``"local"`` counts the
+    call in this process's own memory (tooldeck-ratelimit's limiter) until Redis is back.
+
+    :param connection: the Redis connection (shared or own).
+    :param settings: the parsed ``[tool.tooldeck.redis]`` table.
+    """
+
+    def __init__(self, connection: RedisConnection, settings: RedisSettings) -> None:
+        self.connection = connection
+        self.settings = settings
+        self._script = connection.script(_MOVING_WINDOW)
+        self._prefix = f"{settings.namespace}:rl:"
+        for name, value in settings.global_overrides.items():
+            _parse_override(name, value, 60.0)  # a malformed override fails at start-up
+        self._globals: dict[tuple[str, RateLimit], _Window | None] = {}
+        self._local: Any = None
+        #: Calls decided by the local fallback while Redis was unavailable.
+        self.local_decisions = 0
+
+    def _global_window(self, tool: ToolDefinition, limit: RateLimit) -> _Window | None:
+        cache_key = (tool.name, limit)
+        if cache_key in self._globals:
+            return self._globals[cache_key]
+        glob: RateLimit | None
+        if tool.name in self.settings.global_overrides:
+            glob = _parse_override(
+                tool.name, self.settings.global_overrides[tool.name], limit.window_s
+            )
+        elif self.settings.global_factor > 0:
+            glob = RateLimit(
+                max_calls=math.ceil(self.settings.global_factor * limit.max_calls),
+                window_s=limit.window_s,
+            )
+        else:
+            glob = None
+        window = None
+        if glob is not None:
+            window = _Window(
+                key=f"{self._prefix}t:{tool.name}",
+                max_calls=max(0, glob.max_calls),
+                window_ms=_window_ms(glob.window_s),
+                label=f"{_describe(glob.max_calls, glob.window_s)} for {tool.name} "
+                "across sessions",
+            )
+        self._globals[cache_key] = window
+        return window
+
+    def _windows(self, tool: ToolDefinition, limit: RateLimit, session_id: str) -> list[_Window]:
+        # Tool names are snake_case (no colon), so "tool:session" cannot collide across sessions.
+        windows = [
+            _Window(
+                key=f"{self._prefix}s:{tool.name}:{session_id}",
+                max_calls=max(0, limit.max_calls),
+                window_ms=_window_ms(limit.window_s),
+                label=f"{_describe(limit.max_calls, limit.window_s)} for {tool.name} "
+                "in this session",
+            )
+        ]
+        glob = self._global_window(tool, limit)
+        if glob is not None:
+            windows.append(glob)
+        return windows
+
+    async def hit(self, tool: ToolDefinition, session: SessionInfo) -> RateLimitOutcome:
+        """Count one call of ``tool`` in ``session``; say whether it may proceed.
+
+        Tools without ``security.rate_limit`` are always allowed and not counted.
+
+        :raises RedisUnavailable: Redis failed and ``on_error`` is ``fail_closed``.
+        """
+        limit = tool.security.rate_limit
+        if limit is None:
+            return _ALLOWED
+        windows = self._windows(tool, limit, session.session_id)
+        keys = [w.key for w in windows]
+        args: list[Any] = [uuid.uuid4().hex]
+        for window in windows:
+            args += [window.max_calls, window.window_ms]
+        try:
+            allowed, index, retry_ms = await self.connection.run(
+                "rate limits cannot be checked",
+                lambda client: self._script(keys=keys, args=args, client=client),
+            )
+        except RedisUnavailable:
+            if self.settings.ratelimit_on_error != "local":
+                raise
+            self.local_decisions += 1
+            return await self._local_limiter().hit(tool, session)
+        if allowed:
+            return _ALLOWED
+        window = windows[int(index) - 1]
+        return RateLimitOutcome(
+            allowed=False,
+            retry_after_s=max(0.001, int(retry_ms) / 1000),
+            limit=window.label,
+        )
+
+    def _local_limiter(self) -> Any:
+        if self._local is None:
+            # Built on first need: most processes never see Redis fail.
+            from tooldeck_ratelimit import ToolRateLimiter
+
+            self._local = ToolRateLimiter(
+                global_factor=self.settings.global_factor,
+                global_overrides=self.settings.global_overrides,
+            )
+        return self._local
+
+    async def reset(self) -> int:
+        """Delete every window this namespace holds in Redis; return how many keys."""
+        pattern = glob_escape(self._prefix) + "*"
+        return await self.connection.run(
+            "rate limits cannot be reset", lambda client: delete_matching(client, pattern)
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool and the local fallback (the deck calls this on close)."""
+        if self._local is not None:
+            await self._local.aclose()
+        await self.connection.aclose()
