@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 from tooldeck_policy import check_path, resolve_path
 
-CORPUS = Path("/work/shared/data/security/path-traversal")
+# $TOOLDECK_SECURITY_DATA, else shared/ beside the repository (how CI lays it out).
+CORPUS = (
+    Path(os.environ.get("TOOLDECK_SECURITY_DATA")
+         or Path(__file__).resolve().parents[4] / "shared" / "data" / "security")
+    / "path-traversal"
+)
 MARKER = "CANARY-7f3a9c"
 
 

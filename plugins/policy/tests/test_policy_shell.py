@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
@@ -9,7 +10,12 @@ from pathlib import Path
 import pytest
 from tooldeck_policy import CommandVerdict, analyze_command
 
-CORPUS = Path("/work/shared/data/security/command-injection")
+# $TOOLDECK_SECURITY_DATA, else shared/ beside the repository (how CI lays it out).
+CORPUS = (
+    Path(os.environ.get("TOOLDECK_SECURITY_DATA")
+         or Path(__file__).resolve().parents[4] / "shared" / "data" / "security")
+    / "command-injection"
+)
 
 BENIGN = [
     "ls -la",

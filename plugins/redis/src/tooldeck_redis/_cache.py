@@ -80,7 +80,7 @@ class RedisCache:
         self._prefix = f"{settings.namespace}:cache:"
         self._local: Any = None
         self._pending_invalidations: set[str] = set()
-        self._seen_recoveries = connection.recoveries
+        self._degraded = False
         self._hits = self._misses = self._stored = self._skipped = 0
         self._invalidated = self._errors = self._local_hits = 0
         self._evicted_base: int | None = None
@@ -104,22 +104,27 @@ class RedisCache:
         return self.settings.cache_on_error == "local"
 
     async def _after_recovery(self) -> None:
-        """Redis is back: replay the invalidations it missed, forget the local entries."""
-        if self.connection.recoveries == self._seen_recoveries:
+        """After an outage, before Redis serves again: replay the invalidations it missed and
+        forget the local entries (both may be stale by now)."""
+        if not self._degraded or self.connection.is_down:
             return
-        self._seen_recoveries = self.connection.recoveries
+        pending = sorted(self._pending_invalidations)
+        try:
+            if pending:
+                await self._invalidate_in_redis(pending)
+            else:
+                await self.connection.run("the cache cannot resume", lambda client: client.ping())
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            return
+        self._pending_invalidations.difference_update(pending)
         if self._local is not None:
             self._local.clear()
-        pending = sorted(self._pending_invalidations)
-        if pending:
-            self._pending_invalidations.clear()
-            try:
-                await self._invalidate_in_redis(pending)
-            except RedisUnavailable:
-                self._pending_invalidations.update(pending)
+        self._degraded = False
 
     def _failed(self, exc: RedisUnavailable) -> None:
         self._errors += 1
+        self._degraded = True
         logger.debug("cache falls back: %s", exc)
 
     # ------------------------------------------------------------------ protocol
