@@ -37,6 +37,8 @@ def breaks_out(command: str) -> bool:
         elif char in ";&|<>`\n\r" or ahead in ("$(", "${", "() "):
             return True
     return quote is not None
+
+
 received: list[str] = []
 
 
@@ -85,8 +87,14 @@ async def test_every_command_injection_payload_is_refused_before_the_executor():
 
 
 @pytest.mark.parametrize(
-    "corpus", ["directory_traversal.txt", "deep_traversal.txt", "linux-sensitive-files.txt",
-               "proc-self-fd-check.txt", "lfi-simple-check.txt"]
+    "corpus",
+    [
+        "directory_traversal.txt",
+        "deep_traversal.txt",
+        "linux-sensitive-files.txt",
+        "proc-self-fd-check.txt",
+        "lfi-simple-check.txt",
+    ],
 )
 async def test_traversal_payloads_never_read_the_canary_through_the_deck(tmp_path, corpus):
     allowed = tmp_path / "allowed"
@@ -98,13 +106,18 @@ async def test_traversal_payloads_never_read_the_canary_through_the_deck(tmp_pat
     canary = outside / "canary.txt"
     canary.write_text(marker)
     relative_canary = str(canary).lstrip("/")
-    payloads = [line.replace("{FILE}", relative_canary) for line in _lines(DATA / "path-traversal" / corpus)]
+    payloads = [
+        line.replace("{FILE}", relative_canary) for line in _lines(DATA / "path-traversal" / corpus)
+    ]
     deck = make_deck(load_entry_points=["schema", "runner", "policy", "cache", "fs"])
     blocked = 0
     async with deck:
         session = deck.session(workdir=allowed, grants={"filesystem"})
         for payload in payloads:
-            for tool, arguments in (("file_read", {"path": payload}), ("list_dir", {"path": payload})):
+            for tool, arguments in (
+                ("file_read", {"path": payload}),
+                ("list_dir", {"path": payload}),
+            ):
                 result = await session.call(tool, arguments)
                 assert marker not in repr(result), (tool, payload)
                 if not result.success and result.error.code is ErrorCode.PATH_NOT_ALLOWED:

@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import trio
+
 from tooldeck import ErrorCode, tool
 from tooldeck.portal import DeckPortal
 from tooldeck.testing import make_deck
@@ -43,7 +44,9 @@ def test_sync_calls_from_several_threads():
 def test_asyncio_callers_await_the_deck_concurrently():
     async def main(portal: DeckPortal) -> list[str]:
         session = portal.session()
-        results = await asyncio.gather(*(session.acall("nap", {"label": str(i)}) for i in range(20)))
+        results = await asyncio.gather(
+            *(session.acall("nap", {"label": str(i)}) for i in range(20))
+        )
         return [r.data for r in results]
 
     with _portal() as portal:

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import trio
+
 from tooldeck_hookspecs import ToolCall, ToolResult
 
 from ._deck import Deck, Hand, Session

@@ -136,6 +136,7 @@ def test_provider_hook_reads_settings() -> None:
 
 async def test_invalidate_drops_every_entry_of_the_named_tools():
     from tooldeck_cache import ResultCache
+
     from tooldeck_hookspecs import ToolResult
 
     cache = ResultCache()
