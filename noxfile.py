@@ -22,7 +22,9 @@ TORCH = "torch==2.13.0"
 DISTRIBUTIONS = [
     "hookspecs",
     "core",
-    *sorted(f"plugins/{p.name}" for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()),
+    *sorted(
+        f"plugins/{p.name}" for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()
+    ),
     *sorted(
         f"contrib_tools/{p.name}"
         for p in (ROOT / "contrib_tools").iterdir()
