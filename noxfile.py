@@ -37,6 +37,8 @@ TEST_DEPS = [
     "hypothesis>=6",
     "openai>=1.40",
     "anthropic>=0.34",
+    "mcp>=1.2",
+    "google-genai>=1.0",
     "psutil>=5.9",
 ]
 BENCH_DEPS = ["langchain-core>=0.3"]

@@ -553,3 +553,25 @@ async def test_context_carries_attributes_and_the_plugins_settings_and_close_is_
         "settings": {"depth": 3},
     }
     assert events[-1] == "session.closed"
+
+
+async def test_a_failing_approval_store_fails_closed_with_a_structured_error():
+    class DownStore:
+        async def create(self, **kw):
+            raise ConnectionError("store at redis://127.0.0.1:1 is down")
+
+        async def consume(self, **kw):
+            raise ConnectionError("store at redis://127.0.0.1:1 is down")
+
+        async def resolve(self, approval_id, approved):
+            raise ConnectionError("down")
+
+    deck = _dangerous_deck(
+        inline_plugin(tooldeck_approval_store=lambda settings: DownStore(), name="down")
+    )
+    async with deck:
+        session = deck.session()
+        asked = await session.call("wipe", {"target": "a"})
+        used = await session.call("wipe", {"target": "a"}, approval_id="apr_x")
+    assert asked.error.code is ErrorCode.PLUGIN_ERROR and "approval store" in asked.error.message
+    assert used.error.code is ErrorCode.PLUGIN_ERROR

@@ -5,6 +5,8 @@ Test modules are imported with importlib (no package), so the helpers reach them
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -23,7 +25,8 @@ def _cli_has_serve() -> bool:
     from tooldeck.cli import build_parser
 
     try:
-        build_parser().parse_args(["serve", "mcp", "--transport", "stdio"])
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage message
+            build_parser().parse_args(["serve", "mcp", "--transport", "stdio"])
     except SystemExit:
         return False
     return True

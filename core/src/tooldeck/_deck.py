@@ -326,7 +326,8 @@ class Deck:
 
     async def aclose(self) -> None:
         """Release the providers' resources (executor workers, retriever, ...)."""
-        for provider in (self._executor, self._retriever, self._cache, self._limiter):
+        providers = (self._executor, self._retriever, self._cache, self._limiter, self._approvals)
+        for provider in providers:
             closer = getattr(provider, "aclose", None)
             if closer is not None:
                 try:
@@ -920,12 +921,16 @@ class Session:
         reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
         arguments_hash = _arguments_hash(call.arguments)
         if approval_id is not None:
-            if await store.consume(
-                approval_id=approval_id,
-                session_id=self.id,
-                tool=tool.name,
-                arguments_hash=arguments_hash,
-            ):
+            try:
+                valid = await store.consume(
+                    approval_id=approval_id,
+                    session_id=self.id,
+                    tool=tool.name,
+                    arguments_hash=arguments_hash,
+                )
+            except Exception as exc:  # fail closed: no store, no approval
+                return self._plugin_error("approval store", exc)
+            if valid:
                 self._pending.pop(approval_id, None)
                 return None
             return ToolResult.fail(
@@ -954,12 +959,15 @@ class Session:
                 suggestion="Do not retry this call; ask the user how to proceed.",
                 details={"reasons": list(reasons)},
             )
-        new_id = await store.create(
-            session_id=self.id,
-            tool=tool.name,
-            arguments_hash=arguments_hash,
-            ttl_s=self.deck._approval_ttl_s,
-        )
+        try:
+            new_id = await store.create(
+                session_id=self.id,
+                tool=tool.name,
+                arguments_hash=arguments_hash,
+                ttl_s=self.deck._approval_ttl_s,
+            )
+        except Exception as exc:  # fail closed: the call neither runs nor waits
+            return self._plugin_error("approval store", exc)
         self._pending[new_id] = call
         return ToolResult.fail(
             ErrorCode.CONFIRMATION_REQUIRED,
@@ -980,7 +988,11 @@ class Session:
         return dict(self._pending)
 
     async def approve(self, approval_id: str) -> bool:
-        """Approve a pending call (it can then run once, with exactly its arguments)."""
+        """Approve a pending call (it can then run once, with exactly its arguments).
+
+        Returns False for an unknown, expired or already decided approval; an error of the
+        approval store (e.g. Redis down) propagates to the application.
+        """
         return bool(await self.deck._approvals.resolve(approval_id, True))
 
     async def deny(self, approval_id: str) -> bool:
@@ -998,13 +1010,19 @@ class Session:
                 suggestion="Call the tool again to get a new approval request.",
             )
         if not approved:
-            await self.deny(approval_id)
+            try:
+                await self.deny(approval_id)
+            except Exception:
+                log.exception("approval store failed while denying %s", approval_id)
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
                 f"the user denied this call of {call.name!r}",
                 suggestion="Do not retry this call; ask the user how to proceed.",
             )
-        await self.approve(approval_id)
+        try:
+            await self.approve(approval_id)
+        except Exception as exc:
+            return self._plugin_error("approval store", exc)
         return await self.call(call, approval_id=approval_id)
 
     async def _execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:

@@ -24,9 +24,9 @@ def session(session_id: str = "ses_a") -> SessionInfo:
     return SessionInfo(session_id=session_id, workdir="/tmp")
 
 
-def make_limiter(url: str, settings: dict[str, object] | None = None, **table: object) -> (
-    RedisRateLimiter
-):
+def make_limiter(
+    url: str, settings: dict[str, object] | None = None, **table: object
+) -> RedisRateLimiter:
     parsed = redis_settings(
         {"redis": {"url": url, "retry_interval_s": 0.2, **table}, **(settings or {})}
     )
@@ -44,8 +44,8 @@ async def test_exactly_the_limit_passes_and_the_refusal_says_when_to_retry(redis
     assert refused.limit == "3 per 60 s for web_search in this session"
     # Another session has its own window; tools without a limit are never counted.
     assert (await limiter.hit(tool, session("ses_b"))).allowed
-    assert (await limiter.hit(limited("free").__class__(
-        name="free", description="d", category="api"), session())).allowed
+    free = ToolDefinition(name="free", description="no limit", category="api")
+    assert (await limiter.hit(free, session())).allowed
     await limiter.aclose()
 
 

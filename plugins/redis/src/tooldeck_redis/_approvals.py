@@ -131,8 +131,12 @@ class RedisApprovalStore:
         )
         if not raw:
             return None
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        return {_text(k): _text(v) for k, v in raw.items()}
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.connection.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -144,8 +144,7 @@ class RedisRateLimiter:
                 key=f"{self._prefix}t:{tool.name}",
                 max_calls=max(0, glob.max_calls),
                 window_ms=_window_ms(glob.window_s),
-                label=f"{_describe(glob.max_calls, glob.window_s)} for {tool.name} "
-                "across sessions",
+                label=f"{_describe(glob.max_calls, glob.window_s)} for {tool.name} across sessions",
             )
         self._globals[cache_key] = window
         return window
@@ -190,7 +189,8 @@ class RedisRateLimiter:
             if self.settings.ratelimit_on_error != "local":
                 raise
             self.local_decisions += 1
-            return await self._local_limiter().hit(tool, session)
+            outcome: RateLimitOutcome = await self._local_limiter().hit(tool, session)
+            return outcome
         if allowed:
             return _ALLOWED
         window = windows[int(index) - 1]
