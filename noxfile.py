@@ -21,7 +21,7 @@ TORCH = "torch==2.13.0"
 # Order matters only for readability: pip resolves the local packages as one set.
 DISTRIBUTIONS = [
     "hookspecs",
-    "core",
+    "core[mcp]",
     *sorted(
         f"plugins/{p.name}" for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()
     ),
@@ -37,7 +37,8 @@ TEST_DEPS = [
     "hypothesis>=6",
     "openai>=1.40",
     "anthropic>=0.34",
-    "mcp>=1.2",
+    "mcp>=2.3,<3",
+    "hypercorn>=0.17",
     "google-genai>=1.0",
     "psutil>=5.9",
 ]
@@ -88,7 +89,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typing(session: nox.Session) -> None:
     """mypy (strict) on the contract and the core."""
-    session.install("mypy", "-e", "hookspecs", "-e", "core")
+    session.install("mypy", "-e", "hookspecs", "-e", "core[mcp]")
     session.run("mypy")
 
 

@@ -13,11 +13,21 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from tooldeck.mcp_server import DeckMcpServer
-from tooldeck.testing import make_deck
+from tooldeck.testing import inline_plugin, make_deck
+from tooldeck_hookspecs import Event
 
 
 async def test_http_one_deck_session_per_mcp_session(workdir: Path, mcp_payload: Any) -> None:
-    deck = make_deck(load_entry_points=["schema", "runner", "policy", "fs"])
+    closed: list[str | None] = []
+
+    def tooldeck_event(event: Event) -> None:
+        if event.kind == "session.closed":
+            closed.append(event.session_id)
+
+    deck = make_deck(
+        inline_plugin(tooldeck_event, name="closed-sessions"),
+        load_entry_points=["schema", "runner", "policy", "fs"],
+    )
     async with deck, trio.open_nursery() as nursery:
         server = DeckMcpServer(deck, workdir=str(workdir))
         stop = trio.Event()
@@ -60,7 +70,10 @@ async def test_http_one_deck_session_per_mcp_session(workdir: Path, mcp_payload:
             assert not result.is_error, result
             names = [e["name"] for e in mcp_payload(result)["data"]["entries"]]
             assert "notes.txt" in names
+        opened = {session.id for session in server.sessions.values()}
         stop.set()
+    # Stopping the server ends its deck sessions (packs release per-session resources).
+    assert set(closed) == opened and len(opened) == 3
 
 
 def _free_port() -> int:

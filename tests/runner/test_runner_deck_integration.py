@@ -67,7 +67,10 @@ def marked(marker: str) -> list[int]:
 def deck(**runner: object):
     return make_deck(
         load_entry_points=["schema", "runner"],
-        config={"runner": {"sandbox": MODE, "python_path": [SANDBOX_TOOLS], **runner}},
+        config={
+            "runner": {"sandbox": MODE, "python_path": [SANDBOX_TOOLS], **runner},
+            "inline-tools": {"depth": 2},
+        },
         tools=[
             sandboxed("echo"),
             sandboxed("segfault"),
@@ -79,13 +82,16 @@ def deck(**runner: object):
 
 async def test_sandboxed_and_in_process_calls_through_the_deck(tmp_path: Path) -> None:
     async with deck() as d:
-        session = d.session(workdir=str(tmp_path))
+        session = d.session(workdir=str(tmp_path), attributes={"user": "ada"})
         echoed = await session.call("echo", {"marker": "m"})
         crashed = await session.call("segfault", {})
         again = await session.call("echo", {"marker": "n"})
         browsed = await session.call("browse", {"url": "https://example.org"})
     assert echoed.success and echoed.data["arguments"] == {"marker": "m"}
     assert echoed.data["cwd"] == str(tmp_path.resolve())
+    # The session's attributes and the plugin's settings cross into the sandbox.
+    assert echoed.data["attributes"] == {"user": "ada"}
+    assert echoed.data["settings"] == {"depth": 2}
     assert echoed.metadata["isolation"] in ("bubblewrap", "process (degraded isolation)")
     assert crashed.error is not None and crashed.error.code == "SANDBOX_CRASHED"
     assert "SIGSEGV" in crashed.error.message

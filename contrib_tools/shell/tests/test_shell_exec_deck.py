@@ -146,7 +146,7 @@ async def test_output_is_capped_and_a_flood_is_stopped(workdir):
         )
         assert big.success, big.error
         data = big.data
-        assert data["truncated_stdout"] is True and data["stdout_bytes"] == 400003
+        assert data["truncated_stdout"] is True and data["stdout_bytes"] == 400004
         assert data["stdout"].startswith("aaa") and data["stdout"].endswith("aEND\n")
         assert "bytes omitted" in data["stdout"] and len(data["stdout"]) < STDOUT_CAP_BYTES + 100
         assert "note" in data and data["exit_code"] == 0

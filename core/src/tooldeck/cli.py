@@ -196,6 +196,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return int(run_bench_cli(args))
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    # Imported here: the MCP SDK costs about 0.6 s to import, and only `serve` needs it.
+    from .mcp_server import serve_mcp_cli
+
+    return serve_mcp_cli(
+        args.transport, args.host, args.port, workdir=args.workdir, grants=args.grant
+    )
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo_cli
 
@@ -251,6 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("serve", help="serve the deck to other programs")
+    ssub = p.add_subparsers(dest="protocol", required=True)
+    m = ssub.add_parser("mcp", help="as an MCP server (stdio or streamable HTTP)")
+    m.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    m.add_argument("--host", default="127.0.0.1")
+    m.add_argument("--port", type=int, default=8765)
+    m.add_argument("--workdir", default=None)
+    m.add_argument("--grant", action="append", metavar="CATEGORY")
+    m.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("demo", help="a one-minute tour of what tooldeck does")
     p.add_argument("--json", action="store_true")

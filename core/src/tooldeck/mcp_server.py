@@ -248,6 +248,7 @@ class DeckMcpServer:
         self.settings = settings or McpServerSettings.from_settings(deck.config.settings)
         self._session_options = dict(session_options or {})
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._closing: list[Session] = []
         self._scratch: Session | None = None
         if self.settings.list == "hand" and deck.retriever is None:
             log.warning("mcp.list = 'hand' needs a retriever (tooldeck-faiss); listing all tools")
@@ -285,10 +286,25 @@ class DeckMcpServer:
             session = self._sessions[key] = self._new_session()
             while len(self._sessions) > self.settings.max_sessions:
                 _, dropped = self._sessions.popitem(last=False)
-                dropped.cancel()
+                self._closing.append(dropped)
         else:
             self._sessions.move_to_end(key)
         return session
+
+    async def _close_dropped(self) -> None:
+        while self._closing:
+            await self._closing.pop().aclose()
+
+    async def aclose(self) -> None:
+        """End every deck session this server opened (observers see ``session.closed``)."""
+        await self._close_dropped()
+        sessions = list(self._sessions.values())
+        if self._scratch is not None:
+            sessions.append(self._scratch)
+        self._sessions.clear()
+        self._scratch = None
+        for session in sessions:
+            await session.aclose()
 
     @property
     def sessions(self) -> Mapping[str, Session]:
@@ -377,6 +393,7 @@ class DeckMcpServer:
     ) -> list[types.Tool]:
         """What ``tools/list`` answers for the connection of ``ctx``."""
         session = self.session_for(ctx)
+        await self._close_dropped()
         if self._hand_mode:
             tools = await self._default_hand(session)
         else:
@@ -399,6 +416,7 @@ class DeckMcpServer:
     ) -> types.CallToolResult:
         """Run one ``tools/call`` through the pipeline; never raises for a model's mistake."""
         session = self.session_for(ctx)
+        await self._close_dropped()
         request_id = getattr(ctx, "request_id", None) if ctx is not None else None
         call = ToolCall(
             name=name,
@@ -567,12 +585,18 @@ class DeckMcpServer:
         """Serve one client over stdin/stdout until it closes stdin."""
         from mcp.server.stdio import stdio_server
 
-        async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(
-                read_stream, write_stream, self.server.create_initialization_options(
-                    NotificationOptions(tools_changed=self._hand_mode)
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await self.server.run(
+                    read_stream,
+                    write_stream,
+                    self.server.create_initialization_options(
+                        NotificationOptions(tools_changed=self._hand_mode)
+                    ),
                 )
-            )
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
 
     async def run_http(
         self,
@@ -601,9 +625,13 @@ class DeckMcpServer:
         async def started(*, task_status: trio.TaskStatus[list[str]]) -> None:
             await serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
 
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(started)
-            task_status.started(binds[0].rstrip("/") + path)
+        try:
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(started)
+                task_status.started(binds[0].rstrip("/") + path)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
 
 
 async def serve_stdio(

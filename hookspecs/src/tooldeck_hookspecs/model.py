@@ -347,7 +347,8 @@ class ToolContext:
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal arguments give equal strings."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    # ensure_ascii: a lone surrogate a model sent must not make hashing the arguments raise.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
 def cache_key(tool: ToolDefinition, arguments: Mapping[str, Any], session: SessionInfo) -> str:

@@ -26,6 +26,8 @@ def echo(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
         "workdir": context.workdir,
         "cwd": os.getcwd(),
         "pid": os.getpid(),
+        "attributes": dict(context.attributes),
+        "settings": dict(context.settings),
     }
 
 

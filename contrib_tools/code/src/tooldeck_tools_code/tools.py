@@ -371,6 +371,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             )
         result.update(collect_files(work))
         notes = []
+        if completed.signal == "SIGXFSZ":
+            notes.append("the program was killed for writing a file larger than allowed")
         if completed.output_overflow:
             result["output_limit_exceeded"] = True
             notes.append(f"the program printed more than {DISCARD_LIMIT_BYTES} bytes beyond "

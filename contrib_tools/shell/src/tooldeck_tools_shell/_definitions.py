@@ -118,7 +118,7 @@ SHELL_EXEC = ToolDefinition(
         retryable=False,
         cacheable=False,
         memory_mb=MEMORY_MB,
-        # JSON escaping can grow kept bytes (control characters -> \u00XX) ; the timeout error
+        # JSON escaping can grow kept bytes (control characters -> \u00XX); the timeout error
         # carries the partial output too.
         max_output_bytes=8 * (STDOUT_CAP_BYTES + STDERR_CAP_BYTES) + 65536,
         # A command may change anything in the workdir: cached file reads may be stale.

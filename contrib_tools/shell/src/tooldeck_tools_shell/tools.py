@@ -300,6 +300,10 @@ def _notes(completed: Completed, result: dict[str, Any], shell: bool) -> list[st
         notes.append("exit code 127: the shell did not find the program")
     elif shell and code == 126:
         notes.append("exit code 126: the program was found but could not be executed")
+    elif completed.signal == "SIGXFSZ":
+        notes.append("the command was killed for writing a file larger than the sandbox allows")
+    elif completed.signal == "SIGXCPU":
+        notes.append("the command was killed for using up its CPU time limit")
     elif completed.signal and not completed.output_overflow:
         notes.append(f"the command was killed by {completed.signal}")
     for stream in ("stdout", "stderr"):

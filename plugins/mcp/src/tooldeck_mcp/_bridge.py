@@ -173,7 +173,7 @@ class McpBridge:
         return [remote_server(c) for c in self.servers]
 
     def register_tools(self, register: RegisterFn) -> None:
-        """Connect to each server, list its tools and register them."""
+        """Connect to each configured server, list its tools and register them."""
         if not self.servers:
             return
         from ._client import remote_server
@@ -202,18 +202,12 @@ class McpBridge:
 
     # ------------------------------------------------------------------ hooks
 
-    # tryfirst: the contract gives tooldeck_register_tools no settings, and the core resolves the
-    # executor (with the settings) right before it registers tools. This implementation only
-    # reads the configuration and returns None, so the real executor provider is still chosen;
-    # it must run before that provider, or firstresult would stop the call before reaching it.
-    @hookimpl(tryfirst=True)
-    def tooldeck_executor(self, settings: Mapping[str, Any]) -> None:
-        """Read ``mcp.servers`` (unless servers were given explicitly); provide no executor."""
+    @hookimpl
+    def tooldeck_register_tools(self, register: RegisterFn, settings: Mapping[str, Any]) -> None:
+        """Connect to every configured MCP server and register its tools as ``<server>__<tool>``.
+
+        Servers given to the constructor win; otherwise they come from ``mcp.servers``.
+        """
         if self._explicit is None:
             self.configure(settings)
-        return None
-
-    @hookimpl
-    def tooldeck_register_tools(self, register: RegisterFn) -> None:
-        """Connect to every configured MCP server and register its tools as ``<server>__<tool>``."""
         self.register_tools(register)

@@ -13,15 +13,8 @@ from ._bridge import McpBridge
 bridge = McpBridge()
 
 
-# tryfirst: see McpBridge.tooldeck_executor (reads the settings, provides nothing).
-@hookimpl(tryfirst=True)
-def tooldeck_executor(settings: Mapping[str, Any]) -> None:
-    """Read ``mcp.servers``; provide no executor."""
-    bridge.configure(settings)
-    return None
-
-
 @hookimpl
-def tooldeck_register_tools(register: RegisterFn) -> None:
+def tooldeck_register_tools(register: RegisterFn, settings: Mapping[str, Any]) -> None:
     """Connect to every configured MCP server and register its tools as ``<server>__<tool>``."""
+    bridge.configure(settings)
     bridge.register_tools(register)

@@ -216,6 +216,8 @@ class SandboxPool:
                 call_id=context.call_id or call.id,
                 tool_name=context.tool_name or tool.name,
                 allowed_paths=tuple(context.allowed_paths),
+                attributes=dict(context.attributes),
+                settings=dict(context.settings),
             ),
             entrypoint=entrypoint,
             call_style=tool.call_style,

@@ -41,6 +41,10 @@ class WireContext:
     call_id: str = ""
     tool_name: str = ""
     allowed_paths: tuple[str, ...] = ()
+    #: The session's attributes and the tool plugin's settings; values that are not JSON arrive
+    #: as their ``str()``.
+    attributes: dict[str, Any] = attrs.field(factory=dict)
+    settings: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -154,6 +154,8 @@ def _call(wire: Any, outcomes: Any, request: Any) -> Any:
         call_id=ctx.call_id,
         tool_name=ctx.tool_name,
         allowed_paths=tuple(ctx.allowed_paths),
+        attributes=ctx.attributes,
+        settings=ctx.settings,
         logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
     )
     value = call_tool_function(tool, request.call.arguments, context)

@@ -1,0 +1,173 @@
+"""code_execute through the real deck: schema, policy, runner with bubblewrap, the tool itself."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+
+import pytest
+
+tooldeck_testing = pytest.importorskip("tooldeck.testing")
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+
+
+def _deck():
+    return tooldeck_testing.make_deck(
+        load_entry_points=["schema", "runner", "policy", "code"],
+        config={"runner": {"sandbox": "bubblewrap"}},
+    )
+
+
+async def test_needs_the_code_grant_then_runs_python(workdir):
+    async with _deck() as deck:
+        assert deck.catalog.get("code_execute").plugin == "code"
+        refused = await deck.session(workdir=workdir).call("code_execute", {"code": "print(1)"})
+        assert not refused.success and refused.error.code == "PERMISSION_DENIED"
+        assert "code" in refused.error.message
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": "print(sum(range(10)))"})
+        assert result.success, result.error
+        assert result.data["exit_code"] == 0 and result.data["stdout"] == "45\n"
+        assert result.data["language"] == "python" and result.data["files"] == []
+        assert result.metadata["isolation"] == "bubblewrap"
+        fed = await session.call(
+            "code_execute", {"code": "import sys; print(sys.stdin.read().upper())", "stdin": "hé"}
+        )
+        assert fed.data["stdout"] == "HÉ\n"
+
+
+async def test_files_written_come_back_with_limits_stated(workdir):
+    code = """
+import os
+open("result.txt", "w").write("answer: 42\\n")
+open("blob.bin", "wb").write(bytes(range(256)))
+os.makedirs("sub", exist_ok=True)
+open("sub/big.txt", "w").write("x" * 200_000)
+os.symlink("/etc/passwd", "link")
+print("done")
+"""
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": code})
+        assert result.success, result.error
+        files = {f["name"]: f for f in result.data["files"]}
+        assert files["result.txt"] == {"name": "result.txt", "size": 11,
+                                       "content": "answer: 42\n", "encoding": "utf-8"}
+        assert base64.b64decode(files["blob.bin"]["content"]) == bytes(range(256))
+        assert files["blob.bin"]["encoding"] == "base64"
+        assert files["sub/big.txt"]["size"] == 200_000 and "content" not in files["sub/big.txt"]
+        assert "larger than" in files["sub/big.txt"]["omitted"]
+        assert files["link"]["type"] == "symlink" and "content" not in files["link"]
+        assert result.data["files_truncated"] is True and "note" in result.data
+    # The snippet's directory was private: nothing landed in the session's workdir.
+    assert list(workdir.iterdir()) == []
+
+
+async def test_an_exception_is_a_result_with_the_traceback(workdir):
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call(
+            "code_execute", {"code": "print('before')\nraise ValueError('boom')"}
+        )
+        assert result.success, result.error
+        data = result.data
+        assert data["exit_code"] == 1 and data["stdout"] == "before\n"
+        assert "Traceback" in data["stderr"] and "ValueError: boom" in data["stderr"]
+
+
+async def test_memory_blowup_and_endless_loop_are_stopped(workdir):
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        hog = await session.call(
+            "code_execute", {"code": "print('start', flush=True)\nx = bytearray(2 * 1024**3)"}
+        )
+        assert not hog.success and hog.error.code == "SANDBOX_MEMORY_LIMIT"
+        assert hog.error.details["result"]["stdout"] == "start\n"
+        assert "MemoryError" in hog.error.details["result"]["stderr"]
+        # A snippet that survives its own MemoryError is not flagged.
+        caught = await session.call(
+            "code_execute",
+            {"code": "try:\n    x = bytearray(2 * 1024**3)\nexcept MemoryError:\n    print('ok')"},
+        )
+        assert caught.success and caught.data["stdout"] == "ok\n"
+        loop = await session.call("code_execute", {"code": "while True:\n    pass",
+                                                   "timeout_s": 1})
+        assert not loop.success and loop.error.code == "TIMEOUT"
+        assert loop.error.details["partial"]["signal"] == "SIGKILL"
+
+
+async def test_no_network_no_host_secrets_and_a_read_only_workdir(
+    workdir, loopback_server, host_secret
+):
+    socket.create_connection(("127.0.0.1", loopback_server), timeout=2).close()  # control
+    (workdir / "data.csv").write_text("a,b\n1,2\n")
+    code = f"""
+import os, socket
+print(sorted(os.environ))
+print(open(os.path.join(os.environ["WORKDIR"], "data.csv")).read().splitlines()[1])
+try:
+    open(os.path.join(os.environ["WORKDIR"], "new.txt"), "w")
+except OSError as exc:
+    print("write refused:", exc.errno)
+socket.create_connection(("127.0.0.1", {loopback_server}), timeout=2)
+"""
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": code})
+        assert result.success, result.error
+        data = result.data
+        assert host_secret not in data["stdout"] + data["stderr"]
+        assert "TOOLDECK_TEST_HOST_SECRET" not in data["stdout"]
+        assert "1,2" in data["stdout"] and "write refused: 30" in data["stdout"]  # EROFS
+        assert data["exit_code"] == 1
+        assert "ConnectionRefusedError" in data["stderr"] or "unreachable" in data["stderr"]
+    assert not (workdir / "new.txt").exists()
+
+
+async def test_javascript_runs_when_node_is_installed(workdir):
+    from tooldeck_tools_code import node_path
+
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call(
+            "code_execute", {"language": "javascript", "code": "console.log([1,2,3].map(x => x*2))"}
+        )
+        if node_path() is None:
+            assert not result.success and result.error.code == "EXECUTION_ERROR"
+            assert "node" in result.error.message
+            return
+        assert result.success, result.error
+        assert result.data["stdout"] == "[ 2, 4, 6 ]\n"
+        heap = await session.call(
+            "code_execute",
+            {"language": "javascript",
+             "code": "let a = []; while (true) a.push(new Array(1e6).fill(1.5));"},
+        )
+        assert not heap.success and heap.error.code == "SANDBOX_MEMORY_LIMIT"
+
+
+async def test_bad_input_and_odd_output(workdir):
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        for arguments in (
+            {"code": 42},
+            {"code": ""},
+            {"language": "ruby", "code": "puts 1"},
+            {"code": "print(1)", "timeout_s": 0},
+            {"code": "print(1)", "timeout_s": 1000},
+            {"code": "#" * 200_000},
+            {"code": "print(1)", "stdin": "s" * (2 * 1024 * 1024)},
+            {"code": "print(1)", "extra": True},
+        ):
+            result = await session.call("code_execute", arguments)
+            assert not result.success and result.error.code == "INVALID_ARGUMENTS", arguments
+        odd = await session.call(
+            "code_execute",
+            {"code": "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00 ok')\n"
+                     "print('x' * 200000)"},
+        )
+        assert odd.success and odd.data["stdout_encoding"] == "utf-8 (with replacements)"
+        assert odd.data["stdout"].startswith("\ufffd\ufffd\x00 ok")
+        assert odd.data["truncated_stdout"] is True
