@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import logging
 import os
 import time
@@ -101,6 +102,11 @@ class Hand:
         return export_tools(self.tools, format)
 
 
+# Call ids: unique per process and across processes (random prefix), cheaper than a uuid4 per call.
+_CALL_PREFIX = uuid.uuid4().hex[:6]
+_call_counter = itertools.count(1)
+
+
 def _arguments_hash(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
 
@@ -132,6 +138,8 @@ class Deck:
         self._approvals: Any = None
         self.providers: dict[str, str | None] = {}
         self._impl_cache: dict[str, list[HookImpl]] = {}
+        self._executor_cancels = False
+        self._loggers: dict[str, logging.Logger] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -186,6 +194,7 @@ class Deck:
         if self._executor is None:
             hook, package = STAGE_PACKAGES["execute"]
             raise StageMissingError("execute", hook, package)
+        self._executor_cancels = callable(getattr(self._executor, "cancel_session", None))
         self._retriever, self.providers["filter"] = call("tooldeck_retriever", settings)
         self._cache, self.providers["cache"] = call("tooldeck_cache", settings)
         self._limiter, self.providers["rate_limit"] = call("tooldeck_rate_limiter", settings)
@@ -340,6 +349,12 @@ class Deck:
     def plugin_infos(self) -> list[PluginInfo]:
         """Loaded plugins with distribution, version and hooks."""
         return self.plugins.plugin_infos()
+
+    def _logger(self, tool_name: str) -> logging.Logger:
+        logger = self._loggers.get(tool_name)
+        if logger is None:
+            logger = self._loggers[tool_name] = logging.getLogger(f"tooldeck.tool.{tool_name}")
+        return logger
 
     def plugin_settings(self, plugin: str | None) -> Mapping[str, Any]:
         """The configuration table named after a plugin (``[tool.tooldeck.fs]`` for ``fs``)."""
@@ -511,6 +526,8 @@ class Session:
         """Cancel every queued and running call of this session; each returns ``CANCELLED``."""
         for scope in list(self._scopes):
             scope.cancel()
+        if self.deck._executor_cancels:
+            self.deck._executor.cancel_session(self.id)
 
     async def __aenter__(self) -> Session:
         return self
@@ -619,7 +636,7 @@ class Session:
             call = ToolCall(
                 name=name,
                 arguments=arguments if arguments is not None else {},
-                id=call_id or "call_" + uuid.uuid4().hex[:12],
+                id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
         started = time.perf_counter()
         result = await self._run(call, approval_id)
@@ -1038,14 +1055,22 @@ class Session:
             allowed_paths=allowed,
             attributes=self.attributes,
             settings=self.deck.plugin_settings(tool.plugin),
-            logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
+            logger=self.deck._logger(tool.name),
         )
+        executor = self.deck._executor
+        if self.deck._executor_cancels:
+            # The executor keeps a cancel scope per call already (Session.cancel asks it to
+            # cancel this session's calls): a second scope here would only cost time.
+            try:
+                return await executor.run(tool, call, context)  # type: ignore[no-any-return]
+            except Exception as exc:
+                return self._plugin_error("executor", exc)
         scope = trio.CancelScope()
         self._scopes.add(scope)
         result: ToolResult | None = None
         try:
             with scope:
-                result = await self.deck._executor.run(tool, call, context)
+                result = await executor.run(tool, call, context)
         except Exception as exc:
             return self._plugin_error("executor", exc)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -10,7 +11,7 @@ import attrs
 import cachetools
 import cattrs
 
-from tooldeck_hookspecs import ToolResult, canonical_json
+from tooldeck_hookspecs import ToolResult
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -28,8 +29,17 @@ _converter = cattrs.Converter()
 
 
 def result_size(result: ToolResult) -> int:
-    """Bytes of ``result``'s canonical JSON (UTF-8), the unit of the cache's byte bound."""
-    return len(canonical_json(_converter.unstructure(result)).encode("utf-8"))
+    """Bytes of ``result``'s canonical JSON, the unit of the cache's byte bound.
+
+    Canonical JSON is ASCII (non-ASCII is escaped), so its length in characters is its size in
+    bytes; key order does not change the length, so the keys are not sorted (this runs on every
+    cache put).
+    """
+    return len(
+        json.dumps(
+            _converter.unstructure(result), separators=(",", ":"), ensure_ascii=True, default=str
+        )
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -72,7 +72,7 @@ class RetrieverSettings:
     approx_kind: str = attrs.field(
         default="ivf", validator=attrs.validators.in_(("ivf", "hnsw"))
     )
-    ivf_nprobe: int = 32
+    ivf_nprobe: int = 16
     max_segments: int = 12
     embed_whole_query: bool = False
     #: OpenMP threads FAISS may use. One: a handful of query vectors against thousands of tools
