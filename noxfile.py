@@ -89,7 +89,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typing(session: nox.Session) -> None:
     """mypy (strict) on the contract and the core."""
-    session.install("mypy", "-e", "hookspecs", "-e", "core[mcp]")
+    session.install("mypy", "pytest", "numpy", "-e", "hookspecs", "-e", "core[mcp]")
     session.run("mypy")
 
 
