@@ -294,7 +294,9 @@ async def bench_selection(
     for size in sizes:
         label = f"{size // 1000}k" if size % 1000 == 0 else str(size)
         tools, vectors = _synthetic_catalog(size)
-        retriever = FaissRetriever(RetrieverSettings(cache_dir=None), model=model)
+        # No query cache: every timed search embeds its query for real.
+        settings = RetrieverSettings(cache_dir=None, query_cache_size=0)
+        retriever = FaissRetriever(settings, model=model)
         await retriever.warm_up()
         model = retriever.model  # load the model once for every size
         started = time.perf_counter()

@@ -224,3 +224,32 @@ async def test_lazy_model_load_from_settings(tmp_path, handmade):
     assert retriever._model is None  # nothing loaded at start-up
     await retriever.index(handmade[:3])
     assert names(await retriever.search("list the files in a folder", 1)) == ["list_directory"]
+
+
+async def test_repeated_query_is_not_embedded_again(make_retriever, handmade):
+    retriever = make_retriever()
+    await retriever.index(handmade)
+    query = "Read the notes file. Then email its summary to Bob."
+    first = await retriever.search(query, 20)
+    calls = retriever.statistics().encode_calls
+    assert await retriever.search(query, 40) != [] and retriever.statistics().encode_calls == calls
+    assert names((await retriever.search(query, 40))[:20]) == names(first)
+
+
+async def test_concurrent_searches_and_changes(make_retriever, handmade):
+    import trio
+
+    retriever = make_retriever()
+    await retriever.index(handmade[:10])
+    results: list[list[str]] = []
+
+    async def search(i: int) -> None:
+        results.append(names(await retriever.search(f"read file number {i}. then list folder", 5)))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(8):
+            nursery.start_soon(search, i)
+        nursery.start_soon(retriever.add, handmade[10:])
+        nursery.start_soon(retriever.remove, ["delete_file"])
+    assert len(results) == 8 and all("file_read" in r for r in results)
+    assert retriever.statistics().tools == len(handmade) - 1

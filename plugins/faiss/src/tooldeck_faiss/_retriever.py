@@ -7,6 +7,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ class RetrieverSettings:
     ivf_nprobe: int = 16
     max_segments: int = 12
     embed_whole_query: bool = False
+    #: Query segment vectors kept in memory (the core repeats a query when it widens recall).
+    query_cache_size: int = 512
     #: OpenMP threads FAISS may use. One: a handful of query vectors against thousands of tools
     #: is microseconds of work, and OpenMP spin-waiting on a busy 2-core machine costs
     #: milliseconds (measured: 19 ms vs 2 ms per search under load).
@@ -177,11 +180,15 @@ class FaissRetriever:
     """Hybrid retriever implementing :class:`tooldeck_hookspecs.Retriever`.
 
     Each tool gets a slot; its vector sits in a FAISS index (exact ``IndexFlatIP`` up to
-    ``approx_threshold`` tools, HNSW above) and its text in a BM25 index. A query is split into
-    sentences; every sentence is scored by both signals, the two are max-normalised and mixed
-    with ``lexical_weight``, and the per-sentence rankings are merged by each tool's best
-    relative score, so that each intent of a multi-step task brings its own best tools into the
-    top-k. All blocking work runs in a worker thread.
+    ``approx_threshold`` tools, IVF or HNSW above) and its text in a BM25 index. A query is split
+    into sentences and clauses; every segment is scored by both signals, the two are normalised
+    and mixed with ``lexical_weight``, and the per-segment rankings are merged by each tool's
+    best relative score plus ``full_query_weight`` times its whole-query score, so that each
+    intent of a multi-step task brings its own best tools into the top-k. All blocking work runs
+    in a worker thread.
+
+    ``model`` injects an already loaded sentence-transformers model; it must be the model that
+    ``settings.model`` names, since cached vectors are keyed by that folder.
     """
 
     def __init__(self, settings: RetrieverSettings | None = None, *, model: Any = None) -> None:
@@ -201,6 +208,8 @@ class FaissRetriever:
         self._approx = False
         self._tombstones: set[int] = set()
         self._texts_embedded = 0
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_lock = threading.Lock()
         self._encode_calls = 0
         self._cache_hits = 0
 
@@ -316,7 +325,7 @@ class FaissRetriever:
         return ivf
 
     def _lexical_terms(self, tool: ToolDefinition) -> dict[str, float]:
-        weights = self.settings.field_weights
+        weights = {**DEFAULT_FIELD_WEIGHTS, **self.settings.field_weights}
         terms: dict[str, float] = {}
         for field, text in lexical_fields(tool).items():
             weight = float(weights.get(field, 1.0))
@@ -464,12 +473,30 @@ class FaissRetriever:
         return segments
 
     def _embed_query(self, segments: list[str]) -> np.ndarray:
-        """One batch for all segments. The whole query's vector is the normalised mean of its
-        sentences' unless ``embed_whole_query``: encoding the longest text pads the whole batch
-        to its length and roughly triples the cost for little gain."""
-        if len(segments) == 1 or self.settings.embed_whole_query:
-            return self._encode(segments)
-        vecs = self._encode(segments[:-1])
+        """Vectors of the query's segments, embedded in one batch.
+
+        The whole query's vector (the last segment when there are several) is the normalised
+        mean of its sentences' unless ``embed_whole_query``: encoding the longest text pads the
+        whole batch to its length and roughly triples the cost for little gain. Recent segment
+        vectors are kept in a small LRU, since the core repeats a query when it widens recall.
+        """
+        whole = len(segments) > 1 and not self.settings.embed_whole_query
+        texts = segments[:-1] if whole else segments
+        cache = self._query_cache
+        with self._query_lock:  # searches run in concurrent worker threads
+            known = {t: cache[t] for t in texts if t in cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            known.update(zip(missing, self._encode(missing), strict=True))
+        with self._query_lock:
+            for text in texts:
+                cache[text] = known[text]
+                cache.move_to_end(text)
+            while len(cache) > self.settings.query_cache_size:
+                cache.popitem(last=False)
+        vecs = np.stack([known[t] for t in texts])
+        if not whole:
+            return vecs
         mean = vecs.mean(axis=0)
         mean /= max(float(np.linalg.norm(mean)), 1e-12)
         return np.vstack([vecs, mean[None, :]]).astype(np.float32)

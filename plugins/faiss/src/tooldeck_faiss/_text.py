@@ -111,8 +111,29 @@ def lexical_fields(tool: ToolDefinition) -> dict[str, str]:
 _SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+|\n+")
 
 
-def segment_query(query: str, *, max_segments: int = 12, max_chars: int = 1000) -> list[str]:
-    """Split a task description into its sentences (one intent each, usually).
+# Clause boundaries that announce a new step inside one sentence: "..., then check ...",
+# "... and then ...", "...; also ...". Plain commas and "and" are left alone: they join the
+# parts of one request far more often than they separate two.
+_CLAUSE = re.compile(
+    r",?\s+(?:and\s+)?then\s+|,\s+(?:and\s+)?(?:also|additionally|afterwards|after that|"
+    r"finally|lastly|next)\b,?\s*",
+    re.IGNORECASE,
+)
+
+
+def _clauses(sentence: str) -> list[str]:
+    parts = [p.strip() for p in _CLAUSE.split(sentence) if p and p.strip()]
+    # Only split when every clause can stand on its own.
+    if len(parts) > 1 and all(len(tokenize(p)) >= 3 for p in parts):
+        return parts
+    return [sentence]
+
+
+def segment_query(
+    query: str, *, max_segments: int = 12, max_chars: int = 1000, clauses: bool = True
+) -> list[str]:
+    """Split a task description into its sentences (one intent each, usually), and sentences
+    into clauses where a connective such as ", then" announces a new step.
 
     Sentences with fewer than three content words ("Thanks.", "Then:") are glued to the
     previous one instead of standing alone. Very long inputs are bounded: at most
@@ -123,6 +144,8 @@ def segment_query(query: str, *, max_segments: int = 12, max_chars: int = 1000) 
     if not query:
         return []
     pieces = [p.strip() for p in _SENTENCE.split(query) if p and p.strip()]
+    if clauses:
+        pieces = [c for p in pieces for c in _clauses(p)]
     segments: list[str] = []
     for piece in pieces:
         if segments and len(tokenize(piece)) < 3:
