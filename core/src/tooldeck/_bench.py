@@ -32,6 +32,58 @@ async def bench_add(a: int, b: int) -> int:
     return a + b
 
 
+@tool(
+    category="bench",
+    execution={"cacheable": True, "cache_ttl_s": 600},
+    security={"rate_limit": {"max_calls": 1_000_000_000, "window_s": 60}},
+)
+async def bench_limited(a: int, b: int) -> int:
+    """Add two integers (cacheable and rate-limited: every stage has work to do)."""
+    return a + b
+
+
+async def _throughput(config: dict[str, Any], total: int, workers: int = 16) -> float:
+    """Calls/s of the full pipeline for a cacheable, rate-limited tool, all cache misses."""
+    deck = Deck.load(
+        Config.from_mapping(config), plugins=[tools_plugin([bench_limited], name="bench")]
+    )
+    async with deck:
+        session = deck.session()
+        await session.call("bench_limited", {"a": -1, "b": 0})
+        started = time.perf_counter()
+
+        async def worker(offset: int) -> None:
+            for i in range(offset, total, workers):
+                result = await session.call("bench_limited", {"a": i, "b": 1})
+                assert result.success, result.error
+
+        async with trio.open_nursery() as nursery:
+            for w in range(workers):
+                nursery.start_soon(worker, w)
+        return total / (time.perf_counter() - started)
+
+
+async def _redis_figures(total: int) -> dict[str, Any]:
+    """Pipeline throughput with Redis-backed cache and limits versus in memory, as a ratio."""
+    try:
+        from tooldeck_redis.testing import RedisServer, redis_server_binary
+    except ImportError:
+        return {"redis": "tooldeck-redis not installed"}
+    if redis_server_binary() is None:
+        return {"redis": "redis-server not installed"}
+    server = RedisServer.start_new()
+    try:
+        memory = await _throughput({}, total)
+        shared = await _throughput({"redis": {"url": server.url}}, total)
+    finally:
+        server.close()
+    return {
+        "calls_per_s_memory": memory,
+        "calls_per_s_redis": shared,
+        "redis_vs_memory_throughput_ratio": shared / memory,
+    }
+
+
 async def _per_call_us(call: Callable[[int], Awaitable[Any]], n: int, repeats: int) -> float:
     """Median over ``repeats`` batches of the mean time of ``n`` sequential calls, in µs."""
     means = []
@@ -129,6 +181,7 @@ def run_bench(*, quick: bool = False) -> dict[str, Any]:
         figures["sandbox"] = "tooldeck-runner sandbox bench not installed"
     else:
         figures.update(trio.run(bench_sandbox, 20 if quick else 50))
+    figures.update(trio.run(_redis_figures, 500 if quick else 3000))
     try:
         from ._eval import bench_selection
     except ImportError:
