@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from tooldeck_tools_code import MAX_FILES, code_execute, collect_files
 
@@ -34,17 +31,6 @@ def test_direct_call_refuses_oversized_code_with_too_large(tmp_path):
     result = code_execute({"code": "import os; print(os.getcwd() != os.environ['WORKDIR'])"},
                           context)
     assert result["stdout"] == "True\n"
-
-
-def test_the_process_runner_copy_matches_the_shell_packs():
-    spec = importlib.util.find_spec("tooldeck_tools_shell")
-    if spec is None or spec.origin is None:
-        pytest.skip("tooldeck-tools-shell is not installed")
-    import tooldeck_tools_code
-
-    ours = Path(tooldeck_tools_code.__file__).with_name("_process.py").read_text()
-    theirs = Path(spec.origin).with_name("_process.py").read_text()
-    assert ours == theirs, "keep contrib_tools/{shell,code}/.../_process.py identical"
 
 
 async def test_degraded_mode_without_bubblewrap_runs_and_returns_files(tmp_path):

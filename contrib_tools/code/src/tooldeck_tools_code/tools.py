@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
+from tooldeck_tools_process import Completed, describe, run_process
 
-from ._process import Completed, decode_output, run_process
+from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
 __all__ = [
     "LANGUAGES",
@@ -258,24 +258,7 @@ def _out_of_memory(completed: Completed, stderr: str) -> bool:
 
 
 def _describe(completed: Completed, language: str) -> dict[str, Any]:
-    stdout, stdout_encoding = decode_output(completed.stdout, "text")
-    stderr, stderr_encoding = decode_output(completed.stderr, "text")
-    result: dict[str, Any] = {
-        "language": language,
-        "exit_code": completed.exit_code,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdout_encoding": stdout_encoding,
-        "stderr_encoding": stderr_encoding,
-        "truncated_stdout": completed.stdout.truncated,
-        "truncated_stderr": completed.stderr.truncated,
-        "stdout_bytes": completed.stdout.total,
-        "stderr_bytes": completed.stderr.total,
-        "duration_s": completed.duration_s,
-    }
-    if completed.signal:
-        result["signal"] = completed.signal
-    return result
+    return {"language": language, **describe(completed)}
 
 
 def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], Callable[[], None]]:

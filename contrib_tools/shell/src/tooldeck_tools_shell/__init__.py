@@ -8,8 +8,9 @@ It is ``dangerous``: every call is confirmed by the user.
 
 from __future__ import annotations
 
+from tooldeck_tools_process import Capture, Completed, decode_output, run_process
+
 from ._definitions import MEMORY_MB, SHELL_EXEC, definitions
-from ._process import Capture, Completed, decode_output, run_process
 from .tools import (
     BASE_ENVIRONMENT,
     DEFAULT_TIMEOUT_S,

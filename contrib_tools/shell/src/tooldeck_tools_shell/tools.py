@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
+from tooldeck_tools_process import Completed, describe, run_process
 
-from ._process import Completed, decode_output, run_process
+from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -270,27 +270,6 @@ def _start_failure(exc: BaseException, argv: list[str]) -> ToolFailure:
             details={"program": program, "errno": exc.errno},
         )
     raise exc
-
-
-def describe(completed: Completed, encoding: str) -> dict[str, Any]:
-    """The JSON result of a finished command (also used for the partial output of a timeout)."""
-    stdout, stdout_encoding = decode_output(completed.stdout, encoding)
-    stderr, stderr_encoding = decode_output(completed.stderr, "text")
-    result: dict[str, Any] = {
-        "exit_code": completed.exit_code,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdout_encoding": stdout_encoding,
-        "stderr_encoding": stderr_encoding,
-        "truncated_stdout": completed.stdout.truncated,
-        "truncated_stderr": completed.stderr.truncated,
-        "stdout_bytes": completed.stdout.total,
-        "stderr_bytes": completed.stderr.total,
-        "duration_s": completed.duration_s,
-    }
-    if completed.signal:
-        result["signal"] = completed.signal
-    return result
 
 
 def _notes(completed: Completed, result: dict[str, Any], shell: bool) -> list[str]:

@@ -7,6 +7,16 @@ Configuration (``[tool.tooldeck.ratelimit]``): ``storage_uri`` (default ``memory
 
 from __future__ import annotations
 
-from ._limiter import DEFAULT_GLOBAL_FACTOR, ToolRateLimiter, limiter_from_settings
+from ._limiter import (
+    DEFAULT_GLOBAL_FACTOR,
+    ToolRateLimiter,
+    limiter_from_settings,
+    parse_global_override,
+)
 
-__all__ = ["DEFAULT_GLOBAL_FACTOR", "ToolRateLimiter", "limiter_from_settings"]
+__all__ = [
+    "DEFAULT_GLOBAL_FACTOR",
+    "ToolRateLimiter",
+    "limiter_from_settings",
+    "parse_global_override",
+]

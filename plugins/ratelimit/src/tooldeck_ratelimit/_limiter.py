@@ -23,7 +23,12 @@ from tooldeck_hookspecs import (
     ToolDefinition,
 )
 
-__all__ = ["DEFAULT_GLOBAL_FACTOR", "ToolRateLimiter", "limiter_from_settings"]
+__all__ = [
+    "DEFAULT_GLOBAL_FACTOR",
+    "ToolRateLimiter",
+    "limiter_from_settings",
+    "parse_global_override",
+]
 
 logger = logging.getLogger("tooldeck.ratelimit")
 
@@ -46,8 +51,11 @@ def _item(max_calls: int, window_s: float) -> RateLimitItem:
     return RateLimitItemPerSecond(max(0, max_calls), max(1, math.ceil(window_s)), _NAMESPACE)
 
 
-def _parse_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
-    """A per-tool global override: an int (calls per the tool's window), a table, or 0/false."""
+def parse_global_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
+    """A ``[ratelimit.global]`` entry: an int (calls per the tool's window), a table, or 0/false.
+
+    Shared with tooldeck-redis, so that both limiters read the setting the same way.
+    """
     if isinstance(value, bool):
         if value:
             raise ConfigError(f"ratelimit.global.{tool}: expected an int or a table, got true")
@@ -114,7 +122,7 @@ class ToolRateLimiter:
         self.fail_open = fail_open
         self._overrides = dict(global_overrides or {})
         for name, value in self._overrides.items():
-            _parse_override(name, value, 60.0)  # a malformed override fails at start-up
+            parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
         # Windows depend only on the tool definition; build them once per (name, version, limit).
         self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
 
@@ -128,7 +136,7 @@ class ToolRateLimiter:
         per_session = _item(limit.max_calls, limit.window_s)
         glob: RateLimit | None
         if tool.name in self._overrides:
-            glob = _parse_override(tool.name, self._overrides[tool.name], limit.window_s)
+            glob = parse_global_override(tool.name, self._overrides[tool.name], limit.window_s)
         elif self.global_factor > 0:
             glob = RateLimit(
                 max_calls=math.ceil(self.global_factor * limit.max_calls), window_s=limit.window_s

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from tooldeck_ratelimit import parse_global_override
 
-from tooldeck_hookspecs import ConfigError, RateLimit, RateLimitOutcome, SessionInfo, ToolDefinition
+from tooldeck_hookspecs import RateLimit, RateLimitOutcome, SessionInfo, ToolDefinition
 
 from ._client import RedisConnection, delete_matching, glob_escape
 from ._settings import RedisSettings
@@ -68,27 +68,6 @@ def _window_ms(window_s: float) -> int:
     return max(1, math.ceil(window_s * 1000))
 
 
-def _parse_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
-    """Same meaning as in tooldeck-ratelimit: an int, a ``{max_calls, window_s}`` table, or 0."""
-    if isinstance(value, bool):
-        if value:
-            raise ConfigError(f"ratelimit.global.{tool}: expected an int or a table, got true")
-        return None
-    if value is None or value == 0:
-        return None
-    if isinstance(value, int):
-        return RateLimit(max_calls=value, window_s=default_window_s)
-    if isinstance(value, Mapping) and "max_calls" in value:
-        return RateLimit(
-            max_calls=int(value["max_calls"]),
-            window_s=float(value.get("window_s", default_window_s)),
-        )
-    raise ConfigError(
-        f"ratelimit.global.{tool}: expected an int or a table with max_calls (and window_s), "
-        f"got {value!r}"
-    )
-
-
 def _describe(max_calls: int, window_s: float) -> str:
     return f"{max_calls} per {window_s:g} s"
 
@@ -116,7 +95,7 @@ class RedisRateLimiter:
         self._script = connection.script(_MOVING_WINDOW)
         self._prefix = f"{settings.namespace}:rl:"
         for name, value in settings.global_overrides.items():
-            _parse_override(name, value, 60.0)  # a malformed override fails at start-up
+            parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
         self._globals: dict[tuple[str, RateLimit], _Window | None] = {}
         self._local: Any = None
         #: Calls decided by the local fallback while Redis was unavailable.
@@ -128,7 +107,7 @@ class RedisRateLimiter:
             return self._globals[cache_key]
         glob: RateLimit | None
         if tool.name in self.settings.global_overrides:
-            glob = _parse_override(
+            glob = parse_global_override(
                 tool.name, self.settings.global_overrides[tool.name], limit.window_s
             )
         elif self.settings.global_factor > 0:

@@ -1,5 +1,5 @@
 """Several worker PROCESSES share rate limits, cached results and approvals through a real
-redis-server, and survive its outage (tests/redis/redis_worker.py is the worker)."""
+redis-server, and survive its outage (redis_worker.py beside this file is the worker)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Run one child process with a deadline, capped output and a clean ending.
 
-The same file ships in ``tooldeck_tools_shell`` and ``tooldeck_tools_code`` (each pack installs on
-its own; a shared helper distribution would be one more package for ~250 lines). A test checks
-that the two copies stay identical.
+Shared by the packs that run programs (``tooldeck-tools-shell``, ``tooldeck-tools-code``).
 
 What it guarantees, beyond :func:`subprocess.run`:
 
@@ -29,10 +27,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-__all__ = ["Capture", "Completed", "decode_output", "run_process", "LINGER_S"]
+__all__ = ["Capture", "Completed", "decode_output", "describe", "run_process", "LINGER_S"]
 
 #: How long pipes may stay open after the child exited (its group's leftovers), in seconds.
 LINGER_S = 0.5
@@ -306,3 +305,27 @@ def decode_output(capture: Capture, encoding: str) -> tuple[str, str]:
         text = f"{first}\n[... {gap} bytes omitted ...]\n{last}" if last else first
         replaced = bad_first or bad_last
     return text, "utf-8 (with replacements)" if replaced else "utf-8"
+
+
+def describe(completed: Completed, encoding: str = "text") -> dict[str, Any]:
+    """The JSON result of a finished program: exit code, both streams and what was cut.
+
+    ``encoding`` applies to stdout (``text`` or ``base64``); stderr is always text.
+    """
+    stdout, stdout_encoding = decode_output(completed.stdout, encoding)
+    stderr, stderr_encoding = decode_output(completed.stderr, "text")
+    result: dict[str, Any] = {
+        "exit_code": completed.exit_code,
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_encoding": stdout_encoding,
+        "stderr_encoding": stderr_encoding,
+        "truncated_stdout": completed.stdout.truncated,
+        "truncated_stderr": completed.stderr.truncated,
+        "stdout_bytes": completed.stdout.total,
+        "stderr_bytes": completed.stderr.total,
+        "duration_s": completed.duration_s,
+    }
+    if completed.signal:
+        result["signal"] = completed.signal
+    return result

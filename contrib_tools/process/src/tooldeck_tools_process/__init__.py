@@ -1,0 +1,11 @@
+"""Running programs for tool packs: one child process with a deadline, capped head-and-tail
+output, a clean kill of its whole process group, and a JSON description of how it ended.
+
+A library, not a plugin: ``tooldeck-tools-shell`` and ``tooldeck-tools-code`` depend on it.
+"""
+
+from __future__ import annotations
+
+from ._run import LINGER_S, Capture, Completed, decode_output, describe, run_process
+
+__all__ = ["Capture", "Completed", "LINGER_S", "decode_output", "describe", "run_process"]
