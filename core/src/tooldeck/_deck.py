@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -425,18 +426,25 @@ class Deck:
         )
 
     def closest_names(self, name: str, n: int = 5) -> list[str]:
-        """Registered names closest to a misspelled or invented one."""
-        names = self.catalog.names()
-        normal = name.replace("-", "_").lower()
-        close = difflib.get_close_matches(normal, names, n=n, cutoff=0.5)
-        words = {w for w in normal.split("_") if len(w) > 2}
-        for candidate in names:
-            if len(close) >= n:
-                break
-            if candidate not in close and words & set(candidate.split("_")):
-                close.append(candidate)
-        return close
+        """Registered names closest to a misspelled or invented one.
 
+        Two views, best first: shared words (``read_file`` finds ``file_read``, ``readFile``
+        finds both) and spelling (``file_raed``).
+        """
+        names = self.catalog.names()
+        normal = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).replace("-", "_").lower()
+        words = {w for w in normal.split("_") if w}
+        scores: dict[str, float] = {}
+        if words:
+            for candidate in names:
+                theirs = set(candidate.split("_"))
+                shared = len(words & theirs)
+                if shared:
+                    scores[candidate] = shared / len(words | theirs)
+        for candidate in difflib.get_close_matches(normal, names, n=n, cutoff=0.5):
+            ratio = difflib.SequenceMatcher(None, normal, candidate).ratio()
+            scores[candidate] = max(scores.get(candidate, 0.0), ratio)
+        return sorted(scores, key=lambda c: (-scores[c], c))[:n]
 
 class Session:
     """One conversation: grants, the current hand, sticky tools, approvals, in-flight calls.

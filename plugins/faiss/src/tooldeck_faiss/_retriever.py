@@ -176,6 +176,26 @@ def _is_quantized(model: Any) -> bool:
     return any("quantized" in type(m).__module__ for m in modules())
 
 
+
+# Models are read-only at inference time, so every retriever of the process (several decks, an
+# MCP server's sessions, tests) shares one copy per (path, quantization) instead of loading its own.
+_MODELS: dict[tuple[str, bool], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _shared_model(path: str, quantize: bool) -> Any:
+    with _MODELS_LOCK:
+        model = _MODELS.get((path, quantize))
+        if model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(path, device="cpu")
+            if quantize:
+                model = _quantized(model)
+            _MODELS[(path, quantize)] = model
+        return model
+
 class FaissRetriever:
     """Hybrid retriever implementing :class:`tooldeck_hookspecs.Retriever`.
 
@@ -220,12 +240,7 @@ class FaissRetriever:
             if self._ready:
                 return self._model
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                from sentence_transformers import SentenceTransformer
-
-                self._model = SentenceTransformer(self.settings.model, device="cpu")
-                if self.settings.quantize:
-                    self._model = _quantized(self._model)
+                self._model = _shared_model(str(self.settings.model), self.settings.quantize)
             import faiss
 
             faiss.omp_set_num_threads(max(1, self.settings.faiss_threads))
