@@ -286,6 +286,8 @@ def _token_counter() -> tuple[Callable[[str], int], str]:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))
+        # Counting, not encoding for the model: long texts are fine (no 512-token warning).
+        tokenizer.model_max_length = 1 << 30
         return (lambda text: len(tokenizer.encode(text))), "MiniLM WordPiece tokenizer"
     except Exception:
         return (lambda text: max(1, len(text) // 4)), "estimate: characters / 4"
@@ -294,6 +296,14 @@ def _token_counter() -> tuple[Callable[[str], int], str]:
 def run_demo(as_json: bool = False) -> dict[str, Any]:
     """Run the tour; return its steps (and print them unless ``as_json``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The tour is for a reader: no library chatter (weight-loading bars, tokenizer warnings).
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    except ImportError:
+        pass
     out = _Printer(as_json)
     with tempfile.TemporaryDirectory(prefix="tooldeck-demo-") as folder:
         workdir = Path(folder)
