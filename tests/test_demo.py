@@ -1,4 +1,4 @@
-"""`tooldeck demo --json`: the tour runs on embedded defaults and every step shows what it claims."""
+"""`tooldeck demo --json`: the tour runs on embedded defaults; each step shows what it claims."""
 
 from __future__ import annotations
 
