@@ -575,3 +575,18 @@ async def test_a_failing_approval_store_fails_closed_with_a_structured_error():
         used = await session.call("wipe", {"target": "a"}, approval_id="apr_x")
     assert asked.error.code is ErrorCode.PLUGIN_ERROR and "approval store" in asked.error.message
     assert used.error.code is ErrorCode.PLUGIN_ERROR
+
+
+async def test_select_is_observed_and_a_broken_observer_does_not_fail_the_call():
+    kinds = []
+
+    def tooldeck_event(event):
+        kinds.append(event.kind)
+        raise RuntimeError("observer bug")
+
+    async with _select_deck(inline_plugin(tooldeck_event, name="obs")) as deck:
+        session = deck.session()
+        hand = await session.select("greet someone")
+        result = await session.call("greet", {"name": "a"})
+    assert hand.names and result.success
+    assert kinds == ["select", "call.end"]

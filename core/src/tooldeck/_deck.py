@@ -548,12 +548,7 @@ class Session:
         tool packs can release per-session resources such as browser pages."""
         self.cancel()
         self._pending.clear()
-        event = Event(kind="session.closed", session_id=self.id)
-        for impl in self.deck._impls("tooldeck_event"):
-            try:
-                impl(event=event)
-            except Exception:
-                log.exception("plugin %r: tooldeck_event raised", impl.plugin)
+        self._observe(Event(kind="session.closed", session_id=self.id))
 
     # ------------------------------------------------------------------ the hand
 
@@ -603,6 +598,18 @@ class Session:
         )
         self.hand = hand
         self._offered = set(hand.names)
+        if deck.plugins.has_impls("tooldeck_event"):
+            self._observe(
+                Event(
+                    kind="select",
+                    session_id=self.id,
+                    data={
+                        "query": task,
+                        "tools": hand.names,
+                        "excluded": sorted({e.name for e in hand.exclusions}),
+                    },
+                )
+            )
         return hand
 
     def _apply_filters(
@@ -693,17 +700,21 @@ class Session:
         return result_messages(format, pairs)
 
     def _event(self, kind: str, call: ToolCall, result: ToolResult) -> None:
-        event = Event(
-            kind=kind,
-            session_id=self.id,
-            call_id=call.id,
-            tool=call.name,
-            data={
-                "success": result.success,
-                "code": str(result.error.code) if result.error else None,
-                "cached": result.metadata.get("cached", False),
-            },
+        self._observe(
+            Event(
+                kind=kind,
+                session_id=self.id,
+                call_id=call.id,
+                tool=call.name,
+                data={
+                    "success": result.success,
+                    "code": str(result.error.code) if result.error else None,
+                    "cached": result.metadata.get("cached", False),
+                },
+            )
         )
+
+    def _observe(self, event: Event) -> None:
         for impl in self.deck._impls("tooldeck_event"):
             try:
                 impl(event=event)
