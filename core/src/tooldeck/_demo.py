@@ -301,7 +301,7 @@ def run_demo(as_json: bool = False) -> dict[str, Any]:
     try:
         from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
     out = _Printer(as_json)
