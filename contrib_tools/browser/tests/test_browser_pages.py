@@ -264,3 +264,17 @@ async def test_slow_pages_time_out_and_cancelled_calls_leave_no_page(
                 break
             await trio.sleep(0.05)
         assert engine().open_pages(session.id) == []
+
+
+async def test_closing_the_session_closes_its_pages(site, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
+    deck = make_deck(load_entry_points=["schema", "runner", "policy", "browser"])
+    async with deck:
+        session = deck.session(workdir=tmp_path, grants={"browser"})
+        page = await session.call("browser_navigate", {"url": site.url("/")})
+        assert page.success, page.error
+        assert engine().open_pages(session.id) == [page.data["page_id"]]
+        await session.aclose()
+        with trio.fail_after(10):
+            while engine().open_pages(session.id):
+                await trio.sleep(0.05)

@@ -383,6 +383,16 @@ def engine() -> BrowserEngine:
         return _ENGINE
 
 
+def release_session(session_id: str) -> None:
+    """Close a session's pages in the background (called when the deck closes the session).
+
+    Does nothing when the browser was never used, so closing sessions costs nothing then.
+    """
+    eng = _ENGINE
+    if eng is not None and session_id in eng._sessions:
+        eng.submit(eng.close_session(session_id))
+
+
 def shutdown() -> None:
     """Close the shared browser now (it is closed at exit anyway)."""
     if _ENGINE is not None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import Decision, RegisterFn, SessionInfo, ToolCall, ToolDefinition, hookimpl
+from tooldeck_hookspecs import Event, RegisterFn, hookimpl
 
 from ._definitions import definitions
-from ._guard import remember_session_allow
+from ._engine import release_session
 
 
 @hookimpl
@@ -16,15 +16,7 @@ def tooldeck_register_tools(register: RegisterFn) -> None:
 
 
 @hookimpl
-def tooldeck_authorize_call(
-    call: ToolCall, tool: ToolDefinition, session: SessionInfo
-) -> Decision | None:
-    """No opinion; remembers the session's ``url_allow`` attribute for the browser's proxy.
-
-    The tool's context carries no session attributes, and the proxy must honour the same
-    allow-list as the policy's URL check, so the pack notes it here, where the session is seen
-    just before the call runs.
-    """
-    if tool.plugin == "browser" or tool.name.startswith("browser_"):
-        remember_session_allow(session.session_id, (session.attributes or {}).get("url_allow"))
-    return None
+def tooldeck_event(event: Event) -> None:
+    """Close a session's pages and browser context when the deck closes the session."""
+    if event.kind == "session.closed" and event.session_id:
+        release_session(event.session_id)

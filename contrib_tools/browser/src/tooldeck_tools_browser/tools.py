@@ -20,7 +20,7 @@ from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 from ._engine import BrowserEngine, engine
 from ._extract import page_snapshot
 from ._files import check_relative_png, write_in_workdir
-from ._guard import scheme_problem
+from ._guard import remember_session_allow, scheme_problem
 from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
 
 __all__ = [
@@ -171,6 +171,13 @@ async def _navigate(
     return result
 
 
+def _engine_for(context: ToolContext) -> BrowserEngine:
+    # The proxy must honour the same allow-list as the policy's URL check: the session's
+    # ``url_allow`` attribute (plus TOOLDECK_URL_ALLOW), which the call's context carries.
+    remember_session_allow(context.session_id, (context.attributes or {}).get("url_allow"))
+    return engine()
+
+
 async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Open ``url`` in a new page (or in page ``page_id``) and return what a reader sees."""
     url = _string(arguments, "url")
@@ -185,7 +192,7 @@ async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
                           f"wait_until must be one of {', '.join(_WAIT_UNTIL)}")
     timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S)
-    eng = engine()
+    eng = _engine_for(context)
     return await eng.run(_navigate, eng, context.session_id, url, page_id, wait_until, timeout_ms)
 
 
@@ -237,7 +244,7 @@ async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> d
                           suggestion="Pass selector (a CSS selector) or text (the visible text "
                           "of the element), not both.")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
-    eng = engine()
+    eng = _engine_for(context)
     return await eng.run(_click, eng, context.session_id, page_id, selector, text, timeout_ms)
 
 
@@ -261,7 +268,7 @@ async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> di
     if not isinstance(value, str):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "value must be a string")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
-    eng = engine()
+    eng = _engine_for(context)
     return await eng.run(_fill, eng, context.session_id, page_id, selector, value, timeout_ms)
 
 
@@ -294,7 +301,7 @@ async def browser_screenshot(
     full_page = arguments.get("full_page", False)
     if not isinstance(full_page, bool):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "full_page must be true or false")
-    eng = engine()
+    eng = _engine_for(context)
     data = await eng.run(_screenshot, eng, context.session_id, page_id, full_page)
     written = await trio.to_thread.run_sync(write_in_workdir, context.workdir, path, data)
     size = _png_size(data)
@@ -312,5 +319,5 @@ async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str,
 async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Close page ``page_id`` (closing a page that is not open is not an error)."""
     page_id = _string(arguments, "page_id")
-    eng = engine()
+    eng = _engine_for(context)
     return await eng.run(_close, eng, context.session_id, page_id)
