@@ -112,7 +112,15 @@ class RateLimiter(Protocol):
 
 
 class Executor(Protocol):
-    """Runs one call: queue, timeout, cancellation, retries, sandbox."""
+    """Runs one call: queue, timeout, cancellation, retries, sandbox.
+
+    Optional methods the core uses when present: ``cancel_session(session_id) -> int`` (cancel a
+    session's queued and running calls, which then return ``CANCELLED``; without it the core
+    wraps each call in a cancel scope of its own) and ``statistics()`` (a frozen snapshot).
+    Result metadata an executor adds: ``attempts``, ``duration_s``, ``isolation``; sandboxed
+    calls may add ``warm`` and ``output``. ``ToolContext.emit`` reaches the caller from
+    in-process tools only.
+    """
 
     async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run ``call`` and return its result; never raises for a tool's failure."""
@@ -132,7 +140,11 @@ class PendingApproval(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Pending approvals of dangerous calls (in memory by default, shared via Redis later)."""
+    """Pending approvals of dangerous calls (in memory by default, shared via Redis).
+
+    A store whose backend is unavailable may raise: the core then fails closed (the call gets a
+    ``PLUGIN_ERROR`` result and does not run).
+    """
 
     async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
         """Record a pending approval; return its id."""
