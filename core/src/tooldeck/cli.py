@@ -198,7 +198,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK costs about 0.6 s to import, and only `serve` needs it.
-    from .mcp_server import serve_mcp_cli
+    try:
+        from .mcp_server import serve_mcp_cli
+    except ImportError as exc:
+        sys.stderr.write(
+            f"tooldeck serve mcp needs the MCP SDK ({exc.name or exc}): "
+            'pip install "tooldeck[mcp]"\n'
+        )
+        return 2
 
     return serve_mcp_cli(
         args.transport, args.host, args.port, workdir=args.workdir, grants=args.grant
