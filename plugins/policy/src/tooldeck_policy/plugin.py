@@ -22,6 +22,7 @@ from tooldeck_hookspecs import (
 
 from ._authorize import authorize
 from ._filters import rule_filter
+from .redact import redact_result
 
 __all__ = ["tooldeck_authorize_call", "tooldeck_filter_tools", "tooldeck_process_result"]
 
@@ -47,14 +48,4 @@ def tooldeck_process_result(
     call: ToolCall, tool: ToolDefinition, result: ToolResult
 ) -> ToolResult | None:
     """Redact secrets from the result (``tooldeck_policy.redact``)."""
-    try:
-        # Imported here: redaction compiles its rules on first use, which authorization and
-        # filtering never need.
-        from .redact import redact_result
-    except ModuleNotFoundError as exc:
-        # Fallback while the redact module is being written; any other import failure raises
-        # (the core reports it) rather than letting secrets through silently.
-        if exc.name != f"{__package__}.redact":
-            raise
-        return None
     return redact_result(result)
