@@ -36,7 +36,8 @@ def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone before we looked, or reaped between the open and the read (ESRCH).
         return False
 
 
