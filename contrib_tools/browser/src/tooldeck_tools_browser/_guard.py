@@ -9,9 +9,8 @@ the network through a small local proxy (:mod:`._proxy`) that checks each connec
 the host itself and connects only to addresses that passed: redirects, subresources, WebSockets
 and DNS rebinding included.
 
-The rules are those of ``tooldeck_policy.check_url`` when the policy plugin is installed (with the
-same allow-list: ``TOOLDECK_URL_ALLOW`` and the session's ``url_allow`` attribute); otherwise a
-smaller built-in check refuses loopback, private, link-local and metadata addresses.
+The rules are those of ``tooldeck_policy.check_url``, with the same allow-list:
+``TOOLDECK_URL_ALLOW`` and the session's ``url_allow`` attribute.
 """
 
 from __future__ import annotations
@@ -25,6 +24,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from tooldeck_policy import check_url as _policy_check_url
+from tooldeck_policy import parse_allow_list
+
 __all__ = [
     "ENV_ALLOW",
     "allowed_addresses",
@@ -37,12 +39,6 @@ __all__ = [
 #: The policy plugin's environment variable for extra allowed hosts/CIDRs (same name).
 ENV_ALLOW = "TOOLDECK_URL_ALLOW"
 
-try:  # the policy plugin is optional: use its guard (the same rules everywhere) when present
-    from tooldeck_policy import check_url as _policy_check_url
-    from tooldeck_policy import parse_allow_list as _policy_parse_allow_list
-except ImportError:  # pragma: no cover - exercised only without tooldeck-policy installed
-    _policy_check_url = None  # type: ignore[assignment]
-    _policy_parse_allow_list = None  # type: ignore[assignment]
 
 _SESSION_ALLOW: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 _SESSION_ALLOW_LOCK = threading.Lock()
@@ -88,63 +84,10 @@ def scheme_problem(url: str) -> str | None:
     return None
 
 
-# --- a fallback guard, used only when tooldeck-policy is not installed ----------------------
-
-
-def _parse_allow(values: Iterable[str]) -> tuple[set[str], list[Any]]:
-    names: set[str] = set()
-    networks: list[Any] = []
-    for value in values:
-        text = value.strip().lower().strip("[]")
-        if not text:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            names.add(text.rstrip("."))
-    return names, networks
-
-
-def _ip_allowed(ip: Any, networks: list[Any]) -> bool:
-    if any(ip.version == n.version and ip in n for n in networks):
-        return True
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        return _ip_allowed(mapped, networks)
-    return bool(ip.is_global) and not ip.is_multicast
-
-
-def _fallback_check(url: str, allow: Iterable[str]) -> str | None:
-    problem = scheme_problem(url)
-    if problem:
-        return problem
-    parts = urllib.parse.urlsplit(url)
-    host = (parts.hostname or "").rstrip(".").lower()
-    if not host:
-        return f"URL {url[:200]!r} has no host"
-    if parts.username or parts.password:
-        return f"URL {url[:200]!r} carries credentials"
-    names, networks = _parse_allow(allow)
-    if host in names or any(n.startswith("*.") and host.endswith(n[1:]) for n in names):
-        return None
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        if host == "localhost" or host.endswith(".localhost"):
-            ip = ipaddress.ip_address("127.0.0.1")
-        else:
-            return None  # names are checked by address in allowed_addresses
-    if _ip_allowed(ip, networks):
-        return None
-    return f"URL {url[:200]!r} points at {ip}, an internal address; use a public http(s) URL"
-
-
 def check_url(url: str, allow: Iterable[str]) -> str | None:
-    """Why ``url`` may not be loaded, or None. The policy plugin's rules when installed."""
-    if _policy_check_url is not None:
-        reason: str | None = _policy_check_url(url, tuple(allow))
-        return reason
-    return _fallback_check(url, allow)
+    """Why ``url`` may not be loaded, or None: the policy plugin's rules and allow-list."""
+    reason: str | None = _policy_check_url(url, tuple(allow))
+    return reason
 
 
 def _host_in_url(host: str) -> str:
@@ -152,10 +95,7 @@ def _host_in_url(host: str) -> str:
 
 
 def _name_allowed(host: str, allow: Iterable[str]) -> bool:
-    if _policy_parse_allow_list is not None:
-        names, _ = _policy_parse_allow_list(tuple(allow))
-    else:
-        names, _ = _parse_allow(allow)
+    names, _ = parse_allow_list(tuple(allow))
     host = host.lower().rstrip(".")
     return host in names or any(n.startswith("*.") and host.endswith(n[1:]) for n in names)
 
