@@ -5,8 +5,6 @@ Test modules are imported with importlib (no package), so the helpers reach them
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -21,25 +19,12 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types
 HELPER_SERVER = Path(__file__).with_name("mcp_helper_server.py")
 
 
-def _cli_has_serve() -> bool:
-    from tooldeck.cli import build_parser
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage message
-            build_parser().parse_args(["serve", "mcp", "--transport", "stdio"])
-    except SystemExit:
-        return False
-    return True
-
-
 def serve_command(*options: str) -> list[str]:
-    """``tooldeck serve mcp OPTIONS`` (``python -m tooldeck.mcp_server`` until the CLI has it)."""
-    if _cli_has_serve():
-        script = Path(sys.executable).with_name("tooldeck")
-        if script.exists():
-            return [str(script), "serve", "mcp", *options]
-        return [sys.executable, "-m", "tooldeck", "serve", "mcp", *options]
-    return [sys.executable, "-m", "tooldeck.mcp_server", *options]
+    """``tooldeck serve mcp OPTIONS``, the command users run."""
+    script = Path(sys.executable).with_name("tooldeck")
+    if script.exists():
+        return [str(script), "serve", "mcp", *options]
+    return [sys.executable, "-m", "tooldeck", "serve", "mcp", *options]
 
 
 def server_env(**extra: str) -> dict[str, str]:

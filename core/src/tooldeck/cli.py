@@ -272,10 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     ssub = p.add_subparsers(dest="protocol", required=True)
     m = ssub.add_parser("mcp", help="as an MCP server (stdio or streamable HTTP)")
     m.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    m.add_argument("--host", default="127.0.0.1")
-    m.add_argument("--port", type=int, default=8765)
-    m.add_argument("--workdir", default=None)
-    m.add_argument("--grant", action="append", metavar="CATEGORY")
+    m.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
+    m.add_argument("--port", type=int, default=8765, help="HTTP: port (0: any free one)")
+    m.add_argument("--workdir", default=None, help="the sessions' working directory")
+    m.add_argument(
+        "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
+    )
     m.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("demo", help="a one-minute tour of what tooldeck does")

@@ -79,8 +79,6 @@ __all__ = [
     "serve_stdio",
     "serve_http",
     "serve_mcp_cli",
-    "add_serve_arguments",
-    "main",
 ]
 
 log = logging.getLogger("tooldeck.mcp")
@@ -719,41 +717,3 @@ def serve_mcp_cli(
     else:
         trio.run(lambda: serve_http(deck, host, port, workdir=workdir, session_options=options))
     return 0
-
-
-def add_serve_arguments(parser: Any) -> None:
-    """Add ``--transport``, ``--host``, ``--port``, ``--workdir``, ``--grant`` to a parser."""
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP: port (0: any free one)")
-    parser.add_argument("--workdir", default=None, help="the sessions' working directory")
-    parser.add_argument(
-        "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tooldeck.mcp_server``: the same as ``tooldeck serve mcp``."""
-    import argparse
-
-    from tooldeck_hookspecs import TooldeckError
-
-    parser = argparse.ArgumentParser(
-        prog="tooldeck serve mcp", description="Serve the deck over MCP."
-    )
-    add_serve_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return serve_mcp_cli(
-            args.transport, args.host, args.port, workdir=args.workdir, grants=args.grant
-        )
-    except TooldeckError as exc:
-        sys.stderr.write(f"tooldeck: {exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
