@@ -6,6 +6,7 @@ from typing import Literal
 
 import pytest
 import trio
+import trio.testing
 
 from tooldeck import (
     Decision,
@@ -590,3 +591,85 @@ async def test_select_is_observed_and_a_broken_observer_does_not_fail_the_call()
         result = await session.call("greet", {"name": "a"})
     assert hand.names and result.success
     assert kinds == ["select", "call.end"]
+
+
+async def test_hook_implementations_may_take_a_subset_of_arguments_in_any_order():
+    # pluggy's rule: an implementation names the arguments it wants, in any order.
+    seen = []
+
+    def tooldeck_process_result(result, call):
+        seen.append((call.name, result.data))
+        return None
+
+    def tooldeck_authorize_call(tool):
+        return Decision.deny("no greeting today") if tool.name == "greet" else None
+
+    async with _deck(
+        inline_plugin(tooldeck_process_result, name="subset"),
+        inline_plugin(tooldeck_authorize_call, name="only-tool"),
+    ) as deck:
+        session = deck.session()
+        denied = await session.call("greet", {"name": "a"})
+        ran = await session.call("slow", {"seconds": 0})
+    assert denied.error.code is ErrorCode.PERMISSION_DENIED
+    assert denied.error.plugin == "only-tool"
+    assert ran.success
+    assert ("slow", "done") in seen
+
+
+async def test_observes_limits_an_observer_to_its_event_kinds():
+    from tooldeck import observes
+
+    everything, closed_only = [], []
+
+    @observes("session.closed")
+    def tooldeck_event(event):
+        closed_only.append(event.kind)
+
+    async with _deck(
+        inline_plugin(tooldeck_event, name="closed-only"),
+        inline_plugin(tooldeck_event=lambda event: everything.append(event.kind), name="all"),
+    ) as deck:
+        session = deck.session()
+        await session.call("greet", {"name": "a"})
+        await session.aclose()
+    assert closed_only == ["session.closed"]
+    assert everything == ["call.end", "session.closed"]
+    with pytest.raises(TypeError):
+        observes()
+
+
+async def never_suspending_add(a: int, b: int) -> int:
+    """Add two integers without ever awaiting."""
+    return a + b
+
+
+async def test_calls_that_never_suspend_still_let_other_tasks_run_and_can_be_cancelled():
+    add = tool(category="demo", execution={"cacheable": False})(never_suspending_add)
+    deck = make_deck(load_entry_points=STAGES, tools=[add])
+    async with deck:
+        session = deck.session()
+        ticks = []
+
+        async def ticker():
+            while True:
+                ticks.append(len(ticks))
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.sleep(0)
+            before = len(ticks)
+            for i in range(64):
+                result = await session.call("never_suspending_add", {"a": i, "b": 1})
+                assert result.success and result.data == i + 1
+            # At least every 16th call yields to the scheduler, so the ticker moved on.
+            assert len(ticks) - before >= 3
+            nursery.cancel_scope.cancel()
+
+        # Each call is a cancellation point, even one that would never reach the scheduler.
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await session.call("never_suspending_add", {"a": 1, "b": 1})
+            raise AssertionError("a call in a cancelled scope must raise Cancelled")
+        assert scope.cancelled_caught

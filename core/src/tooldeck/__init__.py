@@ -45,6 +45,7 @@ from tooldeck_hookspecs import (
     ToolFailure,
     ToolResult,
     hookimpl,
+    observes,
     tool,
 )
 
@@ -92,5 +93,6 @@ __all__ = [
     "TooldeckError",
     "ToolResult",
     "hookimpl",
+    "observes",
     "tool",
 ]

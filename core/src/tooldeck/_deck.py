@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from tooldeck_hookspecs import (
+    EVENT_KINDS_ATTR,
     LEVEL_ORDER,
     ArgumentProblem,
     ArgumentValidator,
@@ -108,6 +109,9 @@ _CALL_PREFIX = uuid.uuid4().hex[:6]
 _call_counter = itertools.count(1)
 
 
+_checkpoints = itertools.count()
+
+
 def _arguments_hash(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
 
@@ -141,6 +145,8 @@ class Deck:
         self._impl_cache: dict[str, list[HookImpl]] = {}
         self._executor_cancels = False
         self._loggers: dict[str, logging.Logger] = {}
+        self._observer_cache: dict[str, list[HookImpl]] = {}
+        self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -186,6 +192,17 @@ class Deck:
         cached = self._impl_cache.get(hook)
         if cached is None:
             cached = self._impl_cache[hook] = self.plugins.impls(hook)
+        return cached
+
+    def _observers(self, kind: str) -> list[HookImpl]:
+        """The ``tooldeck_event`` implementations that want events of ``kind`` (``observes``)."""
+        cached = self._observer_cache.get(kind)
+        if cached is None:
+            cached = self._observer_cache[kind] = [
+                impl
+                for impl in self._impls("tooldeck_event")
+                if kind in getattr(impl.function, EVENT_KINDS_ATTR, (kind,))
+            ]
         return cached
 
     def _resolve_providers(self) -> None:
@@ -359,8 +376,11 @@ class Deck:
 
     def plugin_settings(self, plugin: str | None) -> Mapping[str, Any]:
         """The configuration table named after a plugin (``[tool.tooldeck.fs]`` for ``fs``)."""
-        table = self.config.settings.get(plugin, {}) if plugin else {}
-        return table if isinstance(table, Mapping) else {}
+        cached = self._settings_cache.get(plugin)
+        if cached is None:
+            table = self.config.settings.get(plugin, {}) if plugin else {}
+            cached = self._settings_cache[plugin] = table if isinstance(table, Mapping) else {}
+        return cached
 
     @property
     def executor(self) -> Any:
@@ -486,7 +506,9 @@ class Session:
         self._scopes: set[trio.CancelScope] = set()
         self._info: SessionInfo | None = None
         self._admitted: dict[str, SessionInfo] = {}
-        self._allowed_paths: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._context_parts: dict[
+            str, tuple[ToolDefinition, tuple[str, ...], Mapping[str, Any], logging.Logger]
+        ] = {}
         settings = deck._hand_settings
         self.limit = int(settings.get("limit", 15))
         self.recall = int(settings.get("recall", 20))
@@ -598,7 +620,7 @@ class Session:
         )
         self.hand = hand
         self._offered = set(hand.names)
-        if deck.plugins.has_impls("tooldeck_event"):
+        if deck._observers("select"):
             self._observe(
                 Event(
                     kind="select",
@@ -654,18 +676,31 @@ class Session:
                 id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
         started = time.perf_counter()
+        # Each call is a cancellation point, and every 16th call yields to the scheduler: a
+        # call of a cached result or of a tool that never suspends gives trio no scheduling
+        # point, and a loop of them must still let other tasks run. Yielding on every call
+        # would cost more than the rest of such a call (a trio checkpoint is ~3 µs).
+        if next(_checkpoints) & 15:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await trio.lowlevel.checkpoint()
         result = await self._run(call, approval_id)
-        result = result.with_metadata(
-            duration_s=round(time.perf_counter() - started, 6),
-            call_id=call.id,
-            tool=call.name,
-            **({} if "cached" in result.metadata else {"cached": False}),
-        )
+        if "cached" in result.metadata:
+            result = result.with_metadata(
+                duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=call.name
+            )
+        else:
+            result = result.with_metadata(
+                duration_s=round(time.perf_counter() - started, 6),
+                call_id=call.id,
+                tool=call.name,
+                cached=False,
+            )
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "call %s %s -> %s", call.id, call.name, result.error.code if result.error else "ok"
             )
-        if self.deck.plugins.has_impls("tooldeck_event"):
+        if self.deck._observers("call.end"):
             self._event("call.end", call, result)
         return result
 
@@ -715,7 +750,7 @@ class Session:
         )
 
     def _observe(self, event: Event) -> None:
-        for impl in self.deck._impls("tooldeck_event"):
+        for impl in self.deck._observers(event.kind):
             try:
                 impl(event=event)
             except Exception:
@@ -745,8 +780,8 @@ class Session:
                     return refusal
                 if self.hand is None:
                     self._admitted[tool.name] = current
-        if not isinstance(call.arguments, Mapping):
-            return await self._finish(
+        if type(call.arguments) is not dict and not isinstance(call.arguments, Mapping):
+            return self._finish(
                 call,
                 tool,
                 self._invalid(
@@ -760,11 +795,19 @@ class Session:
             except Exception as exc:
                 return self._plugin_error("argument validator", exc)
             if problems:
-                return await self._finish(call, tool, self._invalid(problems))
+                return self._finish(call, tool, self._invalid(problems))
         info = self.info()
-        refusal = await self._authorize(call, tool, info, approval_id)
+        security = tool.security
+        if security.url_params:
+            refusal = await self._authorize(call, tool, info, approval_id)
+        else:
+            decisions = self._decisions(call, tool, info)
+            if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
+                refusal = await self._combine(call, tool, info, decisions, approval_id)
+            else:
+                refusal = None  # nobody objects, and _combine's baseline has nothing to add
         if refusal is not None:
-            return await self._finish(call, tool, refusal)
+            return self._finish(call, tool, refusal)
         key = None
         if deck._cache is not None and tool.execution.cacheable:
             key = cache_key(tool, call.arguments, info)
@@ -782,7 +825,7 @@ class Session:
             except Exception as exc:
                 return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
-                return await self._finish(
+                return self._finish(
                     call,
                     tool,
                     ToolResult.fail(
@@ -795,9 +838,17 @@ class Session:
                         ),
                     ),
                 )
-        result = await self._execute(call, tool)
+        if deck._executor_cancels:
+            # The executor keeps a cancel scope per call already (Session.cancel asks it to
+            # cancel this session's calls): a second scope here would only cost time.
+            try:
+                result = await deck._executor.run(tool, call, self._context(call, tool))
+            except Exception as exc:
+                return self._plugin_error("executor", exc)
+        else:
+            result = await self._execute_scoped(call, tool)
         self._used(tool.name)
-        result = await self._finish(call, tool, result)
+        result = self._finish(call, tool, result)
         if deck._cache is not None and result.success:
             try:
                 if key is not None:
@@ -872,18 +923,21 @@ class Session:
     async def _authorize(
         self, call: ToolCall, tool: ToolDefinition, info: SessionInfo, approval_id: str | None
     ) -> ToolResult | None:
-        if tool.security.url_params:
+        security = tool.security
+        if security.url_params:
             # URL guards resolve host names; DNS must not stall every other call on the loop.
             decisions = await trio.to_thread.run_sync(self._decisions, call, tool, info)
         else:
             decisions = self._decisions(call, tool, info)
+        if not decisions and security.level is SecurityLevel.SAFE and not security.require_confirm:
+            return None  # nobody objects, and the baseline in _combine has nothing to add
         return await self._combine(call, tool, info, decisions, approval_id)
 
     def _decisions(self, call: ToolCall, tool: ToolDefinition, info: SessionInfo) -> list[Decision]:
         decisions: list[Decision] = []
         for impl in self.deck._impls("tooldeck_authorize_call"):
             try:
-                decision = impl(call=call, tool=tool, session=info)
+                decision = impl.call_in_order(call, tool, info)
             except Exception as exc:
                 log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
                 decision = Decision.deny(
@@ -1061,29 +1115,34 @@ class Session:
             return self._plugin_error("approval store", exc)
         return await self.call(call, approval_id=approval_id)
 
-    async def _execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
-        allowed = self._allowed_paths.get(tool.security.allowed_paths)
-        if allowed is None:
+    def _context(self, call: ToolCall, tool: ToolDefinition) -> ToolContext:
+        # What the context takes from the tool is the same on every call: looked up once per
+        # tool definition (a tool registered again under its name is looked up again).
+        parts = self._context_parts.get(tool.name)
+        if parts is None or parts[0] is not tool:
             allowed = tuple(self._expand(p) for p in tool.security.allowed_paths)
-            self._allowed_paths[tool.security.allowed_paths] = allowed
-        context = ToolContext(
+            parts = self._context_parts[tool.name] = (
+                tool,
+                allowed,
+                self.deck.plugin_settings(tool.plugin),
+                self.deck._logger(tool.name),
+            )
+        return ToolContext(
             session_id=self.id,
             workdir=self.workdir,
             call_id=call.id,
             tool_name=tool.name,
-            allowed_paths=allowed,
+            allowed_paths=parts[1],
             attributes=self.attributes,
-            settings=self.deck.plugin_settings(tool.plugin),
-            logger=self.deck._logger(tool.name),
+            settings=parts[2],
+            logger=parts[3],
         )
+
+    async def _execute_scoped(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
+        """Run the call with a cancel scope of the session's, for executors without their own
+        per-call cancellation (``cancel_session``)."""
         executor = self.deck._executor
-        if self.deck._executor_cancels:
-            # The executor keeps a cancel scope per call already (Session.cancel asks it to
-            # cancel this session's calls): a second scope here would only cost time.
-            try:
-                return await executor.run(tool, call, context)  # type: ignore[no-any-return]
-            except Exception as exc:
-                return self._plugin_error("executor", exc)
+        context = self._context(call, tool)
         scope = trio.CancelScope()
         self._scopes.add(scope)
         result: ToolResult | None = None
@@ -1106,11 +1165,11 @@ class Session:
         )
         return os.path.realpath(expanded)
 
-    async def _finish(self, call: ToolCall, tool: ToolDefinition, result: ToolResult) -> ToolResult:
+    def _finish(self, call: ToolCall, tool: ToolDefinition, result: ToolResult) -> ToolResult:
         """Run the ``tooldeck_process_result`` chain (redaction) over any result of a known tool."""
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
-                changed = impl(call=call, tool=tool, result=result)
+                changed = impl.call_in_order(call, tool, result)
             except Exception as exc:
                 log.exception("plugin %r: tooldeck_process_result raised", impl.plugin)
                 return ToolResult.fail(

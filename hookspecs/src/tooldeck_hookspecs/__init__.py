@@ -7,7 +7,7 @@ Plugin authors write ``from tooldeck_hookspecs import hookimpl`` and implement h
 from __future__ import annotations
 
 from ._decorator import TOOL_OPTIONS_ATTR, tool
-from ._markers import PROJECT_NAME, hookimpl, hookspec
+from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
 from .exceptions import (
     ConfigError,
@@ -39,6 +39,7 @@ from .model import (
     cache_key,
     call_tool_function,
     canonical_json,
+    canonical_json_bytes,
     resolve_entrypoint,
 )
 from .protocols import (
@@ -56,6 +57,8 @@ __all__ = [
     "PROJECT_NAME",
     "hookimpl",
     "hookspec",
+    "observes",
+    "EVENT_KINDS_ATTR",
     "tool",
     "TOOL_OPTIONS_ATTR",
     "ErrorCode",
@@ -88,6 +91,7 @@ __all__ = [
     "cache_key",
     "call_tool_function",
     "canonical_json",
+    "canonical_json_bytes",
     "resolve_entrypoint",
     "ApprovalStore",
     "ArgumentValidator",

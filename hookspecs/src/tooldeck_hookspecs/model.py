@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+import orjson
 
 from .errors import DEFAULT_SUGGESTIONS, ErrorCode
 
@@ -41,6 +42,7 @@ __all__ = [
     "Event",
     "RateLimitOutcome",
     "canonical_json",
+    "canonical_json_bytes",
     "cache_key",
     "call_tool_function",
     "resolve_entrypoint",
@@ -213,7 +215,15 @@ class ToolResult:
 
     def with_metadata(self, **metadata: Any) -> ToolResult:
         """A copy with ``metadata`` merged in."""
-        return attrs.evolve(self, metadata={**self.metadata, **metadata})
+        if type(self) is not ToolResult:  # a subclass may have fields of its own
+            return attrs.evolve(self, metadata={**self.metadata, **metadata})
+        # The constructor, not attrs.evolve: this runs on every call.
+        return ToolResult(
+            success=self.success,
+            data=self.data,
+            error=self.error,
+            metadata={**self.metadata, **metadata},
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -345,18 +355,35 @@ class ToolContext:
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
 
 
+_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def canonical_json_bytes(value: Any) -> bytes:
+    """UTF-8 JSON with sorted keys and no spaces: equal arguments give equal bytes.
+
+    orjson does the work (this runs on every cacheable call). What orjson refuses, a lone
+    surrogate a model sent or an integer over 64 bits, goes through ``json.dumps`` with ASCII
+    escapes instead, so hashing arguments never raises. Values JSON cannot hold count as
+    their ``str()``.
+    """
+    try:
+        return orjson.dumps(value, option=_CANONICAL, default=str)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+        ).encode("ascii")
+
+
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: equal arguments give equal strings."""
-    # ensure_ascii: a lone surrogate a model sent must not make hashing the arguments raise.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    """:func:`canonical_json_bytes` as text."""
+    return canonical_json_bytes(value).decode("utf-8")
 
 
 def cache_key(tool: ToolDefinition, arguments: Mapping[str, Any], session: SessionInfo) -> str:
     """The cache key of a call: name, version, hash of canonical arguments, declared context."""
-    context = {field: getattr(session, field, None) for field in tool.execution.cache_context}
-    digest = hashlib.sha256(
-        canonical_json({"a": arguments, "c": context}).encode("utf-8")
-    ).hexdigest()
+    fields = tool.execution.cache_context
+    context = {field: getattr(session, field, None) for field in fields} if fields else {}
+    digest = hashlib.sha256(canonical_json_bytes({"a": arguments, "c": context})).hexdigest()
     return f"{tool.name}@{tool.version}:{digest}"
 
 
@@ -380,9 +407,10 @@ def call_tool_function(
             suggestion="This tool cannot run here; choose another tool.",
         )
     if tool.call_style == "kwargs":
+        if not tool.context_param:
+            return function(**arguments)
         kwargs = dict(arguments)
-        if tool.context_param:
-            kwargs[tool.context_param] = context
+        kwargs[tool.context_param] = context
         return function(**kwargs)
     return function(arguments, context)
 

@@ -57,6 +57,31 @@ async def test_ttl_expiry_counts_as_a_miss() -> None:
     assert (stats.hits, stats.misses, stats.entries, stats.evictions) == (2, 1, 1, 0)
 
 
+async def test_expired_entries_are_purged_and_never_counted_as_evictions() -> None:
+    timer = FakeTimer()
+    cache = ResultCache(max_entries=2, timer=timer)
+    await cache.put("old", ok("o"), ttl_s=1)
+    await cache.put("live", ok("l"), ttl_s=100)
+    timer.now += 2
+    # "old" is the least recently used and already expired: making room for "new" drops it,
+    # which is expiry, not eviction.
+    await cache.put("new", ok("n"), ttl_s=100)
+    assert cache.statistics().evictions == 0
+    assert await cache.get("live") is not None
+    await cache.put("newer", ok("x"), ttl_s=100)  # now a live entry ("new") must go
+    assert cache.statistics().evictions == 1
+    assert await cache.get("new") is None
+    # An expired entry nobody reads is purged by purge_expired() (and by statistics()).
+    cache.clear()
+    await cache.put("brief", ok("b"), ttl_s=1)
+    await cache.put("lasting", ok("l"), ttl_s=100)
+    timer.now += 5
+    assert cache.purge_expired() == 1
+    stats = cache.statistics()
+    assert stats.entries == 1 and stats.bytes == result_size(ok("l"))
+    assert stats.evictions == 1
+
+
 async def test_evicts_least_recently_used_by_count() -> None:
     cache = ResultCache(max_entries=3)
     for key in "abc":
@@ -94,11 +119,27 @@ async def test_result_bigger_than_max_bytes_is_not_stored_and_evicts_nothing() -
     assert cache.statistics().evictions == 0
 
 
-async def test_size_is_the_canonical_json_length() -> None:
+async def test_size_is_the_utf8_json_length() -> None:
     result = ToolResult.ok({"é": 1})
-    # Canonical JSON escapes non-ASCII (so a lone surrogate can never break it): é is \u00e9.
     assert result_size(result) == len(
-        '{"data":{"\\u00e9":1},"error":null,"metadata":{},"success":true}'
+        '{"data":{"é":1},"error":null,"metadata":{},"success":true}'.encode()
+    )
+
+
+async def test_size_of_values_orjson_refuses() -> None:
+    # A lone surrogate and a 70-bit integer: measured by json.dumps with ASCII escapes.
+    surrogate = ToolResult.ok("\ud800")
+    assert result_size(surrogate) == len(
+        '{"success":true,"data":"\\ud800","error":null,"metadata":{}}'
+    )
+    big = ToolResult.ok(2**70)
+    assert result_size(big) == len(
+        f'{{"success":true,"data":{2**70},"error":null,"metadata":{{}}}}'
+    )
+    # A value JSON cannot hold counts as its str().
+    odd = ToolResult.ok({1: {3, 4}})
+    assert result_size(odd) == len(
+        f'{{"success":true,"data":{{"1":"{ {3, 4} }"}},"error":null,"metadata":{{}}}}'
     )
 
 

@@ -111,3 +111,35 @@ def test_redaction_is_idempotent() -> None:
     once = redact_text(text)
     assert redact_text(once) == once
     assert token not in once and "hunter2hunter2" not in once
+
+
+def test_the_memo_of_clean_strings_never_holds_a_secret_and_stays_bounded() -> None:
+    from tooldeck_policy import redact
+
+    token = fake_pat(11)
+    line = f"token={token}"
+    for _ in range(3):  # redacted every time, however often it repeats
+        assert token not in redact_text(line)
+        assert redact_value({"out": line})["out"] != line
+    assert not any(token in clean for clean in redact._clean)
+    assert "in-process" == redact_text("in-process") and "in-process" in redact._clean
+    # Bounded: filling it past its size empties it rather than growing.
+    for i in range(redact._CLEAN_MAX_ENTRIES + 10):
+        redact_text(f"plain value {i}")
+    assert len(redact._clean) <= redact._CLEAN_MAX_ENTRIES
+    # Long strings are never memoized (hashing them would cost more than it saves).
+    long_text = "x " * redact._CLEAN_MAX_LENGTH
+    redact_text(long_text)
+    assert long_text not in redact._clean
+
+
+def test_a_mapping_with_one_change_keeps_every_other_key_in_order() -> None:
+    token = fake_pat(12)
+    value = {"a": 1, "b": "plain", "c": f"token {token}", "d": None, "e": 2.5}
+    redacted = redact_value(value)
+    assert list(redacted) == list(value)
+    assert redacted["c"].startswith("token [REDACTED:")
+    assert {k: v for k, v in redacted.items() if k != "c"} == {
+        k: v for k, v in value.items() if k != "c"
+    }
+    assert value["c"] == f"token {token}"  # the input is not modified

@@ -415,3 +415,132 @@ async def test_a_closed_executor_answers_with_an_error() -> None:
 
     result = await run(ex, make_tool(ok))
     assert result.error is not None and result.error.code == "EXECUTION_ERROR"
+
+
+# -- inline calls (async tools that never suspend) ---------------------------------------------
+
+
+async def _awaits(arguments: Any, context: ToolContext) -> int:
+    await trio.sleep(0)
+    return 1
+
+
+async def _iterates(arguments: Any, context: ToolContext) -> int:
+    async for _ in arguments["source"]:
+        pass
+    return 1
+
+
+async def _enters(arguments: Any, context: ToolContext) -> int:
+    async with arguments["manager"]:
+        return 1
+
+
+async def _comprehends(arguments: Any, context: ToolContext) -> list[int]:
+    return [x async for x in arguments["source"]]
+
+
+async def _plain(arguments: Any, context: ToolContext) -> int:
+    def nested() -> int:  # a nested function is not part of the coroutine
+        return 2
+
+    return arguments["x"] + nested()
+
+
+class _Methods:
+    async def method(self, arguments: Any, context: ToolContext) -> int:
+        return 3
+
+    async def __call__(self, arguments: Any, context: ToolContext) -> int:
+        return 4
+
+
+def test_never_suspends_is_true_only_for_async_bodies_without_suspension_points() -> None:
+    import functools
+
+    from tooldeck_runner import never_suspends
+
+    assert never_suspends(_plain)
+    assert never_suspends(_Methods().method)
+    for suspending in (_awaits, _iterates, _enters, _comprehends):
+        assert not never_suspends(suspending), suspending.__name__
+    # Not judged (False is always safe): sync functions, callable objects, partials, nothing.
+    assert not never_suspends(lambda arguments, context: 1)
+    assert not never_suspends(_Methods())
+    assert not never_suspends(functools.partial(_plain))
+    assert not never_suspends(None)
+
+
+async def test_a_never_suspending_tool_runs_inline_with_the_same_results() -> None:
+    ex = RunnerExecutor()
+    ok = await run(ex, make_tool(_plain), x=1)
+    assert ok.success and ok.data == 3
+    assert ok.metadata["attempts"] == 1 and ok.metadata["isolation"] == ISOLATION_IN_PROCESS
+    assert ok.metadata["duration_s"] >= 0
+
+    async def explicit(arguments: Any, context: ToolContext) -> ToolResult:
+        return ToolResult.ok("payload", custom=1)
+
+    async def refuse(arguments: Any, context: ToolContext) -> None:
+        raise ToolFailure("PATH_NOT_ALLOWED", "outside", suggestion="stay in")
+
+    async def broken(arguments: Any, context: ToolContext) -> None:
+        raise KeyError("missing-key")
+
+    kept = await run(ex, make_tool(explicit))
+    assert kept.data == "payload" and kept.metadata["custom"] == 1
+    assert kept.metadata["attempts"] == 1
+    refused = await run(ex, make_tool(refuse))
+    assert refused.error is not None and refused.error.code == "PATH_NOT_ALLOWED"
+    assert refused.error.suggestion == "stay in"
+    failed = await run(ex, make_tool(broken))
+    assert failed.error is not None and failed.error.message == "KeyError: 'missing-key'"
+    stats = ex.statistics()["code"]
+    assert stats.completed == 4 and stats.in_flight == 0 and stats.max_in_flight == 1
+
+
+async def test_an_inline_tool_waits_for_a_slot_when_its_category_is_full() -> None:
+    ex = RunnerExecutor(RunnerSettings(concurrency={"code": 1}))
+    release = trio.Event()
+    order: list[str] = []
+
+    async def hold(arguments: Any, context: ToolContext) -> None:
+        order.append("hold")
+        await release.wait()
+
+    async def quick(arguments: Any, context: ToolContext) -> str:
+        order.append("quick")
+        return "done"
+
+    results: list[ToolResult] = []
+
+    async def run_quick() -> None:
+        results.append(await run(ex, make_tool(quick)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, ex, make_tool(hold))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(run_quick)
+        await trio.testing.wait_all_tasks_blocked()
+        # The single slot is held: the inline-able call queued instead of running beside it.
+        assert order == ["hold"]
+        assert ex.statistics()["code"].waiting == 1
+        release.set()
+    assert order == ["hold", "quick"]
+    assert results[0].data == "done"
+    assert ex.statistics()["code"].max_in_flight == 1
+
+
+async def test_retryable_never_suspending_tools_keep_their_retries() -> None:
+    attempts: list[int] = []
+
+    async def flaky_inline(arguments: Any, context: ToolContext) -> str:
+        attempts.append(1)
+        if len(attempts) < 2:
+            raise ToolFailure("EXECUTION_ERROR", "try again", retryable=True)
+        return "ok"
+
+    ex = RunnerExecutor(RunnerSettings(retry_initial_s=0.001, retry_max_s=0.001, retry_jitter_s=0))
+    result = await run(ex, make_tool(flaky_inline, retryable=True, max_retries=2))
+    assert result.success and result.data == "ok"
+    assert result.metadata["attempts"] == 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import Event, RegisterFn, hookimpl
+from tooldeck_hookspecs import Event, RegisterFn, hookimpl, observes
 
 from ._definitions import definitions
 from ._engine import release_session
@@ -16,6 +16,7 @@ def tooldeck_register_tools(register: RegisterFn) -> None:
 
 
 @hookimpl
+@observes("session.closed")
 def tooldeck_event(event: Event) -> None:
     """Close a session's pages and browser context when the deck closes the session."""
     if event.kind == "session.closed" and event.session_id:

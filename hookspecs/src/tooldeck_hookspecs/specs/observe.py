@@ -11,7 +11,8 @@ def tooldeck_event(event: Event) -> None:
     """Observe something the deck did (``call.start``, ``call.end``, ``select``, ...).
 
     Called for every implementation; return values are ignored. An observer that raises is
-    reported and skipped; it never fails the call.
+    reported and skipped; it never fails the call. An implementation marked with
+    :func:`~tooldeck_hookspecs.observes` gets only the kinds it names.
 
     :param event: what happened, with session id, call id, tool and data.
     """

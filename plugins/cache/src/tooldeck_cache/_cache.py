@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import cachetools
 import cattrs
+import orjson
 
 from tooldeck_hookspecs import ToolResult
 
@@ -29,17 +30,29 @@ _converter = cattrs.Converter()
 
 
 def result_size(result: ToolResult) -> int:
-    """Bytes of ``result``'s canonical JSON, the unit of the cache's byte bound.
+    """Bytes of ``result`` as UTF-8 JSON, the unit of the cache's byte bound.
 
-    Canonical JSON is ASCII (non-ASCII is escaped), so its length in characters is its size in
-    bytes; key order does not change the length, so the keys are not sorted (this runs on every
-    cache put).
+    Computed once per cache put, so it uses orjson (about 30x faster than unstructuring and
+    ``json.dumps``). Values JSON cannot hold count as their ``str()``. What orjson refuses (a
+    lone surrogate, an integer over 64 bits) is measured by ``json.dumps`` with ASCII escapes
+    instead, whose length in characters is its size in bytes.
     """
-    return len(
-        json.dumps(
-            _converter.unstructure(result), separators=(",", ":"), ensure_ascii=True, default=str
-        )
-    )
+    error = result.error
+    document = {
+        "success": result.success,
+        "data": result.data,
+        "error": None if error is None else _converter.unstructure(error),
+        "metadata": result.metadata,
+    }
+    try:
+        return len(orjson.dumps(document, default=str))
+    except TypeError:  # orjson.JSONEncodeError is one
+        pass
+    try:
+        # Non-string keys (slower to serialise, so not the first attempt).
+        return len(orjson.dumps(document, default=str, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:
+        return len(json.dumps(document, separators=(",", ":"), ensure_ascii=True, default=str))
 
 
 @attrs.frozen(kw_only=True)
@@ -56,39 +69,52 @@ class CacheStatistics:
     max_bytes: int
 
 
-@attrs.frozen
 class _Entry:
-    result: ToolResult
-    ttl_s: float
-    size: int
+    """A stored result, its expiry time on the cache's clock, and its size in bytes."""
+
+    __slots__ = ("result", "expires", "size")
+
+    def __init__(self, result: ToolResult, expires: float, size: int) -> None:
+        self.result = result
+        self.expires = expires
+        self.size = size
 
 
-class _CountingTLRU(cachetools.TLRUCache):  # type: ignore[type-arg]
-    """A TLRU cache that counts the entries it pushes out to make room."""
+def _entry_size(entry: _Entry) -> int:
+    return entry.size
+
+
+class _CountingLRU(cachetools.LRUCache):  # type: ignore[type-arg]
+    """cachetools' LRU, bounded by bytes, that counts the live entries it pushes out."""
 
     def __init__(self, maxsize: int, timer: Callable[[], float]) -> None:
-        super().__init__(
-            maxsize=maxsize,
-            ttu=lambda _key, entry, now: now + entry.ttl_s,
-            timer=timer,
-            getsizeof=lambda entry: entry.size,
-        )
+        super().__init__(maxsize=maxsize, getsizeof=_entry_size)
+        self.timer = timer
         self.evictions = 0
 
     def popitem(self) -> tuple[Any, Any]:
-        # cachetools calls popitem only to make room, and expires stale entries first.
-        item = super().popitem()
-        self.evictions += 1
-        return item
+        # cachetools calls popitem only to make room; an entry already past its TTL that goes
+        # this way expired, it was not evicted.
+        key, entry = super().popitem()
+        if entry.expires > self.timer():
+            self.evictions += 1
+        return key, entry
 
 
 class ResultCache:
     """Results of cacheable tools: least recently used first out, each entry with its own TTL.
 
-    Bounded both by entry count and by bytes (the canonical JSON size of each result, computed once
-    when it is stored). Only successful results are kept; a result larger than ``max_bytes`` is
-    silently not stored. Stored results are frozen attrs objects, so :meth:`get` hands back the
-    stored object itself.
+    Bounded both by entry count and by bytes (the JSON size of each result, computed once when
+    it is stored). Only successful results are kept; a result larger than ``max_bytes`` is not
+    stored. Stored results are frozen attrs objects, so :meth:`get` hands back the stored object
+    itself.
+
+    Expiry is checked when an entry is read (an expired entry is a miss and is dropped), and an
+    expired entry the LRU order pushes out is not counted as an eviction. cachetools' own
+    ``TLRUCache`` would also drop expired entries eagerly, but it keeps a heap of entries
+    compared in Python: 5 µs per put, a third of the pipeline's budget. Expired entries that
+    nobody reads stay until the LRU order reaches them or :meth:`statistics` purges them; they
+    count toward both bounds meanwhile.
 
     ``get`` and ``put`` are async to satisfy the :class:`~tooldeck_hookspecs.Cache` protocol but
     never wait: an in-memory probe is cheaper than a checkpoint.
@@ -109,33 +135,37 @@ class ResultCache:
             raise ValueError("max_entries and max_bytes must be positive")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._store = _CountingTLRU(maxsize=max_bytes, timer=timer)
+        self._timer = timer
+        self._store = _CountingLRU(maxsize=max_bytes, timer=timer)
         self._hits = 0
         self._misses = 0
 
     async def get(self, key: str) -> ToolResult | None:
         """The cached result for ``key``, or None; an expired entry counts as a miss."""
         entry = self._store.get(key)
-        if entry is None:
+        if entry is None or entry.expires <= self._timer():
+            if entry is not None:
+                self._store.pop(key, None)
             self._misses += 1
             return None
         self._hits += 1
-        result: ToolResult = entry.result
-        return result
+        return entry.result
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
         """Keep ``result`` under ``key`` for ``ttl_s`` seconds (successful results only)."""
         if not result.success or ttl_s <= 0:
             return
         size = result_size(result)
+        store = self._store
         if size > self.max_bytes:
             # Too big to ever fit; drop any older value so that a stale one is not served.
-            self._store.pop(key, None)
+            store.pop(key, None)
             return
-        self._store[key] = _Entry(result, float(ttl_s), size)
-        # cachetools enforces one bound (bytes); the entry count is enforced here.
-        while len(self._store) > self.max_entries:
-            self._store.popitem()
+        store[key] = _Entry(result, self._timer() + ttl_s, size)
+        # cachetools enforces one bound (bytes); the entry count is enforced here. One put adds
+        # at most one entry, so one eviction restores the bound.
+        if len(store) > self.max_entries:
+            store.popitem()
 
     async def invalidate(self, tools: Sequence[str]) -> int:
         """Drop every entry of these tools, whatever their arguments; return how many."""
@@ -150,9 +180,17 @@ class ResultCache:
         """Drop every entry; counters are kept."""
         self._store.clear()
 
+    def purge_expired(self) -> int:
+        """Drop every expired entry now; return how many."""
+        now = self._timer()
+        expired = [key for key, entry in list(self._store.items()) if entry.expires <= now]
+        for key in expired:
+            self._store.pop(key, None)
+        return len(expired)
+
     def statistics(self) -> CacheStatistics:
         """Counters and current occupancy (expired entries are purged first)."""
-        self._store.expire()
+        self.purge_expired()
         return CacheStatistics(
             hits=self._hits,
             misses=self._misses,

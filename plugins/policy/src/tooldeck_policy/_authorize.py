@@ -165,6 +165,14 @@ def authorize(call: ToolCall, tool: ToolDefinition, session: SessionInfo) -> Dec
     A destructive command asks for confirmation even for an always-allowed tool: the approval
     covered the tool, not this command.
     """
+    security = tool.security
+    if (
+        security.level is SecurityLevel.SAFE
+        and not security.require_confirm
+        and not (security.path_params or security.command_params or security.url_params)
+    ):
+        # Nothing to judge: safe is the lowest level, and no argument needs a guard.
+        return None
     denies, asks = _tier(tool, session)
     more_denies, more_asks = _arguments(call, tool, session)
     denies += more_denies

@@ -572,6 +572,7 @@ _SNAKE_NAME_RE = re.compile(r"^[a-z]+(?:_[a-z]+)+$")
 _PATH_RE = re.compile(r"^(?:~?/|\./|\.\./)[\w./~+-]*$")
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """True when a variable or field called ``name`` holds a credential (by its name)."""
     if _NOT_SECRET_NAME_RE.search(name):
@@ -844,10 +845,25 @@ def find_secrets(text: str) -> list[Finding]:
     return _redactor().find(text)
 
 
+# Short strings found clean, remembered: results repeat the same short values (a status, a
+# file name, a mode) call after call, and a set lookup is ~100x cheaper than the rule scan.
+# Only clean strings are kept, so no secret lingers here; the set is emptied when full.
+_CLEAN_MAX_LENGTH = 256
+_CLEAN_MAX_ENTRIES = 8192
+_clean: set[str] = set()
+
+
 def redact_text(text: str) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``."""
+    short = len(text) <= _CLEAN_MAX_LENGTH
+    if short and text in _clean:
+        return text
     findings = _redactor().find(text)
     if not findings:
+        if short:
+            if len(_clean) >= _CLEAN_MAX_ENTRIES:
+                _clean.clear()
+            _clean.add(text)
         return text
     parts, cursor = [], 0
     for f in findings:
@@ -879,10 +895,15 @@ def _redact_string(value: str) -> str:
 
 
 def _redact_mapping(value: Mapping[Any, Any]) -> Any:
-    changed = False
-    out: dict[Any, Any] = {}
+    out: dict[Any, Any] | None = None  # a copy, made at the first change only
     for key, item in value.items():
-        new = redact_value(item)
+        kind = type(item)
+        if kind in _PLAIN:
+            continue  # numbers, flags and None: nothing to redact, and no call to find that out
+        if kind is str and len(item) <= _CLEAN_MAX_LENGTH and item in _clean:
+            new = item  # redact_value's first test, without the call
+        else:
+            new = redact_value(item)
         # {"password": "hunter2"}: the name is in the key, out of the text rules' sight.
         if (
             isinstance(key, str)
@@ -893,9 +914,14 @@ def _redact_mapping(value: Mapping[Any, Any]) -> Any:
         ):
             new = _KEYWORD_MARKER
         if new is not item:
-            changed = True
-        out[key] = new
-    return out if changed else value
+            if out is None:
+                out = dict(value)
+            out[key] = new
+    return value if out is None else out
+
+
+# Types with no text inside: returned as they are without a look (most tool output is these).
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 def redact_value(value: Any) -> Any:
@@ -906,10 +932,14 @@ def redact_value(value: Any) -> Any:
     (``"password"``, ``"api_key"``, ...) is replaced whole. Returns ``value`` itself (the same
     object) when nothing changed, so callers can test for changes with ``is``.
     """
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, str):
+        if len(value) <= _CLEAN_MAX_LENGTH and value in _clean:
+            return value
         redacted = _redact_string(value)
         return value if redacted == value else redacted
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # the exact type first: no ABC check
         return _redact_mapping(value)
     if isinstance(value, list | tuple):
         items = [redact_value(item) for item in value]

@@ -13,6 +13,7 @@ from ._executor import (
     CategoryStatistics,
     ExecutorStatistics,
     RunnerExecutor,
+    never_suspends,
 )
 from ._sandbox import (
     ISOLATION_BWRAP,
@@ -35,4 +36,5 @@ __all__ = [
     "ISOLATION_IN_PROCESS",
     "ISOLATION_BWRAP",
     "ISOLATION_PROCESS",
+    "never_suspends",
 ]

@@ -11,14 +11,24 @@ Cancellation. If the caller's cancel scope is cancelled, the call stops where it
 running, or backing off; a sandboxed call has its process tree killed) and ``trio.Cancelled``
 propagates, as trio requires. :meth:`RunnerExecutor.cancel_session` and
 :meth:`RunnerExecutor.cancel_call` cancel calls from outside; those calls return ``CANCELLED``.
+
+Inline calls. An in-process ``async def`` tool whose body has no ``await``, ``async for`` or
+``async with`` (see :func:`never_suspends`) cannot yield to trio: no timeout or cancellation could
+ever interrupt it, and it holds a category slot for no scheduler tick. When its category has a
+free slot and it is not retryable, such a call is run to completion at once, without a cancel
+scope, a deadline or a limiter round trip (about 15 µs of trio machinery saved per call).
+The observable behaviour is the same as on the queued path; a full category still queues it.
+Such a call is not a trio checkpoint by itself: the deck makes every call one (and yields to the
+scheduler every few calls), so code driving this executor directly should do the same.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -40,9 +50,48 @@ from ._config import RunnerSettings
 from ._outcomes import as_result, exception_result, failure_result
 from ._sandbox import SandboxPool, SandboxStatistics, resolve_isolation
 
-__all__ = ["RunnerExecutor", "CategoryStatistics", "ExecutorStatistics", "ISOLATION_IN_PROCESS"]
+__all__ = [
+    "RunnerExecutor",
+    "CategoryStatistics",
+    "ExecutorStatistics",
+    "ISOLATION_IN_PROCESS",
+    "never_suspends",
+]
 
 ISOLATION_IN_PROCESS = "in-process"
+
+# Every way a native coroutine can give control back to the event loop goes through one of these
+# instructions (await, async for, async with; YIELD_VALUE also covers what later versions emit).
+_SUSPENDING_OPCODES = frozenset(
+    dis.opmap[name]
+    for name in (
+        "GET_AWAITABLE",
+        "GET_AITER",
+        "GET_ANEXT",
+        "BEFORE_ASYNC_WITH",
+        "END_ASYNC_FOR",
+        "SEND",
+        "YIELD_VALUE",
+    )
+    if name in dis.opmap
+)
+
+
+def never_suspends(function: Callable[..., Any] | None) -> bool:
+    """True when ``function`` is an ``async def`` whose own body contains no suspension point.
+
+    Such a coroutine runs from its first step to its return without ever yielding to the event
+    loop. Anything else (a sync function, a callable object, a wrapper, a body with ``await``)
+    gives False: the answer only has to be right when it is True.
+    """
+    if inspect.ismethod(function):
+        function = function.__func__
+    code = getattr(function, "__code__", None)
+    if code is None or not code.co_flags & inspect.CO_COROUTINE:
+        return False
+    return not any(
+        instruction.opcode in _SUSPENDING_OPCODES for instruction in dis.get_instructions(code)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -121,6 +170,9 @@ class RunnerExecutor:
     _in_flight: dict[str, set[_InFlight]] = attrs.field(factory=dict, init=False)
     _sandbox: SandboxPool | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    # Per execute function: may it run inline (see the module docstring)? Keyed by the function,
+    # so a tool registered again with another implementation is judged again.
+    _inline: dict[Any, bool] = attrs.field(factory=dict, init=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
@@ -138,6 +190,13 @@ class RunnerExecutor:
     async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run ``call``: queue, timeout, retries, in process or sandboxed. Never raises for the
         tool's failure; ``trio.Cancelled`` from the caller's scope propagates."""
+        inline = self._inline.get(tool.execute)
+        if inline is None:
+            inline = self._inline[tool.execute] = self._can_inline(tool)
+        if inline and not self._closed:
+            queue = self._queue(tool.category)
+            if queue.limiter.available_tokens >= 1:
+                return self._run_inline(tool, call, context, queue)
         started = time.perf_counter()
         isolation = self._isolation(tool)
         if self._closed:
@@ -222,6 +281,68 @@ class RunnerExecutor:
         if tool.security.sandbox:
             return self.sandbox_pool().isolation
         return ISOLATION_IN_PROCESS
+
+    @staticmethod
+    def _can_inline(tool: ToolDefinition) -> bool:
+        execution = tool.execution
+        return (
+            not tool.security.sandbox
+            and not (execution.retryable and execution.max_retries > 0)
+            and never_suspends(tool.execute)
+        )
+
+    def _run_inline(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, queue: _Queue
+    ) -> ToolResult:
+        """Run a never-suspending coroutine to completion now (see the module docstring)."""
+        started = time.perf_counter()
+        queue.in_flight += 1
+        if queue.in_flight > queue.max_in_flight:
+            queue.max_in_flight = queue.in_flight
+        try:
+            coroutine = call_tool_function(tool, call.arguments, context)
+            coroutine.send(None)
+        except StopIteration as stop:
+            value = stop.value
+            if not isinstance(value, ToolResult):
+                # The common case, built in one go (no intermediate result to merge).
+                return ToolResult(
+                    success=True,
+                    data=value,
+                    metadata={
+                        "duration_s": time.perf_counter() - started,
+                        "attempts": 1,
+                        "isolation": ISOLATION_IN_PROCESS,
+                    },
+                )
+            result = value
+        except ToolFailure as exc:
+            result = failure_result(exc)
+        except (Exception, SystemExit) as exc:
+            if context.logger is not None:
+                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
+            result = exception_result(exc)
+        else:
+            # Only reachable if the function's code was swapped after it was judged.
+            coroutine.close()
+            self._inline[tool.execute] = False
+            result = ToolResult.fail(
+                ErrorCode.EXECUTION_ERROR,
+                f"{tool.name!r} suspended although its code has no await; it was stopped",
+                suggestion="Call it again.",
+            )
+        finally:
+            queue.in_flight -= 1
+            queue.completed += 1
+        metadata = {
+            **result.metadata,
+            "duration_s": time.perf_counter() - started,
+            "attempts": 1,
+            "isolation": ISOLATION_IN_PROCESS,
+        }
+        return ToolResult(
+            success=result.success, data=result.data, error=result.error, metadata=metadata
+        )
 
     def _queue(self, category: str) -> _Queue:
         queue = self._queues.get(category)

@@ -195,12 +195,12 @@ class SchemaArgumentValidator:
 
     def __call__(self, arguments: Mapping[str, Any], /) -> list[ArgumentProblem]:
         """The problems in ``arguments`` (empty list when they are valid)."""
-        if not isinstance(arguments, Mapping):
-            return [ArgumentProblem(
-                path="$", expected="object",
-                message=f"arguments must be a JSON object, got {json_type(arguments)}",
-            )]
-        if not isinstance(arguments, dict):
+        if type(arguments) is not dict:  # the usual case skips the ABC checks
+            if not isinstance(arguments, Mapping):
+                return [ArgumentProblem(
+                    path="$", expected="object",
+                    message=f"arguments must be a JSON object, got {json_type(arguments)}",
+                )]
             arguments = dict(arguments)
         try:
             self._fast(arguments)
