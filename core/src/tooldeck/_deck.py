@@ -799,13 +799,14 @@ class Session:
         info = self.info()
         security = tool.security
         if security.url_params:
-            refusal = await self._authorize(call, tool, info, approval_id)
+            # URL guards resolve host names; DNS must not stall every other call on the loop.
+            decisions = await trio.to_thread.run_sync(self._decisions, call, tool, info)
         else:
             decisions = self._decisions(call, tool, info)
-            if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
-                refusal = await self._combine(call, tool, info, decisions, approval_id)
-            else:
-                refusal = None  # nobody objects, and _combine's baseline has nothing to add
+        if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
+            refusal = await self._combine(call, tool, info, decisions, approval_id)
+        else:
+            refusal = None  # nobody objects, and _combine's baseline has nothing to add
         if refusal is not None:
             return self._finish(call, tool, refusal)
         key = None
@@ -919,19 +920,6 @@ class Session:
         if hand is not None:
             self._offered.add(tool.name)
         return None, metadata
-
-    async def _authorize(
-        self, call: ToolCall, tool: ToolDefinition, info: SessionInfo, approval_id: str | None
-    ) -> ToolResult | None:
-        security = tool.security
-        if security.url_params:
-            # URL guards resolve host names; DNS must not stall every other call on the loop.
-            decisions = await trio.to_thread.run_sync(self._decisions, call, tool, info)
-        else:
-            decisions = self._decisions(call, tool, info)
-        if not decisions and security.level is SecurityLevel.SAFE and not security.require_confirm:
-            return None  # nobody objects, and the baseline in _combine has nothing to add
-        return await self._combine(call, tool, info, decisions, approval_id)
 
     def _decisions(self, call: ToolCall, tool: ToolDefinition, info: SessionInfo) -> list[Decision]:
         decisions: list[Decision] = []

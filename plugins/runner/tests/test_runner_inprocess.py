@@ -544,3 +544,18 @@ async def test_retryable_never_suspending_tools_keep_their_retries() -> None:
     result = await run(ex, make_tool(flaky_inline, retryable=True, max_retries=2))
     assert result.success and result.data == "ok"
     assert result.metadata["attempts"] == 2
+
+
+async def test_an_unhashable_callable_tool_runs_on_the_queued_path() -> None:
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        def __call__(self, arguments: Any, context: ToolContext) -> int:
+            return 5
+
+    tool = ToolDefinition(name="odd", description="odd", category="code", execute=Unhashable())
+    result = await run(RunnerExecutor(), tool)
+    assert result.success and result.data == 5

@@ -190,13 +190,21 @@ class RunnerExecutor:
     async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run ``call``: queue, timeout, retries, in process or sandboxed. Never raises for the
         tool's failure; ``trio.Cancelled`` from the caller's scope propagates."""
-        inline = self._inline.get(tool.execute)
-        if inline is None:
-            inline = self._inline[tool.execute] = self._can_inline(tool)
+        try:
+            inline = self._inline.get(tool.execute)
+            if inline is None:
+                inline = self._inline[tool.execute] = self._can_inline(tool)
+        except TypeError:  # an unhashable callable object: not judged, so never inline
+            inline = False
         if inline and not self._closed:
-            queue = self._queue(tool.category)
+            queue = self._queues.get(tool.category) or self._queue(tool.category)
             if queue.limiter.available_tokens >= 1:
-                return self._run_inline(tool, call, context, queue)
+                return await self._run_inline(tool, call, context, queue)
+        return await self._run_queued(tool, call, context)
+
+    async def _run_queued(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+    ) -> ToolResult:
         started = time.perf_counter()
         isolation = self._isolation(tool)
         if self._closed:
@@ -291,19 +299,24 @@ class RunnerExecutor:
             and never_suspends(tool.execute)
         )
 
-    def _run_inline(
+    async def _run_inline(
         self, tool: ToolDefinition, call: ToolCall, context: ToolContext, queue: _Queue
     ) -> ToolResult:
-        """Run a never-suspending coroutine to completion now (see the module docstring)."""
+        """Run a never-suspending coroutine to completion (see the module docstring): the
+        ``await`` below returns without ever yielding to trio."""
         started = time.perf_counter()
         queue.in_flight += 1
         if queue.in_flight > queue.max_in_flight:
             queue.max_in_flight = queue.in_flight
         try:
-            coroutine = call_tool_function(tool, call.arguments, context)
-            coroutine.send(None)
-        except StopIteration as stop:
-            value = stop.value
+            value = await call_tool_function(tool, call.arguments, context)
+        except ToolFailure as exc:
+            result = failure_result(exc)
+        except (Exception, SystemExit) as exc:
+            if context.logger is not None:
+                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
+            result = exception_result(exc)
+        else:
             if not isinstance(value, ToolResult):
                 # The common case, built in one go (no intermediate result to merge).
                 return ToolResult(
@@ -316,32 +329,11 @@ class RunnerExecutor:
                     },
                 )
             result = value
-        except ToolFailure as exc:
-            result = failure_result(exc)
-        except (Exception, SystemExit) as exc:
-            if context.logger is not None:
-                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
-            result = exception_result(exc)
-        else:
-            # Only reachable if the function's code was swapped after it was judged.
-            coroutine.close()
-            self._inline[tool.execute] = False
-            result = ToolResult.fail(
-                ErrorCode.EXECUTION_ERROR,
-                f"{tool.name!r} suspended although its code has no await; it was stopped",
-                suggestion="Call it again.",
-            )
         finally:
             queue.in_flight -= 1
             queue.completed += 1
-        metadata = {
-            **result.metadata,
-            "duration_s": time.perf_counter() - started,
-            "attempts": 1,
-            "isolation": ISOLATION_IN_PROCESS,
-        }
-        return ToolResult(
-            success=result.success, data=result.data, error=result.error, metadata=metadata
+        return result.with_metadata(
+            duration_s=time.perf_counter() - started, attempts=1, isolation=ISOLATION_IN_PROCESS
         )
 
     def _queue(self, category: str) -> _Queue:
