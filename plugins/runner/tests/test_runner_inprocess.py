@@ -559,3 +559,44 @@ async def test_an_unhashable_callable_tool_runs_on_the_queued_path() -> None:
     tool = ToolDefinition(name="odd", description="odd", category="code", execute=Unhashable())
     result = await run(RunnerExecutor(), tool)
     assert result.success and result.data == 5
+
+
+async def test_cancel_session_during_a_retry_backoff_returns_cancelled() -> None:
+    ex = RunnerExecutor(RunnerSettings(retry_initial_s=30, retry_max_s=30, retry_jitter_s=0))
+    tool = make_tool(flaky(5), retryable=True, max_retries=3)
+    results: list[ToolResult] = []
+
+    async def go() -> None:
+        results.append(await ex.run(tool, ToolCall(name=tool.name), ctx("doomed")))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(go)
+            await trio.testing.wait_all_tasks_blocked()  # failed once, now backing off 30 s
+            assert tool.execute.calls == [1]  # type: ignore[union-attr]
+            assert ex.cancel_session("doomed") == 1
+    assert results[0].error is not None and results[0].error.code == "CANCELLED"
+
+
+async def test_a_timeout_and_a_cancel_of_the_same_call_are_told_apart() -> None:
+    # One scope carries both the deadline and cancel_session(); the result says which fired.
+    ex = RunnerExecutor()
+
+    async def forever(arguments: Any, context: ToolContext) -> None:
+        await trio.sleep_forever()
+
+    timed = make_tool(forever, timeout_s=0.05)
+    result = await ex.run(timed, ToolCall(name="forever"), ctx("s"))
+    assert result.error is not None and result.error.code == "TIMEOUT"
+    assert result.error.details["queued"] is False
+
+    cancelled: list[ToolResult] = []
+
+    async def go() -> None:
+        cancelled.append(await ex.run(make_tool(forever), ToolCall(name="forever"), ctx("s")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(go)
+        await trio.testing.wait_all_tasks_blocked()
+        ex.cancel_session("s")
+    assert cancelled[0].error is not None and cancelled[0].error.code == "CANCELLED"

@@ -159,6 +159,12 @@ class _InFlight:
     session_id: str
     call_id: str
     scope: trio.CancelScope
+    #: Set when cancel_session / cancel_call / aclose cancelled the call (not its deadline).
+    requested: bool = False
+
+    def cancel(self) -> None:
+        self.requested = True
+        self.scope.cancel()
 
 
 @attrs.define(eq=False)
@@ -211,19 +217,32 @@ class RunnerExecutor:
             return ToolResult.fail(
                 ErrorCode.EXECUTION_ERROR, "the executor is closed", plugin="runner"
             ).with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
-        entry = _InFlight(context.session_id, context.call_id or call.id, trio.CancelScope())
+        execution = tool.execution
+        single = not execution.retryable or execution.max_retries <= 0
+        # A single attempt needs one cancel scope, not two: its deadline is the call's timeout
+        # and cancel_session() cancels the same scope (``requested`` tells the two apart).
+        scope = (
+            trio.CancelScope(deadline=trio.current_time() + execution.timeout_s)
+            if single
+            else trio.CancelScope()
+        )
+        entry = _InFlight(context.session_id, context.call_id or call.id, scope)
         self._in_flight.setdefault(entry.session_id, set()).add(entry)
         attempts = [0]
         try:
-            with entry.scope:
-                result = await self._run_with_retries(tool, call, context, attempts)
+            if single:
+                attempts[0] = 1
+                result = await self._attempt(tool, call, context, entry)
+            else:
+                with entry.scope:
+                    result = await self._run_with_retries(tool, call, context, attempts)
         finally:
             calls = self._in_flight.get(entry.session_id)
             if calls is not None:
                 calls.discard(entry)
                 if not calls:
                     del self._in_flight[entry.session_id]
-        if entry.scope.cancelled_caught:
+        if entry.requested and entry.scope.cancelled_caught:
             result = ToolResult.fail(
                 ErrorCode.CANCELLED,
                 f"the call to {tool.name!r} was cancelled before it finished",
@@ -241,14 +260,14 @@ class RunnerExecutor:
         """
         calls = list(self._in_flight.get(session_id, ()))
         for entry in calls:
-            entry.scope.cancel()
+            entry.cancel()
         return len(calls)
 
     def cancel_call(self, session_id: str, call_id: str) -> bool:
         """Cancel one call (by the id in its context); it returns ``CANCELLED``."""
         for entry in list(self._in_flight.get(session_id, ())):
             if entry.call_id == call_id:
-                entry.scope.cancel()
+                entry.cancel()
                 return True
         return False
 
@@ -279,7 +298,7 @@ class RunnerExecutor:
         self._closed = True
         for calls in list(self._in_flight.values()):
             for entry in list(calls):
-                entry.scope.cancel()
+                entry.cancel()
         if self._sandbox is not None:
             await self._sandbox.aclose()
 
@@ -372,21 +391,39 @@ class RunnerExecutor:
         raise AssertionError("unreachable: stamina yields at least one attempt")
 
     async def _attempt(
-        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        entry: _InFlight | None = None,
     ) -> ToolResult:
+        """One attempt under the tool's timeout: in ``entry``'s scope (whose deadline is the
+        timeout) for a single-attempt call, else in a fresh scope of its own."""
         queue = self._queue(tool.category)
         timeout = tool.execution.timeout_s
         # A fresh borrower per call: the same task may hold slots for nested calls.
         token = object()
         started = False
         ahead = 0
-        with trio.move_on_after(timeout):
+        scope = entry.scope if entry is not None else trio.move_on_after(timeout)
+        with scope:
             ahead = queue.waiting
-            queue.waiting += 1
             try:
-                await queue.limiter.acquire_on_behalf_of(token)
-            finally:
-                queue.waiting -= 1
+                # A free slot is taken at once (WouldBlock also when others wait, so the queue
+                # stays first come, first served); the call is still a cancellation point.
+                queue.limiter.acquire_on_behalf_of_nowait(token)
+            except trio.WouldBlock:
+                queue.waiting += 1
+                try:
+                    await queue.limiter.acquire_on_behalf_of(token)
+                finally:
+                    queue.waiting -= 1
+            else:
+                try:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                except BaseException:
+                    queue.limiter.release_on_behalf_of(token)
+                    raise
             started = True
             queue.in_flight += 1
             queue.max_in_flight = max(queue.max_in_flight, queue.in_flight)
@@ -396,6 +433,9 @@ class RunnerExecutor:
                 queue.in_flight -= 1
                 queue.completed += 1
                 queue.limiter.release_on_behalf_of(token)
+        if entry is not None and entry.requested:
+            # Cancelled by cancel_session()/cancel_call(); the caller reports CANCELLED.
+            return ToolResult.fail(ErrorCode.CANCELLED, "cancelled")
         if not started:
             return ToolResult.fail(
                 ErrorCode.TIMEOUT,
