@@ -9,7 +9,14 @@ from tooldeck._bench import _pipeline_figures
 
 async def test_pipeline_figures_are_reported_and_consistent() -> None:
     figures = await _pipeline_figures(50, 2)
-    for key in ("direct_call_us", "pipeline_call_us", "pipeline_overhead_us", "cache_hit_us"):
+    for key in (
+        "direct_call_us",
+        "pipeline_call_us",
+        "pipeline_overhead_us",
+        "cache_hit_us",
+        "pipeline_overhead_awaiting_tool_us",
+        "pipeline_overhead_sync_tool_us",
+    ):
         assert figures[key] > 0, key
     assert figures["calls_per_s"] > 0
     assert figures["pipeline_call_us"] > figures["direct_call_us"]

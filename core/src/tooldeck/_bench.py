@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import statistics
 import sys
@@ -29,6 +30,19 @@ __all__ = ["run_bench", "run_bench_cli"]
 @tool(category="bench", execution={"cacheable": True, "cache_ttl_s": 600})
 async def bench_add(a: int, b: int) -> int:
     """Add two integers (the trivial tool every figure is measured with)."""
+    return a + b
+
+
+@tool(category="bench")
+async def bench_add_awaiting(a: int, b: int) -> int:
+    """Add two integers after a trio checkpoint (a tool that suspends, like any I/O tool)."""
+    await trio.lowlevel.checkpoint()
+    return a + b
+
+
+@tool(category="bench")
+def bench_add_sync(a: int, b: int) -> int:
+    """Add two integers in a plain function (the deck runs it in a worker thread)."""
     return a + b
 
 
@@ -125,7 +139,10 @@ def _langchain_batch() -> Callable[[int], float] | None:
 
 def _bench_deck() -> Deck:
     # All installed plugins with default settings (no configuration file), plus the bench tool.
-    return Deck.load(Config.from_mapping({}), plugins=[tools_plugin([bench_add], name="bench")])
+    return Deck.load(
+        Config.from_mapping({}),
+        plugins=[tools_plugin([bench_add, bench_add_awaiting, bench_add_sync], name="bench")],
+    )
 
 
 async def _pipeline_figures(n: int, repeats: int) -> dict[str, float]:
@@ -177,6 +194,24 @@ async def _pipeline_figures(n: int, repeats: int) -> dict[str, float]:
             )
         await hit(0)
         figures["cache_hit_us"] = await _per_call_us(hit, n, repeats)
+        # The other tool shapes (not cacheable): what the pipeline adds to a tool that
+        # suspends (a cancel scope with its deadline and a queue slot) and to a plain function
+        # (a worker thread).
+        for shape, name in (("awaiting", "bench_add_awaiting"), ("sync", "bench_add_sync")):
+            function = deck.catalog.get(name).execute  # type: ignore[union-attr]
+            assert function is not None
+
+            async def alone(i: int, function: Any = function) -> Any:
+                value = function(a=i, b=1)
+                return await value if inspect.isawaitable(value) else value
+
+            async def piped(i: int, name: str = name) -> Any:
+                return await session.call(name, {"a": i, "b": 1})
+
+            base = await _per_call_us(alone, n, repeats)
+            figures[f"pipeline_overhead_{shape}_tool_us"] = (
+                await _per_call_us(piped, n, repeats) - base
+            )
         # Throughput: many concurrent callers, distinct arguments (no cache hits).
         total, workers = n * 2, 50
         started = time.perf_counter()
