@@ -12,12 +12,19 @@ plugin::
     deck = make_deck(
         inline_plugin(tooldeck_authorize_call), load_entry_points=["schema", "runner", "fs"]
     )
+
+As a pytest plugin it gives the fixtures ``make_tooldeck`` and, for tests that a sandboxed tool
+is shut in, ``loopback_server`` (a port that accepts connections) and ``host_secret`` (a value in
+the host's environment that must not reach the tool).
 """
 
 from __future__ import annotations
 
+import secrets
+import socket
+import threading
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tooldeck_hookspecs import ToolDefinition, hookimpl
@@ -25,7 +32,14 @@ from tooldeck_hookspecs import ToolDefinition, hookimpl
 from ._config import Config
 from ._deck import Deck
 
-__all__ = ["make_deck", "inline_plugin", "tools_plugin", "make_tooldeck"]
+__all__ = [
+    "make_deck",
+    "inline_plugin",
+    "tools_plugin",
+    "make_tooldeck",
+    "loopback_server",
+    "host_secret",
+]
 
 
 def inline_plugin(
@@ -98,3 +112,40 @@ else:
     def make_tooldeck() -> Callable[..., Deck]:
         """Fixture: :func:`make_deck`, for tests of plugins and tool packs."""
         return make_deck
+
+    @pytest.fixture
+    def loopback_server() -> Iterator[int]:
+        """Fixture: a TCP server on 127.0.0.1 that accepts and closes connections; its port.
+
+        A tool without network access must fail to connect to it.
+        """
+        server = socket.create_server(("127.0.0.1", 0))
+        server.settimeout(0.2)
+        stop = threading.Event()
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                conn.close()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield server.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(timeout=2)
+            server.close()
+
+    @pytest.fixture
+    def host_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+        """Fixture: a secret in the test process's environment that no sandboxed tool may see
+        (``TOOLDECK_TEST_HOST_SECRET``)."""
+        value = "hostsecret-" + secrets.token_hex(12)
+        monkeypatch.setenv("TOOLDECK_TEST_HOST_SECRET", value)
+        return value
