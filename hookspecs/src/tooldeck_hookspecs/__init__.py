@@ -7,6 +7,7 @@ Plugin authors write ``from tooldeck_hookspecs import hookimpl`` and implement h
 from __future__ import annotations
 
 from ._decorator import TOOL_OPTIONS_ATTR, tool
+from ._futures import wait_future
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
 from .exceptions import (
@@ -58,6 +59,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "observes",
+    "wait_future",
     "EVENT_KINDS_ATTR",
     "tool",
     "TOOL_OPTIONS_ATTR",

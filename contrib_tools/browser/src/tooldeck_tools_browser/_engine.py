@@ -29,9 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
-import trio
 
-from tooldeck_hookspecs import ErrorCode, ToolFailure
+from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._guard import allow_list_for
 from ._proxy import GuardProxy
@@ -176,23 +175,7 @@ class BrowserEngine:
 
         Cancelling the trio side cancels the asyncio task (a navigation stops where it is).
         """
-        future = self.submit(function(*args))
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-
-        def wake(_: object) -> None:
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass  # the trio run that waited is gone; nobody to wake
-
-        future.add_done_callback(wake)
-        try:
-            await done.wait()
-        except BaseException:
-            future.cancel()
-            raise
-        return future.result()
+        return await wait_future(self.submit(function(*args)))
 
     # -- on the engine's loop ------------------------------------------------------------------
 

@@ -15,9 +15,7 @@ exponentially after consecutive failures, and pause for ``backoff_max_s`` after
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -30,13 +28,11 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 import attrs
-import sniffio
-import trio
 from anyio.from_thread import BlockingPortal
 from mcp import Client, MCPError, types
 from mcp.types import CONNECTION_CLOSED
 
-from tooldeck_hookspecs import ErrorCode, ToolFailure
+from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._config import McpServerConfig
 
@@ -136,32 +132,6 @@ def shutdown() -> None:
 
 
 atexit.register(shutdown)
-
-
-async def wait_future(future: concurrent.futures.Future[T]) -> T:
-    """Await a concurrent future from trio or asyncio; cancelling the wait cancels the future."""
-    if sniffio.current_async_library() == "asyncio":
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-    if not future.done():
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-
-        def wake(_future: concurrent.futures.Future[T]) -> None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
-
-        future.add_done_callback(wake)
-        try:
-            await done.wait()
-        except BaseException:
-            # trio cancelled the call (timeout, session cancel): stop the remote request too.
-            future.cancel()
-            raise
-    return future.result()
 
 
 @attrs.frozen(kw_only=True)
