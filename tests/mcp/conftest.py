@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from tooldeck import Deck, observes
+from tooldeck.testing import inline_plugin, make_deck
+from tooldeck_hookspecs import Event
+
 HELPER_SERVER = Path(__file__).with_name("mcp_helper_server.py")
 
 
@@ -85,6 +89,22 @@ def workdir(tmp_path: Path) -> Path:
     (root / "notes.txt").write_text("hello from the workdir\n")
     (tmp_path / "secret.txt").write_text("outside\n")
     return root
+
+
+@pytest.fixture
+def closed_sessions() -> tuple[Deck, list[str | None]]:
+    """A deck (schema, runner, policy, fs) and the ids of the deck sessions it closed so far."""
+    closed: list[str | None] = []
+
+    @observes("session.closed")
+    def tooldeck_event(event: Event) -> None:
+        closed.append(event.session_id)
+
+    deck = make_deck(
+        inline_plugin(tooldeck_event, name="closed-sessions"),
+        load_entry_points=["schema", "runner", "policy", "fs"],
+    )
+    return deck, closed
 
 
 @pytest.fixture

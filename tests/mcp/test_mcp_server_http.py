@@ -12,22 +12,14 @@ import trio
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tooldeck import Deck
 from tooldeck.mcp_server import DeckMcpServer
-from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import Event
 
 
-async def test_http_one_deck_session_per_mcp_session(workdir: Path, mcp_payload: Any) -> None:
-    closed: list[str | None] = []
-
-    def tooldeck_event(event: Event) -> None:
-        if event.kind == "session.closed":
-            closed.append(event.session_id)
-
-    deck = make_deck(
-        inline_plugin(tooldeck_event, name="closed-sessions"),
-        load_entry_points=["schema", "runner", "policy", "fs"],
-    )
+async def test_http_one_deck_session_per_mcp_session(
+    workdir: Path, mcp_payload: Any, closed_sessions: tuple[Deck, list[str | None]]
+) -> None:
+    deck, closed = closed_sessions
     async with deck, trio.open_nursery() as nursery:
         server = DeckMcpServer(deck, workdir=str(workdir))
         stop = trio.Event()

@@ -6,9 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tooldeck import Deck
 from tooldeck.mcp_server import DeckMcpServer, McpServerSettings
-from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import Event
 
 
 def _ctx(session_id: str | None) -> Any:
@@ -16,17 +15,10 @@ def _ctx(session_id: str | None) -> Any:
     return SimpleNamespace(request=SimpleNamespace(headers=headers), request_id=1)
 
 
-async def test_least_recently_used_session_is_closed_beyond_the_bound(workdir: Path) -> None:
-    closed: list[str | None] = []
-
-    def tooldeck_event(event: Event) -> None:
-        if event.kind == "session.closed":
-            closed.append(event.session_id)
-
-    deck = make_deck(
-        inline_plugin(tooldeck_event, name="closed-sessions"),
-        load_entry_points=["schema", "runner", "policy", "fs"],
-    )
+async def test_least_recently_used_session_is_closed_beyond_the_bound(
+    workdir: Path, closed_sessions: tuple[Deck, list[str | None]]
+) -> None:
+    deck, closed = closed_sessions
     async with deck:
         server = DeckMcpServer(
             deck, workdir=str(workdir), settings=McpServerSettings(max_sessions=2)
