@@ -43,6 +43,15 @@ from .model import (
     canonical_json_bytes,
     resolve_entrypoint,
 )
+from .protected import (
+    DEFAULT_PROTECTED_PATHS,
+    ProtectedMatch,
+    ProtectedScan,
+    find_protected,
+    normalise_rules,
+    protected_message,
+    protected_rule,
+)
 from .protocols import (
     ApprovalStore,
     ArgumentValidator,
@@ -55,6 +64,13 @@ from .protocols import (
 )
 
 __all__ = [
+    "DEFAULT_PROTECTED_PATHS",
+    "ProtectedMatch",
+    "ProtectedScan",
+    "find_protected",
+    "normalise_rules",
+    "protected_message",
+    "protected_rule",
     "PROJECT_NAME",
     "hookimpl",
     "hookspec",

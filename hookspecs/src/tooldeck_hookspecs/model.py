@@ -18,6 +18,7 @@ import attrs
 import orjson
 
 from .errors import DEFAULT_SUGGESTIONS, ErrorCode
+from .protected import DEFAULT_PROTECTED_PATHS
 
 if TYPE_CHECKING:
     import logging
@@ -341,7 +342,8 @@ class ToolContext:
     logger named after the tool. Cancellation arrives as trio cancellation for in-process tools and
     as a killed process for sandboxed ones. ``attributes`` are the session's application
     attributes (e.g. ``url_allow``); ``settings`` is the table of the tool's own plugin in the
-    configuration (``[tool.tooldeck.<plugin>]``).
+    configuration (``[tool.tooldeck.<plugin>]``). ``protected_paths`` are the rules of paths no
+    tool writes (see :mod:`tooldeck_hookspecs.protected`).
     """
 
     session_id: str
@@ -351,6 +353,9 @@ class ToolContext:
     allowed_paths: tuple[str, ...] = ()
     attributes: Mapping[str, Any] = attrs.field(factory=dict)
     settings: Mapping[str, Any] = attrs.field(factory=dict)
+    #: Rules of :mod:`tooldeck_hookspecs.protected` (defaults plus the configured ones): paths a
+    #: tool must never create or change on the model's behalf.
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
 
