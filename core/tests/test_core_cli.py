@@ -17,6 +17,8 @@ def run(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | N
     environ = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLDECK_DISABLE_PLUGINS": "faiss"}
     environ.pop("TOOLDECK_CONFIG", None)
     environ.pop("TOOLDECK_PLUGINS", None)
+    # Each test trusts configuration files in a store of its own, never the user's.
+    environ["TOOLDECK_TRUST_FILE"] = str(cwd.parent / f"{cwd.name}-trust.json")
     environ.update(env or {})
     return subprocess.run(
         [TOOLDECK, *args],
@@ -105,6 +107,7 @@ def test_call_moderate_tool_needs_a_grant(tmp_path):
 
 def test_call_dangerous_tool_asks_and_yes_approves(tmp_path):
     (tmp_path / "tooldeck.toml").write_text('[tools.file_write.security]\nlevel = "dangerous"\n')
+    assert run("config", "trust", cwd=tmp_path).returncode == 0
     args = ("call", "file_write", '{"path": "d.txt", "content": "y"}', "--workdir", str(tmp_path))
     pending = run(*args, cwd=tmp_path)
     assert pending.returncode == 1
@@ -117,6 +120,7 @@ def test_call_dangerous_tool_asks_and_yes_approves(tmp_path):
 
 def test_disabled_plugin_via_config_file(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.tooldeck]\ndisable = ["fs"]\n')
+    assert run("config", "trust", cwd=tmp_path).returncode == 0
     proc = run("tools", "--json", cwd=tmp_path)
     assert proc.returncode == 0
     assert [t for t in json.loads(proc.stdout) if t["plugin"] == "fs"] == []

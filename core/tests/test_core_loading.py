@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tooldeck import Deck, RegistrationError, StageMissingError, ToolDefinition, load_config, tool
-from tooldeck._config import Config
+from tooldeck._config import Config, trust_config
 from tooldeck.testing import inline_plugin, make_deck
 from tooldeck_hookspecs import ConfigError, PluginLoadError
 
@@ -14,8 +14,10 @@ def test_tooldeck_toml_is_found_from_a_subfolder(tmp_path):
     (tmp_path / "tooldeck.toml").write_text('disable = ["faiss"]\n[hand]\nlimit = 11\n')
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
-    config = load_config(cwd=sub, environ={})
-    assert config.disabled == {"faiss"}
+    environ = {"TOOLDECK_TRUST_FILE": str(tmp_path / "trust.json")}
+    trust_config(tmp_path / "tooldeck.toml", environ)
+    config = load_config(cwd=sub, environ=environ)
+    assert config.disabled == {"faiss"} and config.trusted
     assert config.section("hand")["limit"] == 11
     assert config.source == str(tmp_path / "tooldeck.toml")
 
@@ -24,9 +26,15 @@ def test_pyproject_tool_table_and_environment(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname="x"\n[tool.tooldeck]\ndisable = ["cache"]\n'
     )
+    store = {"TOOLDECK_TRUST_FILE": str(tmp_path / "trust.json")}
+    trust_config(tmp_path / "pyproject.toml", store)
     config = load_config(
         cwd=tmp_path,
-        environ={"TOOLDECK_DISABLE_PLUGINS": "faiss, ratelimit", "TOOLDECK_PLUGINS": "fs,runner"},
+        environ={
+            **store,
+            "TOOLDECK_DISABLE_PLUGINS": "faiss, ratelimit",
+            "TOOLDECK_PLUGINS": "fs,runner",
+        },
     )
     assert config.disabled == {"cache", "faiss", "ratelimit"}
     assert config.enabled == {"fs", "runner"}

@@ -4,11 +4,26 @@ Precedence: ``TOOLDECK_CONFIG`` names a file explicitly; otherwise the nearest `
 ``pyproject.toml`` with a ``[tool.tooldeck]`` table, searched from the current directory upwards.
 ``TOOLDECK_DISABLE_PLUGINS`` adds to the disabled plugins; ``TOOLDECK_PLUGINS`` replaces the
 allow-list.
+
+Trust. A file found by that search usually lives in the project directory, which is also where
+sessions work: a prompt-injected model that managed to write it would choose the grants, switch
+the sandbox off or name an MCP server command the host runs. So a *found* file is applied in full
+only when the user trusted that exact content (``tooldeck config trust``, like ``direnv allow``:
+the trust store keeps the file's path and SHA-256, so any later change needs a new trust). An
+untrusted found file still applies what cannot weaken security or start a process
+(:data:`UNTRUSTED_KEYS`: the ``[hand]`` table and extra ``protected_paths``); every other table is
+ignored and named in one warning. A file the user names (``TOOLDECK_CONFIG``, ``--config``,
+``Deck.load(config=path)``) is trusted: naming it is the user saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import logging
 import os
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +33,27 @@ import attrs
 
 from tooldeck_hookspecs import ConfigError
 
-__all__ = ["Config", "load_config"]
+__all__ = [
+    "Config",
+    "TRUST_FILE_ENV",
+    "UNTRUSTED_KEYS",
+    "config_digest",
+    "is_trusted",
+    "load_config",
+    "trust_config",
+    "trust_store_path",
+    "untrust_config",
+]
+
+log = logging.getLogger("tooldeck.config")
+
+#: Names the trust store explicitly (tests, containers).
+TRUST_FILE_ENV = "TOOLDECK_TRUST_FILE"
+#: The trust store's file name; ``tooldeck-trust.json`` is a protected path, so a session whose
+#: workdir holds it (a home directory) cannot rewrite it.
+TRUST_FILE_NAME = "tooldeck-trust.json"
+#: What an untrusted configuration file may still set: nothing here grants, relaxes or runs.
+UNTRUSTED_KEYS = frozenset({"hand", "protected_paths"})
 
 _KNOWN_TOOL_KEYS = {"security", "execution", "description", "category"}
 
@@ -41,9 +76,20 @@ class Config:
     enabled: frozenset[str] | None = None
     #: Where the settings came from (a file path), for error messages and ``tooldeck plugins``.
     source: str | None = None
+    #: False when ``source`` was found by the search and its content is not in the trust store.
+    trusted: bool = True
+    #: Top-level keys of an untrusted file that were not applied.
+    ignored: tuple[str, ...] = ()
 
     @classmethod
-    def from_mapping(cls, settings: Mapping[str, Any], *, source: str | None = None) -> Config:
+    def from_mapping(
+        cls,
+        settings: Mapping[str, Any],
+        *,
+        source: str | None = None,
+        trusted: bool = True,
+        ignored: tuple[str, ...] = (),
+    ) -> Config:
         """Build a configuration from an already parsed ``tooldeck`` table (no environment)."""
         disabled = settings.get("disable", [])
         enabled = settings.get("plugins")
@@ -65,11 +111,21 @@ class Config:
                     f"{source or 'config'}: tools.{name}: unknown key(s) {sorted(unknown)}; "
                     f"expected {sorted(_KNOWN_TOOL_KEYS)}"
                 )
+        protected = settings.get("protected_paths", [])
+        if not isinstance(protected, list) or not all(
+            isinstance(x, str) and x.strip("/ ") for x in protected
+        ):
+            raise ConfigError(
+                f"{source or 'config'}: 'protected_paths' must be a list of path rules "
+                "(e.g. [\"secrets/\", \"*.key\"])"
+            )
         return cls(
             settings=dict(settings),
             disabled=frozenset(disabled),
             enabled=None if enabled is None else frozenset(enabled),
             source=source,
+            trusted=trusted,
+            ignored=ignored,
         )
 
     def with_environment(self, environ: Mapping[str, str]) -> Config:
@@ -130,6 +186,86 @@ def find_config_file(start: Path) -> Path | None:
     return None
 
 
+def trust_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where trusted configuration files are recorded.
+
+    ``TOOLDECK_TRUST_FILE``, else ``$XDG_CONFIG_HOME/tooldeck/tooldeck-trust.json``, else
+    ``~/.config/tooldeck/tooldeck-trust.json``.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(TRUST_FILE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "tooldeck" / TRUST_FILE_NAME
+
+
+def config_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a configuration file's bytes (what trust is given to)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
+
+
+def _read_store(store: Path) -> dict[str, str]:
+    try:
+        data = json.loads(store.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        # A broken store trusts nothing; saying so beats a traceback at every start.
+        log.warning("tooldeck: the trust store %s is unreadable (%s); trusting nothing", store, exc)
+        return {}
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {str(k): str(v) for k, v in files.items() if isinstance(v, str)}
+
+
+def _write_store(store: Path, files: Mapping[str, str]) -> None:
+    store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    payload = json.dumps({"version": 1, "files": dict(sorted(files.items()))}, indent=2)
+    fd, tmp = tempfile.mkstemp(prefix=".tooldeck-trust-", dir=store.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(payload + "\n")
+        os.replace(tmp, store)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def is_trusted(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this file, with exactly its current content, is in the trust store."""
+    real = os.path.realpath(path)
+    recorded = _read_store(trust_store_path(environ)).get(real)
+    return recorded is not None and recorded == config_digest(real)
+
+
+def trust_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str:
+    """Record the file's current content as trusted; returns its SHA-256."""
+    real = os.path.realpath(path)
+    digest = config_digest(real)
+    store = trust_store_path(environ)
+    files = _read_store(store)
+    files[real] = digest
+    _write_store(store, files)
+    return digest
+
+
+def untrust_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> bool:
+    """Forget a file; returns whether it was trusted before."""
+    real = os.path.realpath(path)
+    store = trust_store_path(environ)
+    files = _read_store(store)
+    if files.pop(real, None) is None:
+        return False
+    _write_store(store, files)
+    return True
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -139,6 +275,8 @@ def load_config(
     """Load the configuration the way the CLI and ``Deck.load()`` do.
 
     :param path: an explicit file; otherwise ``TOOLDECK_CONFIG``, otherwise a search from ``cwd``.
+        An explicit file is trusted; a found one only if the trust store says so (module
+        docstring), else only :data:`UNTRUSTED_KEYS` of it apply.
     :param cwd: where the search starts (the current directory by default).
     :param environ: the environment (``os.environ`` by default).
     """
@@ -154,4 +292,20 @@ def load_config(
     if file is None:
         return Config().with_environment(environ)
     table = _table_of(file, _read_toml(file)) or {}
-    return Config.from_mapping(table, source=str(file)).with_environment(environ)
+    if explicit is not None or is_trusted(file, environ):
+        return Config.from_mapping(table, source=str(file)).with_environment(environ)
+    kept = {k: v for k, v in table.items() if k in UNTRUSTED_KEYS}
+    ignored = tuple(sorted(k for k in table if k not in UNTRUSTED_KEYS))
+    if ignored:
+        log.warning(
+            "tooldeck: %s is not trusted, so only %s of it apply; ignored: %s. If you wrote it, "
+            "run `tooldeck config trust %s` (needed again after every change), or name it with "
+            "TOOLDECK_CONFIG.",
+            file,
+            " and ".join(sorted(UNTRUSTED_KEYS)),
+            ", ".join(ignored),
+            file,
+        )
+    return Config.from_mapping(
+        kept, source=str(file), trusted=False, ignored=ignored
+    ).with_environment(environ)

@@ -28,6 +28,7 @@ from tooldeck_hookspecs import (
     LEVEL_ORDER,
     ArgumentProblem,
     ArgumentValidator,
+    ConfigError,
     Decision,
     ErrorCode,
     Event,
@@ -45,6 +46,7 @@ from tooldeck_hookspecs import (
     ToolResult,
     cache_key,
     canonical_json,
+    normalise_rules,
 )
 
 from ._approvals import InMemoryApprovalStore
@@ -129,6 +131,12 @@ class Deck:
         self.config = config
         self.catalog = ToolCatalog()
         self._hand_settings = dict(config.section("hand"))
+        try:
+            #: Rules of paths no tool writes (defaults plus ``protected_paths``), handed to every
+            #: tool in its context.
+            self.protected_paths = normalise_rules(config.settings.get("protected_paths"))
+        except ValueError as exc:
+            raise ConfigError(f"{config.source or 'config'}: protected_paths: {exc}") from exc
         self._session_defaults = dict(config.section("session"))
         approvals = config.section("approvals")
         self._approval_ttl_s = float(approvals.get("ttl_s", 600))
@@ -153,15 +161,17 @@ class Deck:
     @classmethod
     def load(
         cls,
-        config: Config | Mapping[str, Any] | None = None,
+        config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         plugins: Iterable[object] = (),
         entry_points: bool | Iterable[str] = True,
     ) -> Deck:
         """Load plugins, register and validate every tool, resolve the stage providers.
 
-        :param config: a :class:`Config`, a settings mapping, or None to read ``tooldeck.toml`` /
-            ``[tool.tooldeck]`` / ``TOOLDECK_CONFIG`` and the environment.
+        :param config: a :class:`Config`, a settings mapping, the path of a configuration file
+            (trusted: you named it), or None to read ``TOOLDECK_CONFIG`` or search for
+            ``tooldeck.toml`` / ``[tool.tooldeck]`` (a found file applies in full only once
+            trusted with ``tooldeck config trust``; see :mod:`tooldeck._config`).
         :param plugins: extra plugin objects registered inline (after the entry points).
         :param entry_points: True loads every installed plugin of the ``tooldeck`` group, False
             none, or an iterable of entry-point names loads just those.
@@ -171,6 +181,8 @@ class Deck:
         """
         if config is None:
             config = load_config()
+        elif isinstance(config, str | os.PathLike):
+            config = load_config(config)
         elif not isinstance(config, Config):
             config = Config.from_mapping(config)
         manager = TooldeckPluginManager()
@@ -1123,6 +1135,7 @@ class Session:
             allowed_paths=parts[1],
             attributes=self.attributes,
             settings=parts[2],
+            protected_paths=self.deck.protected_paths,
             logger=parts[3],
         )
 

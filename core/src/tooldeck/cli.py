@@ -218,6 +218,63 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return int(run_demo_cli(args))
 
 
+def _config_target(file: str | None) -> str:
+    from pathlib import Path
+
+    from ._config import find_config_file
+
+    if file is not None:
+        return file
+    found = os.environ.get("TOOLDECK_CONFIG") or find_config_file(Path.cwd().resolve())
+    if found is None:
+        raise TooldeckError("no tooldeck.toml or pyproject.toml with [tool.tooldeck] found here")
+    return str(found)
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    from ._config import load_config, trust_store_path
+
+    config = load_config()
+    info = {
+        "file": config.source,
+        "trusted": config.trusted,
+        "ignored": list(config.ignored),
+        "trust_store": str(trust_store_path()),
+    }
+    if args.json:
+        _print_json(info)
+        return 0
+    if config.source is None:
+        sys.stdout.write("no configuration file: built-in defaults\n")
+        return 0
+    state = "trusted" if config.trusted else "NOT trusted (run `tooldeck config trust`)"
+    sys.stdout.write(f"{config.source}: {state}\n")
+    if config.ignored:
+        sys.stdout.write(f"ignored until trusted: {', '.join(config.ignored)}\n")
+    return 0
+
+
+def _cmd_config_trust(args: argparse.Namespace) -> int:
+    from ._config import trust_config, trust_store_path
+
+    target = _config_target(args.file)
+    digest = trust_config(target)
+    sys.stdout.write(
+        f"trusted {os.path.realpath(target)} (sha256 {digest[:16]}...) in {trust_store_path()}; "
+        "any change to the file needs a new `tooldeck config trust`\n"
+    )
+    return 0
+
+
+def _cmd_config_untrust(args: argparse.Namespace) -> int:
+    from ._config import untrust_config
+
+    target = _config_target(args.file)
+    known = untrust_config(target)
+    sys.stdout.write(f"{'forgot' if known else 'was not trusted:'} {os.path.realpath(target)}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tooldeck`` command."""
     parser = argparse.ArgumentParser(
@@ -279,6 +336,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
     )
     m.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("config", help="the configuration file in use, and trusting it")
+    csub = p.add_subparsers(dest="action", required=True)
+    c = csub.add_parser("show", help="which file applies, whether it is trusted, what was ignored")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_config_show)
+    c = csub.add_parser(
+        "trust", help="trust a configuration file's current content (found one by default)"
+    )
+    c.add_argument("file", nargs="?", default=None, help="the file (default: the one found)")
+    c.set_defaults(func=_cmd_config_trust)
+    c = csub.add_parser("untrust", help="forget a trusted configuration file")
+    c.add_argument("file", nargs="?", default=None, help="the file (default: the one found)")
+    c.set_defaults(func=_cmd_config_untrust)
 
     p = sub.add_parser("demo", help="a one-minute tour of what tooldeck does")
     p.add_argument("--json", action="store_true")

@@ -53,6 +53,7 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     ".tooldeck.toml",
     "pyproject.toml",
     ".tooldeck/",
+    "tooldeck-trust.json",
     # git runs what these say: config (core.fsmonitor, core.hooksPath, aliases), hooks/*,
     # filters named in .gitattributes, submodule URLs.
     ".git/",
