@@ -62,10 +62,14 @@ class InMemoryApprovalStore:
         self._sweep()
         return self._items.get(approval_id)
 
-    async def resolve(self, approval_id: str, approved: bool) -> bool:
-        """Approve or deny; False when unknown, expired or already decided."""
+    async def resolve(
+        self, approval_id: str, approved: bool, *, session_id: str | None = None
+    ) -> bool:
+        """Approve or deny; False when unknown, expired, already decided or another session's."""
         approval = self.get(approval_id)
         if approval is None or approval.state != "pending":
+            return False
+        if session_id is not None and approval.session_id != session_id:
             return False
         approval.state = "approved" if approved else "denied"
         return True

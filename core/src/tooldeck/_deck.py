@@ -772,7 +772,7 @@ class Session:
         deck = self.deck
         tool = deck.catalog.get(call.name)
         if tool is None:
-            close = deck.closest_names(call.name)
+            close = self._usable_names(deck.closest_names(call.name, n=20))[:5]
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND,
                 f"no tool named {call.name!r} is registered",
@@ -893,6 +893,16 @@ class Session:
         return ToolResult.fail(
             ErrorCode.PLUGIN_ERROR, f"{what} failed: {type(exc).__name__}: {exc}"
         )
+
+    def _usable_names(self, names: list[str]) -> list[str]:
+        """Of ``names``, those the session's rules admit: a suggestion must never point the
+        model at a tool this session may not use (an excluded category, a level above its
+        maximum), which would also reveal that the tool exists."""
+        tools = [t for t in (self.deck.catalog.get(n) for n in names) if t is not None]
+        if not tools:
+            return []
+        excluded, _ = self._apply_filters(self.hand.query if self.hand else "", tools, {})
+        return [t.name for t in tools if t.name not in excluded]
 
     async def _admit_unoffered(
         self, tool: ToolDefinition
@@ -1080,15 +1090,29 @@ class Session:
     async def approve(self, approval_id: str) -> bool:
         """Approve a pending call (it can then run once, with exactly its arguments).
 
-        Returns False for an unknown, expired or already decided approval; an error of the
-        approval store (e.g. Redis down) propagates to the application.
+        Returns False for an unknown, expired or already decided approval, and for another
+        session's approval (an approval id is a capability of the session that asked); an error
+        of the approval store (e.g. Redis down) propagates to the application.
         """
-        return bool(await self.deck._approvals.resolve(approval_id, True))
+        return await self._resolve(approval_id, True)
 
     async def deny(self, approval_id: str) -> bool:
-        """Deny a pending call."""
+        """Deny a pending call (False for an unknown one or another session's)."""
         self._pending.pop(approval_id, None)
-        return bool(await self.deck._approvals.resolve(approval_id, False))
+        return await self._resolve(approval_id, False)
+
+    async def _resolve(self, approval_id: str, approved: bool) -> bool:
+        store = self.deck._approvals
+        try:
+            return bool(await store.resolve(approval_id, approved, session_id=self.id))
+        except TypeError as exc:
+            if "session_id" not in str(exc):
+                raise
+        # A third-party store written before resolve() took session_id: check the session here
+        # (only approvals this session object asked for), then let the store decide.
+        if approval_id not in self._pending:
+            return False
+        return bool(await store.resolve(approval_id, approved))
 
     async def resume(self, approval_id: str, *, approved: bool = True) -> ToolResult:
         """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once."""

@@ -149,8 +149,14 @@ class ApprovalStore(Protocol):
     async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
         """Record a pending approval; return its id."""
 
-    async def resolve(self, approval_id: str, approved: bool) -> bool:
-        """Approve or deny a pending approval; False when it is unknown or expired."""
+    async def resolve(
+        self, approval_id: str, approved: bool, *, session_id: str | None = None
+    ) -> bool:
+        """Approve or deny a pending approval; False when it is unknown or expired.
+
+        With ``session_id`` (the core always passes it), only an approval created for that
+        session can be decided: one session must not approve another session's call.
+        """
 
     async def consume(
         self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str

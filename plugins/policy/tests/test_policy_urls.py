@@ -157,3 +157,35 @@ def test_policy_url_guard_benchmark() -> None:
             check_url(url, resolve=False)
     per_call = (time.perf_counter() - started) / (20 * len(urls))
     print(f"\n[policy] check_url: {per_call * 1e6:.0f} us per URL (literal hosts)")
+
+
+@pytest.mark.parametrize(
+    ("entry", "allowed", "refused"),
+    [
+        ("127.0.0.1:8000", ["http://127.0.0.1:8000/x", "http://0x7f.1:8000/"],
+         ["http://127.0.0.1:6379/", "http://127.0.0.1/", "https://127.0.0.1:8001/"]),
+        ("[::1]:8000", ["http://[::1]:8000/"], ["http://[::1]:6379/", "http://[::1]/"]),
+        ("localhost:8000", ["http://localhost:8000/"], ["http://localhost:5432/"]),
+        ("[10.0.0.0/8]:443", ["https://10.1.2.3/", "http://10.1.2.3:443/"],
+         ["http://10.1.2.3/", "https://10.1.2.3:8443/"]),
+        ("10.0.0.0/8", ["http://10.1.2.3:6379/"], ["http://192.168.0.1/"]),
+        ("127.0.0.1:*", ["http://127.0.0.1:6379/"], ["http://10.0.0.1/"]),
+        ("127.0.0.1:99999", [], ["http://127.0.0.1/", "http://127.0.0.1:9999/"]),
+    ],
+)
+def test_policy_url_allow_list_is_per_host_and_port(entry, allowed, refused) -> None:
+    for url in allowed:
+        assert check_url(url, [entry]) is None, (entry, url)
+    for url in refused:
+        assert check_url(url, [entry]) is not None, (entry, url)
+
+
+def test_policy_url_allow_entries_split() -> None:
+    from tooldeck_policy import split_allow_entry
+
+    assert split_allow_entry("Example.Internal:8443") == ("example.internal", 8443)
+    assert split_allow_entry("[::1]") == ("::1", None)
+    assert split_allow_entry("::1") == ("::1", None)
+    assert split_allow_entry("fd00::/8") == ("fd00::/8", None)
+    assert split_allow_entry("*.corp.example:80") == ("*.corp.example", 80)
+    assert split_allow_entry("host:*") == ("host", None)

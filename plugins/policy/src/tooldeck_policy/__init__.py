@@ -15,7 +15,7 @@ from ._authorize import authorize, url_allow_list
 from ._filters import BOOST, SCAN_TTL_S, environment_topics, rule_filter, workdir_topics
 from ._paths import check_path, expand_allowed_paths, resolve_path
 from ._shell import CommandVerdict, analyze_command
-from ._urls import ENV_ALLOW, ENV_DNS_TIMEOUT, check_url, parse_allow_list
+from ._urls import ENV_ALLOW, ENV_DNS_TIMEOUT, check_url, parse_allow_list, split_allow_entry
 
 __all__ = [
     "BOOST",
@@ -30,6 +30,7 @@ __all__ = [
     "environment_topics",
     "expand_allowed_paths",
     "parse_allow_list",
+    "split_allow_entry",
     "resolve_path",
     "rule_filter",
     "url_allow_list",

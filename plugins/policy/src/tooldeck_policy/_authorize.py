@@ -25,7 +25,7 @@ from tooldeck_hookspecs import (
 
 from ._paths import check_path
 from ._shell import analyze_command
-from ._urls import ENV_ALLOW, check_url, parse_allow_list
+from ._urls import ENV_ALLOW, check_url
 
 __all__ = ["authorize", "url_allow_list"]
 
@@ -50,8 +50,9 @@ class _Problem:
 
 @lru_cache(maxsize=64)
 def _parsed_allow(env_value: str, session_value: tuple[str, ...]) -> tuple[str, ...]:
-    names, networks = parse_allow_list([*env_value.split(","), *session_value])
-    return (*sorted(names), *(str(n) for n in networks))
+    # Entries are kept as written (lower case, deduplicated): a port in an entry matters.
+    entries = (str(e).strip().lower() for e in (*env_value.split(","), *session_value))
+    return tuple(dict.fromkeys(e for e in entries if e))
 
 
 def url_allow_list(session: SessionInfo) -> tuple[str, ...]:

@@ -4,7 +4,11 @@ A host is checked as an IP literal first, in every spelling the C resolver accep
 ``0x7f.1``, ``0177.0.0.1``, ``127.1``, ``[::ffff:127.0.0.1]``), then by name: ``localhost`` and
 metadata names are refused without a look-up, other names are resolved (with a short time limit)
 and every address they resolve to must be public. The allow list (hosts, IPs or CIDRs) lets chosen
-internal targets through, e.g. a test server on ``127.0.0.1``.
+internal targets through, e.g. a test server on ``127.0.0.1``. An entry may name a port
+(``127.0.0.1:8000``, ``[::1]:8000``, ``localhost:8000``, ``*.corp.example:8443``,
+``[10.0.0.0/8]:443``): it then lets through that port only, so allowing a test server does not
+also open the Redis or the database listening on the same host. An entry without a port lets
+through every port of that host (prefer ports for internal targets).
 
 The look-up is a time-of-check: a fetching tool should connect to the addresses checked here (or
 check again at connect time) to be safe against DNS rebinding.
@@ -23,7 +27,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ENV_ALLOW", "ENV_DNS_TIMEOUT", "check_url", "parse_allow_list"]
+__all__ = ["ENV_ALLOW", "ENV_DNS_TIMEOUT", "check_url", "parse_allow_list", "split_allow_entry"]
 
 #: Environment variable with extra allowed hosts/CIDRs, comma-separated.
 ENV_ALLOW = "TOOLDECK_URL_ALLOW"
@@ -64,23 +68,57 @@ _DNS_CACHE_LOCK = threading.Lock()
 _DNS_CACHE_TTL_S = 30.0
 
 
-def parse_allow_list(values: Iterable[Any] | str | None) -> tuple[set[str], list[_NET]]:
-    """Split an allow list (a comma-separated string or an iterable of strings) into host names
-    (lower case, ``*.example.com`` wildcards kept) and networks. Unparseable entries are names."""
+_PORTED = re.compile(r"^\[(?P<bracketed>[^\]]+)\](?::(?P<port1>\d+|\*))?$|^(?P<plain>[^:\[\]]+):(?P<port2>\d+|\*)$")
+
+
+def split_allow_entry(entry: Any) -> tuple[str, int | None]:
+    """One allow-list entry as (host, IP or CIDR in lower case; port or None for every port).
+
+    ``host:8000``, ``[::1]:8000``, ``[fd00::/8]:443`` carry a port; ``::1``, ``10.0.0.0/8``,
+    ``host`` and ``host:*`` do not.
+    """
+    text = str(entry).strip().lower()
+    match = _PORTED.match(text)
+    if match is None:
+        return text.strip("[]").rstrip("."), None
+    host = (match.group("bracketed") or match.group("plain") or "").rstrip(".")
+    port = match.group("port1") or match.group("port2")
+    if port is None or port == "*":
+        return host, None
+    number = int(port)
+    # An impossible port matches nothing rather than everything.
+    return host, number if 0 < number < 65536 else -1
+
+
+def _entries_for(values: Iterable[Any] | str | None, port: int | None) -> list[str]:
     if values is None:
-        return set(), []
+        return []
     if isinstance(values, str):
         values = values.split(",")
+    kept = []
+    for entry in values:
+        host, entry_port = split_allow_entry(entry)
+        if host and (entry_port is None or (port is not None and entry_port == port)):
+            kept.append(host)
+    return kept
+
+
+def parse_allow_list(
+    values: Iterable[Any] | str | None, *, port: int | None = None
+) -> tuple[set[str], list[_NET]]:
+    """Split an allow list (a comma-separated string or an iterable of strings) into host names
+    (lower case, ``*.example.com`` wildcards kept) and networks. Unparseable entries are names.
+
+    Entries that name a port count only when ``port`` is that port (without ``port``, only
+    entries valid for every port are returned).
+    """
     names: set[str] = set()
     networks: list[_NET] = []
-    for entry in values:
-        text = str(entry).strip().lower().strip("[]")
-        if not text:
-            continue
+    for text in _entries_for(values, port):
         try:
             networks.append(ipaddress.ip_network(text, strict=False))
         except ValueError:
-            names.add(text.rstrip("."))
+            names.add(text)
     return names, networks
 
 
@@ -213,7 +251,8 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
         port = parts.port  # raises on a malformed port
     except ValueError as exc:
         return f"URL {shown!r} cannot be parsed ({exc}); {_SUGGESTION}"
-    del port
+    if port is None:
+        port = 443 if parts.scheme.lower() == "https" else 80
     if parts.scheme.lower() not in ("http", "https"):
         scheme = parts.scheme or "none"
         return f"URL {shown!r} uses scheme {scheme!r}; only http and https are allowed"
@@ -231,7 +270,7 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
             host = host.encode("idna").decode("ascii").lower().rstrip(".")
         except UnicodeError:
             return f"URL {shown!r} has a host name that is not valid; {_SUGGESTION}"
-    names, networks = parse_allow_list(allow)
+    names, networks = parse_allow_list(allow, port=port)
     if _name_allowed(host, names):
         return None
     ip = _literal_ip(host)

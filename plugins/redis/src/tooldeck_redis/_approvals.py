@@ -14,10 +14,11 @@ __all__ = ["RedisApprovalStore"]
 
 logger = logging.getLogger("tooldeck.redis")
 
-# KEYS[1]: the approval's hash. ARGV: new state (approved | denied).
-# Only a pending approval can be decided, and only once.
+# KEYS[1]: the approval's hash. ARGV: new state (approved | denied), session id or "".
+# Only a pending approval can be decided, only once, and only by its own session.
 _RESOLVE = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then
+local a = redis.call('HMGET', KEYS[1], 'state', 'session')
+if a[1] ~= 'pending' or (ARGV[2] ~= '' and a[2] ~= ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
@@ -87,14 +88,19 @@ class RedisApprovalStore:
         await self.connection.run("approvals cannot be recorded", create)
         return approval_id
 
-    async def resolve(self, approval_id: str, approved: bool) -> bool:
-        """Approve or deny; False when unknown, expired, already decided, or Redis failed."""
+    async def resolve(
+        self, approval_id: str, approved: bool, *, session_id: str | None = None
+    ) -> bool:
+        """Approve or deny; False when unknown, expired, already decided, another session's
+        (with ``session_id``), or Redis failed."""
         key = self._prefix + approval_id
         state = "approved" if approved else "denied"
         try:
             done = await self.connection.run(
                 "approvals cannot be decided",
-                lambda client: self._resolve(keys=[key], args=[state], client=client),
+                lambda client: self._resolve(
+                    keys=[key], args=[state, session_id or ""], client=client
+                ),
             )
         except RedisUnavailable as exc:
             self.errors += 1
