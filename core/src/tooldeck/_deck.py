@@ -53,6 +53,7 @@ from ._approvals import InMemoryApprovalStore
 from ._catalog import ToolCatalog
 from ._config import Config, load_config
 from ._introspect import apply_override, definition_from_function
+from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, shorten, too_deep
 from ._plugins import HookImpl, PluginInfo, TooldeckPluginManager
 
 __all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
@@ -114,6 +115,58 @@ _call_counter = itertools.count(1)
 _checkpoints = itertools.count()
 
 
+_ACTIONS = frozenset({"allow", "ask", "deny"})
+#: Pending approvals one session keeps at most (each also expires with the approval's TTL).
+_MAX_PENDING = 10_000
+
+
+def _malformed_decision(plugin: str, decision: object) -> Decision:
+    """Anything but a well-formed Decision from a policy hook: fail closed, naming the plugin."""
+    if isinstance(decision, Decision):
+        what = f"a Decision with the unknown action {shorten(decision.action, 40)!r}"
+    else:
+        what = f"{type(decision).__name__} {shorten(repr_safe(decision), 60)}"
+    log.error("plugin %r: tooldeck_authorize_call returned %s", plugin, what)
+    return Decision.deny(
+        f"policy plugin {plugin!r} returned {what} instead of a Decision or None; the call "
+        "was refused",
+        code=ErrorCode.PLUGIN_ERROR,
+        plugin=plugin,
+    )
+
+
+def repr_safe(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _must_propagate(exc: BaseException) -> bool:
+    """trio's own cancellation and a Ctrl-C belong to the caller; any other BaseException a tool
+    raised is the tool's failure."""
+    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_must_propagate(e) for e in exc.exceptions)
+    return False
+
+
+def _normalised(result: ToolResult) -> ToolResult:
+    """A result whose data and error details are plain JSON (see :func:`json_safe`)."""
+    data = result.data
+    if data is not None and type(data) is not str:
+        safe = json_safe(data)
+        if safe is not data:
+            result = attrs.evolve(result, data=safe)
+    error = result.error
+    if error is not None and error.details:
+        details = json_safe(dict(error.details))
+        if details != error.details:
+            result = attrs.evolve(result, error=attrs.evolve(error, details=details))
+    return result
+
+
 def _arguments_hash(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
 
@@ -165,39 +218,89 @@ class Deck:
         *,
         plugins: Iterable[object] = (),
         entry_points: bool | Iterable[str] = True,
+        strict: bool = False,
     ) -> Deck:
-        """Load plugins, register and validate every tool, resolve the stage providers.
+        """Load plugins, validate the configuration, register every tool, resolve the providers.
 
         :param config: a :class:`Config`, a settings mapping, the path of a configuration file
             (trusted: you named it), or None to read ``TOOLDECK_CONFIG`` or search for
             ``tooldeck.toml`` / ``[tool.tooldeck]`` (a found file applies in full only once
-            trusted with ``tooldeck config trust``; see :mod:`tooldeck._config`).
+            trusted with ``tooldeck config trust``; see :mod:`tooldeck._config`). What applies
+            is validated as a whole against the schemas of the core and of the plugins
+            (``tooldeck_config_schema``); every problem is reported at once.
         :param plugins: extra plugin objects registered inline (after the entry points).
         :param entry_points: True loads every installed plugin of the ``tooldeck`` group, False
             none, or an iterable of entry-point names loads just those.
+        :param strict: fail when any installed plugin fails. By default an entry-point plugin
+            that fails to import, implements an unknown hook, raises in
+            ``tooldeck_register_tools`` or registers invalid tools is left out (its valid tools
+            stay), logged as a warning and listed in :attr:`failed_plugins`; the deck starts
+            without it unless it is one of ``required_plugins`` (default: policy, runner,
+            schema: without them the deck would run unchecked). Inline ``plugins`` are the
+            caller's own code and always fail loudly.
+        :raises ConfigValidationError: the configuration has problems (a :class:`ConfigError`
+            whose ``problems`` lists each: file, table, key).
         :raises RegistrationError: a tool definition is invalid (every problem listed).
-        :raises PluginLoadError: a plugin fails to import or implements an unknown hook.
+        :raises PluginLoadError: a plugin fails to import or implements an unknown hook (with
+            ``strict``, or for inline and required plugins).
         :raises StageMissingError: no plugin provides the register or execute stage.
         """
+        # Imported here to keep this module's import block untouched by this feature.
+        from tooldeck_hookspecs import PluginLoadError
+
+        from ._config_schema import DEFAULT_REQUIRED_PLUGINS, raise_for_errors, validate_config
+
         if config is None:
             config = load_config()
         elif isinstance(config, str | os.PathLike):
             config = load_config(config)
         elif not isinstance(config, Config):
-            config = Config.from_mapping(config)
+            config = Config.from_mapping(config, validate=False)
         manager = TooldeckPluginManager()
         if entry_points is not False:
             only = None if entry_points is True else list(entry_points)  # type: ignore[arg-type]
-            manager.load_entry_points(config.allows, only=only)
+            manager.load_entry_points(config.allows, only=only, strict=strict)
+        inline: list[str] = []
         for index, plugin in enumerate(plugins):
             name = getattr(plugin, "__tooldeck_name__", None) or getattr(
                 plugin, "__name__", f"inline-{index}"
             )
-            manager.register(plugin, name=str(name), source="inline")
-        manager.check_pending()
+            inline.append(manager.register(plugin, name=str(name), source="inline"))
+        manager.check_pending(strict=strict)
+        # The whole configuration at once, now that the plugins (and their schemas) are known.
+        schemas, schema_bugs = manager.config_schemas()
+        for line in schema_bugs:
+            log.warning("tooldeck: %s; its table is only checked for being a table", line)
+        installed = manager.entry_point_names() | set(inline)
+        problems = validate_config(
+            config, schemas=schemas, plugin_tables=installed, installed=installed
+        )
+        raise_for_errors(problems)
+        for problem in problems:
+            log.warning("tooldeck: %s", problem)
+        required = config.settings.get("required_plugins", DEFAULT_REQUIRED_PLUGINS)
+        broken = sorted(set(manager.failed) & set(required))
+        if broken:
+            raise PluginLoadError(
+                "required plugin(s) failed to load: "
+                + "; ".join(manager.failed[name].error for name in broken)
+                + ". Repair the installation, or list the plugins you can do without in "
+                "required_plugins"
+            )
         deck = cls(manager, config)
+        #: Entry-point plugins the deck started without, by name (shared with the manager, so
+        #: that failures found while registering appear too).
+        deck.failed_plugins = manager.failed  # type: ignore[attr-defined]
+        #: Warning-level configuration problems (the deck started anyway).
+        deck.config_warnings = [str(p) for p in problems]  # type: ignore[attr-defined]
         deck._resolve_providers()
-        deck._register_all()
+        deck._register_all(strict=strict)
+        if set(manager.failed) & set(required):
+            broken = sorted(set(manager.failed) & set(required))
+            raise PluginLoadError(
+                "required plugin(s) failed to register: "
+                + "; ".join(manager.failed[name].error for name in broken)
+            )
         return deck
 
     def _impls(self, hook: str) -> list[HookImpl]:
@@ -232,25 +335,77 @@ class Deck:
         if self._approvals is None:
             self._approvals, self.providers["approvals"] = InMemoryApprovalStore(), "tooldeck"
 
-    def _register_all(self) -> None:
-        pending: list[ToolDefinition] = []
-        problems: list[str] = []
+    def _register_all(self, strict: bool = False) -> None:
+        from ._config_schema import raise_for_errors, unknown_tool_problems
+
+        strict_problems: list[str] = []
+        config_problems: list[str] = []
+        source = self.config.source or "config"
         for impl in self._impls("tooldeck_register_tools"):
+            pending: list[ToolDefinition] = []
+            # Installed packs are kept apart from each other: one broken pack must not stop
+            # the deck. The caller's inline plugins (and strict=True) keep failing loudly.
+            lenient = not strict and self.plugins.is_entry_point(impl.plugin)
             try:
                 impl(
                     register=self._make_register(impl.plugin, pending),
                     settings=self.config.settings,
                 )
-            except RegistrationError as exc:
-                problems.extend(exc.problems)
+            except ConfigError:
+                # The user's configuration, not the pack, is wrong (e.g. a [policy] table that
+                # does not parse): never start without the plugin that would have applied it.
+                raise
             except Exception as exc:
-                problems.append(
-                    f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
-                    f"{type(exc).__name__}: {exc}"
-                )
-        problems.extend(self._admit(pending))
-        if problems:
-            raise RegistrationError(problems)
+                if isinstance(exc, RegistrationError):
+                    lines = list(exc.problems)
+                else:
+                    lines = [
+                        f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
+                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    ]
+                if not lenient:
+                    strict_problems.extend(lines)
+                    continue
+                # A pack that raised midway is in an unknown state: none of its tools are kept.
+                self.plugins.record_failure(impl.plugin, "register", lines[0], lines)
+                continue
+            admissible = []
+            for definition in pending:
+                try:
+                    apply_override(definition, self.config.tool_override(definition.name), source)
+                except RegistrationError as exc:
+                    # A bad [tools.NAME] override is the configuration's: always fatal.
+                    config_problems.extend(exc.problems)
+                    continue
+                admissible.append(definition)
+            problems = self._admit(admissible)
+            if not problems:
+                continue
+            if not lenient:
+                strict_problems.extend(problems)
+                continue
+            # Admit the pack's tools one by one so that only the invalid ones are left out.
+            bad: list[str] = []
+            for definition in admissible:
+                bad.extend(self._admit([definition]))
+            self.plugins.record_failure(
+                impl.plugin,
+                "tools",
+                f"{len(bad)} problem(s) in its tool definitions, those tools left out; first: "
+                f"{bad[0] if bad else problems[0]}",
+                bad or problems,
+            )
+        if strict_problems or config_problems:
+            raise RegistrationError(config_problems + strict_problems)
+        loaded = {info.name for info in self.plugins.plugin_infos() if info.error is None}
+        complete = not self.plugins.failed and self.plugins.entry_point_names() <= loaded
+        unknown = unknown_tool_problems(self.config, self.catalog.names(), complete=complete)
+        raise_for_errors(unknown)
+        warnings = getattr(self, "config_warnings", None)
+        for problem in unknown:
+            log.warning("tooldeck: %s", problem)
+            if warnings is not None:
+                warnings.append(str(problem))
         self._catalog_ready()
 
     def _make_register(self, plugin: str, pending: list[ToolDefinition]) -> Callable[..., Any]:
@@ -464,6 +619,8 @@ class Deck:
         finds both) and spelling (``file_raed``).
         """
         names = self.catalog.names()
+        # Matching cost grows with the name; a real tool name is short.
+        name = name[:128]
         normal = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).replace("-", "_").lower()
         words = {w for w in normal.split("_") if w}
         scores: dict[str, float] = {}
@@ -514,8 +671,14 @@ class Session:
         self._offered: set[str] = set()
         self._turn = 0
         self._last_used: dict[str, int] = {}
-        self._pending: dict[str, ToolCall] = {}
+        # Approval id -> (call, monotonic expiry): pruned when expired, so a flood of unanswered
+        # requests does not grow the session without bound.
+        self._pending: dict[str, tuple[ToolCall, float]] = {}
         self._scopes: set[trio.CancelScope] = set()
+        # cancel() bumps the generation: a call that entered before it (even one still at its
+        # first checkpoint) sees the change before it starts and answers CANCELLED.
+        self._generation = 0
+        self._closed = False
         self._info: SessionInfo | None = None
         self._admitted: dict[str, SessionInfo] = {}
         self._context_parts: dict[
@@ -565,7 +728,12 @@ class Session:
         self._changed()
 
     def cancel(self) -> None:
-        """Cancel every queued and running call of this session; each returns ``CANCELLED``."""
+        """Cancel every queued and running call of this session; each returns ``CANCELLED``.
+
+        Calls already inside :meth:`call` that have not started their tool yet (at a
+        checkpoint, in policy, waiting for a ``confirm`` answer) do not start either.
+        """
+        self._generation += 1
         for scope in list(self._scopes):
             scope.cancel()
         if self.deck._executor_cancels:
@@ -580,6 +748,7 @@ class Session:
     async def aclose(self) -> None:
         """End the session: cancel its calls and tell observers (``session.closed``), so that
         tool packs can release per-session resources such as browser pages."""
+        self._closed = True
         self.cancel()
         self._pending.clear()
         self._observe(Event(kind="session.closed", session_id=self.id))
@@ -687,6 +856,13 @@ class Session:
                 arguments=arguments if arguments is not None else {},
                 id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
+        if self._closed:
+            return ToolResult.fail(
+                ErrorCode.CANCELLED,
+                f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did not run",
+                suggestion="Open a new session.",
+            )
+        generation = self._generation
         started = time.perf_counter()
         # Each call is a cancellation point, and every 16th call yields to the scheduler: a
         # call of a cached result or of a tool that never suspends gives trio no scheduling
@@ -696,7 +872,7 @@ class Session:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
             await trio.lowlevel.checkpoint()
-        result = await self._run(call, approval_id)
+        result = await self._run(call, approval_id, generation)
         if "cached" in result.metadata:
             result = result.with_metadata(
                 duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=call.name
@@ -768,14 +944,23 @@ class Session:
             except Exception:
                 log.exception("plugin %r: tooldeck_event raised", impl.plugin)
 
-    async def _run(self, call: ToolCall, approval_id: str | None) -> ToolResult:
+    def _cancelled_before_start(self, call: ToolCall) -> ToolResult:
+        return ToolResult.fail(
+            ErrorCode.CANCELLED,
+            f"the call of {shorten(call.name, 80)!r} was cancelled by the session before it "
+            "started; it did not run",
+        )
+
+    async def _run(self, call: ToolCall, approval_id: str | None, generation: int) -> ToolResult:
         deck = self.deck
-        tool = deck.catalog.get(call.name)
+        if self._generation != generation:
+            return self._cancelled_before_start(call)
+        tool = deck.catalog.get(call.name) if type(call.name) is str else None
         if tool is None:
-            close = self._usable_names(deck.closest_names(call.name, n=20))[:5]
+            close = self._usable_names(deck.closest_names(str(call.name), n=20))[:5]
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND,
-                f"no tool named {call.name!r} is registered",
+                f"no tool named {shorten(call.name, 120)!r} is registered",
                 suggestion=(
                     f"Did you mean {', '.join(repr(n) for n in close)}?" if close else None
                 ),
@@ -800,6 +985,20 @@ class Session:
                     [ArgumentProblem(path="$", message="arguments must be a JSON object")]
                 ),
             )
+        if too_deep(call.arguments):
+            return self._finish(
+                call,
+                tool,
+                self._invalid(
+                    [
+                        ArgumentProblem(
+                            path="$",
+                            message=f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} "
+                            "levels",
+                        )
+                    ]
+                ),
+            )
         validator = deck.catalog.validator(tool.name)
         if validator is not None:
             try:
@@ -821,6 +1020,9 @@ class Session:
             refusal = None  # nobody objects, and _combine's baseline has nothing to add
         if refusal is not None:
             return self._finish(call, tool, refusal)
+        if self._generation != generation:
+            # cancel() came while policy or the user's confirmation was being asked.
+            return self._cancelled_before_start(call)
         key = None
         if deck._cache is not None and tool.execution.cacheable:
             key = cache_key(tool, call.arguments, info)
@@ -851,16 +1053,25 @@ class Session:
                         ),
                     ),
                 )
+        if self._generation != generation:
+            return self._cancelled_before_start(call)
         if deck._executor_cancels:
             # The executor keeps a cancel scope per call already (Session.cancel asks it to
-            # cancel this session's calls): a second scope here would only cost time.
+            # cancel this session's calls): a second scope here would only cost time. Nothing
+            # awaits between the generation check above and the executor registering the call,
+            # so a cancel() cannot fall in between.
             try:
                 result = await deck._executor.run(tool, call, self._context(call, tool))
             except Exception as exc:
                 return self._plugin_error("executor", exc)
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
+                return self._tool_base_exception(tool, exc)
         else:
             result = await self._execute_scoped(call, tool)
         self._used(tool.name)
+        result = _normalised(result)
         result = self._finish(call, tool, result)
         if deck._cache is not None and result.success:
             try:
@@ -885,6 +1096,17 @@ class Session:
             f"{len(problems)} invalid argument(s): {listed}{more}",
             suggestion=f"Fix these fields and call again: {listed}{more}",
             details={"errors": [attrs.asdict(p) for p in problems]},
+        )
+
+    @staticmethod
+    def _tool_base_exception(tool: ToolDefinition, exc: BaseException) -> ToolResult:
+        # asyncio.CancelledError leaking from asyncio code, SystemExit from sys.exit() in a
+        # tool, a custom BaseException: the tool's failure, never the host's.
+        log.error("tool %r raised %s", tool.name, type(exc).__name__)
+        return ToolResult.fail(
+            ErrorCode.EXECUTION_ERROR,
+            f"tool {tool.name!r} raised {type(exc).__name__}: {shorten(exc, 300)}",
+            suggestion="The tool failed; report it to the user or try another approach.",
         )
 
     @staticmethod
@@ -955,7 +1177,9 @@ class Session:
                     code=ErrorCode.PLUGIN_ERROR,
                 )
             if decision is not None:
-                if decision.plugin is None:
+                if type(decision) is not Decision or decision.action not in _ACTIONS:
+                    decision = _malformed_decision(impl.plugin, decision)
+                elif decision.plugin is None:
                     decision = attrs.evolve(decision, plugin=impl.plugin)
                 decisions.append(decision)
         return decisions
@@ -1042,12 +1266,20 @@ class Session:
         if self.confirm is not None:
             request = ConfirmRequest(session_id=self.id, tool=tool, call=call, reasons=reasons)
             answer: bool | str = False
+            # cancel() and aclose() end the wait for the user: a call waiting here must not
+            # run after its session was cancelled.
+            scope = trio.CancelScope(deadline=trio.current_time() + self._confirm_timeout())
+            self._scopes.add(scope)
             try:
-                with trio.move_on_after(self._confirm_timeout()):
+                with scope:
                     answer = await self.confirm(request)
             except Exception:
                 log.exception("confirm callback raised; treating as deny")
                 answer = False
+            finally:
+                self._scopes.discard(scope)
+            if scope.cancelled_caught and scope.deadline > trio.current_time():
+                return self._cancelled_before_start(call)
             if answer == "always":
                 self.always_allow(tool.name)
                 return None
@@ -1068,7 +1300,11 @@ class Session:
             )
         except Exception as exc:  # fail closed: the call neither runs nor waits
             return self._plugin_error("approval store", exc)
-        self._pending[new_id] = call
+        if len(self._pending) >= 256:
+            self._prune_pending()
+            while len(self._pending) >= _MAX_PENDING:  # oldest first, as the store does
+                del self._pending[next(iter(self._pending))]
+        self._pending[new_id] = (call, time.monotonic() + self.deck._approval_ttl_s)
         return ToolResult.fail(
             ErrorCode.CONFIRMATION_REQUIRED,
             f"calling {tool.name!r} with these arguments needs the user's approval: "
@@ -1084,8 +1320,14 @@ class Session:
         return self.deck._confirm_timeout_s
 
     def pending_approvals(self) -> dict[str, ToolCall]:
-        """Calls waiting for approval, by approval id."""
-        return dict(self._pending)
+        """Calls waiting for approval (not yet expired), by approval id."""
+        self._prune_pending()
+        return {key: call for key, (call, _) in self._pending.items()}
+
+    def _prune_pending(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (_, expires) in self._pending.items() if expires <= now]:
+            del self._pending[key]
 
     async def approve(self, approval_id: str) -> bool:
         """Approve a pending call (it can then run once, with exactly its arguments).
@@ -1116,7 +1358,9 @@ class Session:
 
     async def resume(self, approval_id: str, *, approved: bool = True) -> ToolResult:
         """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once."""
-        call = self._pending.get(approval_id)
+        self._prune_pending()
+        entry = self._pending.get(approval_id)
+        call = entry[0] if entry is not None else None
         if call is None:
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
@@ -1176,6 +1420,10 @@ class Session:
                 result = await executor.run(tool, call, context)
         except Exception as exc:
             return self._plugin_error("executor", exc)
+        except BaseException as exc:
+            if _must_propagate(exc):
+                raise
+            return self._tool_base_exception(tool, exc)
         finally:
             self._scopes.discard(scope)
         if result is None or scope.cancelled_caught:

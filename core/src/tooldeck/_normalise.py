@@ -1,0 +1,162 @@
+"""Values at the boundary: what a tool returns, what a model sends, what an error echoes.
+
+Three guards the call path applies so that a failure stays a ``ToolResult``:
+
+- :func:`json_safe` turns an in-process tool's return value into plain JSON (the sandbox's wire
+  format already does this for sandboxed tools), so ``result_messages()``, the MCP server and the
+  caches never meet bytes, sets, tuple keys, NaN or an object whose ``__str__`` raises;
+- :func:`too_deep` finds arguments nested deeper than any tool schema needs, before the cache key,
+  the approval hash or a validator recurses into them (``RecursionError`` at ~1,000 levels);
+- :func:`shorten` bounds what an error message echoes back from the input.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+__all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "shorten", "too_deep"]
+
+#: Deeper arguments are refused with INVALID_ARGUMENTS. JSON Schemas of real tools nest a few
+#: levels; 64 leaves room for generous ones and stays far below every recursion limit.
+MAX_ARGUMENT_DEPTH = 64
+#: Beyond this depth a return value is cut (with a marker) rather than walked further.
+_MAX_RESULT_DEPTH = 200
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def shorten(value: object, limit: int = 200) -> str:
+    """``value`` as text of at most about ``limit`` characters, with a marker saying how much
+    was cut (echoing a 10 MB argument name back to the model helps nobody)."""
+    text = value if isinstance(value, str) else _safe_str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[+{len(text) - limit} chars]"
+
+
+def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (iterative: never recurses)."""
+    if isinstance(value, Mapping):
+        children = value.values()
+    elif isinstance(value, list | tuple):
+        children = value
+    else:
+        return False
+    # Fast path: the usual arguments are flat.
+    if not any(isinstance(c, Mapping | list | tuple) for c in children):
+        return limit < 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, Mapping):
+            items = item.values()
+        elif isinstance(item, list | tuple):
+            items = item
+        else:
+            continue
+        for child in items:
+            if isinstance(child, Mapping | list | tuple):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except BaseException as exc:  # a __str__ that raises (even BaseException) must not escape
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"<unprintable {type(value).__name__}>"
+
+
+def _orjson_ok(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError, RecursionError):
+        return False
+    return True
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON data: dicts with string keys, lists, str, int, finite float, bool,
+    None. Bytes become base64 text (``{"$bytes_base64": ...}``), sets sorted lists when they can
+    be sorted, NaN and infinities ``None``, other objects their ``str()``. Never raises.
+
+    Plain JSON (the common case) is returned as is, checked by one orjson pass.
+    """
+    if isinstance(value, _SCALARS):
+        if type(value) is int or not isinstance(value, int) or isinstance(value, bool):
+            return value
+        return int(value)  # an int subclass (IntEnum) as the plain number it is
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if type(value) in (dict, list) and _orjson_ok(value) and not _has_nonfinite(value):
+        return value
+    return _convert(value)
+
+
+def _has_nonfinite(value: Any) -> bool:
+    # orjson writes NaN as null silently; a NaN that stays in the value would break json.dumps
+    # consumers that produce "NaN" (invalid JSON) instead. Look only when a float is present.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool | int | float) or key is None:
+        return orjson.dumps(key).decode()
+    return _safe_str(key)
+
+
+def _convert(value: Any, depth: int = 0) -> Any:
+    # Recursion bounded by _MAX_RESULT_DEPTH (far below Python's limit).
+    if depth > _MAX_RESULT_DEPTH:
+        return f"<cut: nested deeper than {_MAX_RESULT_DEPTH} levels>"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes_base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Mapping):
+        try:
+            items = list(value.items())
+        except Exception:
+            return _safe_str(value)
+        return {_key(k): _convert(v, depth + 1) for k, v in items}
+    if isinstance(value, set | frozenset):
+        converted = [_convert(v, depth + 1) for v in value]
+        try:
+            return sorted(converted)
+        except TypeError:
+            return sorted(converted, key=lambda v: orjson.dumps(v))
+    if isinstance(value, list | tuple):
+        return [_convert(v, depth + 1) for v in value]
+    try:
+        # Dataclasses, datetimes, UUIDs, enums, numpy scalars: what orjson knows how to write.
+        return orjson.loads(orjson.dumps(value))
+    except Exception:
+        pass
+    return _safe_str(value)

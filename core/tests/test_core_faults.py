@@ -1,0 +1,304 @@
+"""Every failure is a ToolResult; cancellation means cancelled; nothing grows without bound.
+
+Real tools on the real runner; misbehaving policy hooks and tools written the way they happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+import trio
+import trio.testing
+
+from typing import Any
+
+from tooldeck import Decision, ErrorCode, SecurityConfig, ToolCall, ToolDefinition, tool
+from tooldeck.adapters import result_messages
+from tooldeck.testing import inline_plugin, make_deck
+
+STAGES = ["schema", "runner", "cache"]
+
+
+@tool(category="demo", execution={"cacheable": True})
+def echo(value: Any = None) -> Any:
+    """Return the value.
+
+    Args:
+        value: anything
+    """
+    return value
+
+
+def _wipe(target: str) -> str:
+    return target
+
+
+WIPE = ToolDefinition(
+    name="wipe",
+    description="Wipe a target.",
+    category="shell",
+    parameters={"type": "object", "properties": {"target": {"type": "string"}}},
+    security=SecurityConfig(level="dangerous"),
+    execute=_wipe,
+    call_style="kwargs",
+)
+
+
+def _deck(*plugins, tools=(), **kw):
+    return make_deck(*plugins, load_entry_points=STAGES, tools=[echo, WIPE, *tools], **kw)
+
+
+# -- 7: garbage from a policy hook fails closed ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["allow", {"action": "allow"}, False, True, 0, ["deny"],
+     Decision(action="DENY"), Decision(action="permit")],  # type: ignore[arg-type]
+    ids=["str", "dict", "False", "True", "zero", "list", "DENY", "unknown-action"],
+)
+async def test_a_malformed_decision_is_a_plugin_error_naming_the_plugin(garbage):
+    ran = []
+
+    def tooldeck_authorize_call(call, tool, session):
+        return garbage
+
+    @tool(category="demo")
+    def marker() -> str:
+        """Leave a mark."""
+        ran.append(1)
+        return "ran"
+
+    async with _deck(inline_plugin(tooldeck_authorize_call, name="sloppy"), tools=[marker]) as d:
+        result = await d.session().call("marker", {})
+    assert result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR
+    assert "sloppy" in result.error.message
+    assert ran == []
+
+
+# -- 8: arguments nested deeper than anything needs ----------------------------------------
+
+
+def _nested(depth: int) -> object:
+    value: object = "x"
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+@pytest.mark.parametrize("name", ["echo", "wipe"])  # cacheable (cache key) and dangerous (hash)
+async def test_deep_arguments_are_invalid_arguments_not_recursion_errors(name):
+    async with _deck() as deck:
+        key = "value" if name == "echo" else "target"
+        result = await deck.session().call(name, {key: _nested(1_000)})
+    assert result.error is not None and result.error.code is ErrorCode.INVALID_ARGUMENTS
+    assert "deeper" in result.error.message
+
+
+async def test_moderately_nested_arguments_still_work():
+    async with _deck() as deck:
+        result = await deck.session().call("echo", {"value": _nested(10)})
+    assert result.success and result.data == _nested(10)
+
+
+# -- 9: BaseExceptions from a tool ------------------------------------------------------------
+
+
+class Custom(BaseException):
+    pass
+
+
+@pytest.mark.parametrize(
+    "exc", [asyncio.CancelledError(), SystemExit(3), Custom("odd"), GeneratorExit()],
+    ids=["asyncio-cancelled", "system-exit", "custom", "generator-exit"],
+)
+@pytest.mark.parametrize("shape", ["sync", "async"])
+async def test_a_tool_raising_a_base_exception_gives_an_execution_error(exc, shape):
+    if shape == "sync":
+        def boom() -> None:
+            """Raise."""
+            raise exc
+    else:
+        async def boom() -> None:  # type: ignore[misc]
+            """Raise."""
+            await trio.sleep(0)
+            raise exc
+
+    async with _deck(tools=[tool(category="demo")(boom)]) as deck:
+        result = await deck.session().call("boom", {})
+    assert result.error is not None and result.error.code is ErrorCode.EXECUTION_ERROR
+    assert type(exc).__name__ in result.error.message
+
+
+# -- 10: results that are not JSON ------------------------------------------------------------
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+    __repr__ = __str__
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b"\x00\xffbytes", {"$bytes_base64": "AP9ieXRlcw=="}),
+        ({3, 1, 2}, [1, 2, 3]),
+        ({(1, 2): "tuple key"}, {"(1, 2)": "tuple key"}),
+        ({1: "int key"}, {"1": "int key"}),
+        (math.nan, None),
+        ([1.0, math.inf], [1.0, None]),
+        ((1, "a"), [1, "a"]),
+        (Unprintable(), "<unprintable Unprintable>"),
+        (
+            {"nested": {frozenset({"a"}): b"x"}},
+            {"nested": {"frozenset({'a'})": {"$bytes_base64": "eA=="}}},
+        ),
+    ],
+    ids=["bytes", "set", "tuple-key", "int-key", "nan", "inf", "tuple", "bad-str", "nested"],
+)
+async def test_results_are_plain_json_at_the_boundary(value, expected):
+    @tool(category="demo")
+    def odd() -> object:
+        """Return something odd."""
+        return value
+
+    async with _deck(tools=[odd]) as deck:
+        result = await deck.session().call("odd", {})
+    assert result.success, result.error
+    assert result.data == expected
+    # Strict JSON all the way to the provider messages.
+    json.dumps(result.data, allow_nan=False)
+    call = ToolCall(name="odd", arguments={}, id="c1")
+    for fmt in ("openai", "anthropic"):
+        assert result_messages(fmt, [(call, result)])
+
+
+# -- 11: error messages do not echo unbounded input -------------------------------------------
+
+
+async def test_a_huge_unknown_tool_name_is_shortened():
+    async with _deck() as deck:
+        result = await deck.session().call("x" * 1_000_000, {})
+    assert result.error.code is ErrorCode.TOOL_NOT_FOUND
+    assert len(result.error.message) < 500 and "chars]" in result.error.message
+
+
+# -- 12: cancellation means cancelled ---------------------------------------------------------
+
+
+async def test_cancel_stops_calls_that_already_entered_call():
+    """Calls inside call() but before their tool (here: stalled in a slow cache provider, the
+    way a hung Redis stalls them) never start once cancel() has returned."""
+    ran = []
+    release = trio.Event()
+
+    class StallingCache:
+        async def get(self, key):
+            await release.wait()
+            return None
+
+        async def put(self, key, result, ttl_s):
+            return None
+
+        async def invalidate(self, names):
+            return None
+
+    @tool(category="demo", execution={"cacheable": True})
+    async def mark(i: int) -> int:
+        """Record a run."""
+        ran.append(i)
+        await trio.sleep(0)
+        return i
+
+    deck = make_deck(
+        inline_plugin(tooldeck_cache=lambda settings: StallingCache(), name="stall"),
+        load_entry_points=["schema", "runner"],
+        tools=[mark],
+    )
+    async with deck:
+        session = deck.session()
+        results: list = []
+
+        async def one(i: int) -> None:
+            results.append(await session.call("mark", {"i": i}))
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+                await trio.testing.wait_all_tasks_blocked()
+                session.cancel()
+                release.set()
+        # A new call after the cancel runs normally: cancel() is not a close.
+        after = await session.call("mark", {"i": 999})
+    assert len(results) == 100
+    assert ran == [999] and after.success
+    assert {r.error.code for r in results} == {ErrorCode.CANCELLED}
+    assert all("did not run" in r.error.message for r in results)
+
+
+async def test_a_call_waiting_for_confirmation_does_not_run_after_cancel_or_close():
+    ran = []
+    waiting = trio.Event()
+
+    def _run(target: str) -> str:
+        ran.append(target)
+        return target
+
+    tool_def = ToolDefinition(
+        name="wipe2", description="Wipe.", category="shell",
+        parameters={"type": "object", "properties": {"target": {"type": "string"}}},
+        security=SecurityConfig(level="dangerous"), execute=_run, call_style="kwargs",
+    )
+
+    async def confirm(request):
+        waiting.set()
+        await trio.sleep(3600)
+        return True
+
+    for how in ("cancel", "aclose"):
+        waiting = trio.Event()
+        async with _deck(tools=[tool_def]) as deck:
+            session = deck.session(confirm=confirm)
+            outcome = []
+
+            async def caller() -> None:
+                outcome.append(await session.call("wipe2", {"target": "a"}))
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(caller)
+                    await waiting.wait()
+                    if how == "cancel":
+                        session.cancel()
+                    else:
+                        await session.aclose()
+        assert ran == [], how
+        assert outcome[0].error.code is ErrorCode.CANCELLED, how
+
+
+async def test_a_closed_session_runs_nothing():
+    async with _deck() as deck:
+        session = deck.session()
+        await session.aclose()
+        result = await session.call("echo", {"value": 1})
+    assert result.error.code is ErrorCode.CANCELLED and "closed" in result.error.message
+
+
+# -- 15: pending approvals expire -----------------------------------------------------------
+
+
+async def test_pending_approvals_expire_from_the_session():
+    async with _deck(config={"approvals": {"ttl_s": 0.05}}) as deck:
+        session = deck.session()
+        for i in range(300):
+            await session.call("wipe", {"target": str(i)})
+        await trio.sleep(0.1)
+        await session.call("wipe", {"target": "last"})
+        assert len(session._pending) <= 2
+        assert len(session.pending_approvals()) <= 1
