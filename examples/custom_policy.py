@@ -8,12 +8,13 @@ Register it inline (below), or as an entry point in your own distribution:
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import Decision, ErrorCode, hookimpl
+from tooldeck_hookspecs import Decision, ErrorCode, hookimpl, nonblocking
 
 ADMINS = {"alice"}
 
 
 @hookimpl
+@nonblocking  # it only looks at the arguments: safe to run on the event loop
 def tooldeck_authorize_call(call, tool, session):
     """No writes to .env files; dangerous tools only for admins."""
     path = str(call.arguments.get("path", ""))

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
-
-from typing import Any
 
 from tooldeck import Decision, ErrorCode, SecurityConfig, ToolCall, ToolDefinition, tool
 from tooldeck.adapters import result_messages
@@ -267,7 +266,7 @@ async def test_a_call_waiting_for_confirmation_does_not_run_after_cancel_or_clos
             session = deck.session(confirm=confirm)
             outcome = []
 
-            async def caller() -> None:
+            async def caller(session=session, outcome=outcome) -> None:
                 outcome.append(await session.call("wipe2", {"target": "a"}))
 
             with trio.fail_after(30):
@@ -302,3 +301,136 @@ async def test_pending_approvals_expire_from_the_session():
         await session.call("wipe", {"target": "last"})
         assert len(session._pending) <= 2
         assert len(session.pending_approvals()) <= 1
+
+
+# -- 4: a slow or hung policy hook costs only its own calls -----------------------------------
+
+
+@tool(category="demo", execution={"timeout_s": 0.5})
+def quick() -> str:
+    """Answer at once."""
+    return "ok"
+
+
+async def test_a_hung_policy_hook_fails_its_call_closed_and_stalls_nobody():
+    import threading
+
+    release = threading.Event()
+    loop_thread = threading.get_ident()
+    seen_threads: list[int] = []
+
+    def tooldeck_authorize_call(call, tool, session):
+        seen_threads.append(threading.get_ident())
+        if session.attributes.get("slow"):
+            release.wait(60)  # blocks its thread, as a hook waiting on a dead service does
+        return None
+
+    deck = _deck(inline_plugin(tooldeck_authorize_call, name="slowpolicy"), tools=[quick])
+    try:
+        async with deck:
+            slow = deck.session(attributes={"slow": True})
+            fast = deck.session()
+            outcome: dict = {}
+
+            async def slow_call() -> None:
+                outcome["slow"] = await slow.call("quick", {})
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(slow_call)
+                    await trio.sleep(0.05)
+                    # The loop is free: another session's calls go through meanwhile.
+                    for _ in range(20):
+                        assert (await fast.call("quick", {})).success
+                    assert "slow" not in outcome
+    finally:
+        release.set()
+    error = outcome["slow"].error
+    assert error.code is ErrorCode.PLUGIN_ERROR and "slowpolicy" in error.message
+    assert loop_thread not in seen_threads  # unmarked hooks never run on the loop
+
+
+async def test_a_nonblocking_hook_runs_on_the_loop_and_cancel_interrupts_a_threaded_one():
+    import threading
+
+    from tooldeck_hookspecs import nonblocking
+
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    @nonblocking
+    def tooldeck_authorize_call(call, tool, session):
+        seen.append(threading.get_ident())
+        return None
+
+    release = threading.Event()
+
+    def blocking_hook(call, tool, session):
+        release.wait(60)
+        return None
+
+    async with _deck(inline_plugin(tooldeck_authorize_call, name="cheap"), tools=[quick]) as d:
+        assert (await d.session().call("quick", {})).success
+    assert seen == [loop_thread]
+
+    deck = _deck(inline_plugin(tooldeck_authorize_call=blocking_hook, name="stuck"))
+    try:
+        async with deck:
+            session = deck.session()
+            outcome: list = []
+
+            async def caller() -> None:
+                outcome.append(await session.call("echo", {"value": 1}))
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(caller)
+                    await trio.sleep(0.05)
+                    session.cancel()
+    finally:
+        release.set()
+    assert outcome[0].error.code is ErrorCode.CANCELLED
+
+
+# -- 6: provider calls under the call's deadline ----------------------------------------------
+
+
+async def test_a_hung_cache_is_a_miss_and_a_hung_limiter_a_timeout():
+    class HungCache:
+        async def get(self, key):
+            await trio.sleep_forever()
+
+        async def put(self, key, result, ttl_s):
+            await trio.sleep_forever()
+
+        async def invalidate(self, names):
+            await trio.sleep_forever()
+
+    class HungLimiter:
+        async def hit(self, tool, session):
+            await trio.sleep_forever()
+
+    @tool(category="demo", execution={"cacheable": True, "timeout_s": 0.3})
+    def cached() -> str:
+        """A cacheable tool."""
+        return "fresh"
+
+    @tool(category="demo", security={"rate_limit": {"max_calls": 5, "window_s": 60}},
+          execution={"timeout_s": 0.3})
+    def limited() -> str:
+        """A rate-limited tool."""
+        return "ran"
+
+    deck = make_deck(
+        inline_plugin(tooldeck_cache=lambda settings: HungCache(), name="hungcache"),
+        inline_plugin(tooldeck_rate_limiter=lambda settings: HungLimiter(), name="hunglimit"),
+        load_entry_points=["schema", "runner"],
+        tools=[cached, limited],
+    )
+    async with deck:
+        session = deck.session()
+        with trio.fail_after(20):
+            first = await session.call("cached", {})
+            second = await session.call("limited", {})
+    assert first.success and first.data == "fresh"
+    assert second.error.code is ErrorCode.TIMEOUT and "rate limiter" in second.error.message

@@ -46,6 +46,8 @@ from tooldeck_hookspecs import (
     ToolResult,
     cache_key,
     canonical_json,
+    is_nonblocking,
+    never_suspends,
     normalise_rules,
 )
 
@@ -208,6 +210,11 @@ class Deck:
         self._loggers: dict[str, logging.Logger] = {}
         self._observer_cache: dict[str, list[HookImpl]] = {}
         self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
+        self._may_stall: dict[str, bool] = {}
+        self._authorize_split: tuple[list[HookImpl], list[HookImpl]] | None = None
+        # Threads of policy hooks that may block: their own pool, so that hung hooks can never
+        # take the thread tokens sync tools need (and the other way round).
+        self._policy_threads = trio.CapacityLimiter(32)
 
     # ------------------------------------------------------------------ loading
 
@@ -334,6 +341,30 @@ class Deck:
         self._approvals, self.providers["approvals"] = call("tooldeck_approval_store", settings)
         if self._approvals is None:
             self._approvals, self.providers["approvals"] = InMemoryApprovalStore(), "tooldeck"
+        # A provider method that can suspend (a network round trip: Redis) runs under the call's
+        # deadline; one that never suspends (the in-memory ones) cannot stall, and skips the
+        # cancel scope (~5 µs a call).
+        self._may_stall = {
+            name: not never_suspends(getattr(provider, method, None))
+            for name, provider, method in (
+                ("cache_get", self._cache, "get"),
+                ("cache_put", self._cache, "put"),
+                ("cache_invalidate", self._cache, "invalidate"),
+                ("limiter", self._limiter, "hit"),
+            )
+            if provider is not None
+        }
+
+    def _authorize_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
+        """The ``tooldeck_authorize_call`` implementations: (run on the loop, run in a thread)."""
+        split = self._authorize_split
+        if split is None:
+            impls = self._impls("tooldeck_authorize_call")
+            split = self._authorize_split = (
+                [i for i in impls if is_nonblocking(i.function)],
+                [i for i in impls if not is_nonblocking(i.function)],
+            )
+        return split
 
     def _register_all(self, strict: bool = False) -> None:
         from ._config_schema import raise_for_errors, unknown_tool_problems
@@ -859,7 +890,8 @@ class Session:
         if self._closed:
             return ToolResult.fail(
                 ErrorCode.CANCELLED,
-                f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did not run",
+                f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did "
+                "not run",
                 suggestion="Open a new session.",
             )
         generation = self._generation
@@ -1009,11 +1041,16 @@ class Session:
                 return self._finish(call, tool, self._invalid(problems))
         info = self.info()
         security = tool.security
+        inline, threaded = deck._authorize_impls()
         if security.url_params:
             # URL guards resolve host names; DNS must not stall every other call on the loop.
-            decisions = await trio.to_thread.run_sync(self._decisions, call, tool, info)
-        else:
-            decisions = self._decisions(call, tool, info)
+            inline, threaded = [], [*inline, *threaded]
+        decisions = self._decisions(call, tool, info, inline) if inline else []
+        if threaded:
+            more = await self._decisions_in_thread(call, tool, info, threaded, generation)
+            if more is None:
+                return self._cancelled_before_start(call)
+            decisions += more
         if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
             refusal = await self._combine(call, tool, info, decisions, approval_id)
         else:
@@ -1027,7 +1064,12 @@ class Session:
         if deck._cache is not None and tool.execution.cacheable:
             key = cache_key(tool, call.arguments, info)
             try:
-                hit = await deck._cache.get(key)
+                if deck._may_stall.get("cache_get"):
+                    hit = None
+                    with trio.move_on_after(tool.execution.timeout_s):
+                        hit = await deck._cache.get(key)
+                else:
+                    hit = await deck._cache.get(key)
             except Exception:
                 log.exception("cache get failed")
                 hit = None
@@ -1036,7 +1078,14 @@ class Session:
                 return hit.with_metadata(cached=True, **metadata)
         if deck._limiter is not None and tool.security.rate_limit is not None:
             try:
-                outcome = await deck._limiter.hit(tool, info)
+                if deck._may_stall.get("limiter"):
+                    outcome = None
+                    with trio.move_on_after(tool.execution.timeout_s):
+                        outcome = await deck._limiter.hit(tool, info)
+                    if outcome is None:
+                        return self._provider_timeout("rate limiter", tool)
+                else:
+                    outcome = await deck._limiter.hit(tool, info)
             except Exception as exc:
                 return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
@@ -1075,13 +1124,26 @@ class Session:
         result = self._finish(call, tool, result)
         if deck._cache is not None and result.success:
             try:
-                if key is not None:
-                    await deck._cache.put(key, result, tool.execution.cache_ttl_s)
-                if tool.execution.invalidates:
-                    await deck._cache.invalidate(tool.execution.invalidates)
+                stalls = deck._may_stall
+                if stalls.get("cache_put") or stalls.get("cache_invalidate"):
+                    with trio.move_on_after(tool.execution.timeout_s) as late:
+                        await self._cache_update(tool, key, result)
+                    if late.cancelled_caught:
+                        log.warning("cache update of %r skipped: no answer in time", tool.name)
+                else:
+                    await self._cache_update(tool, key, result)
             except Exception:
                 log.exception("cache update failed")
         return result.with_metadata(**metadata) if metadata else result
+
+    async def _cache_update(
+        self, tool: ToolDefinition, key: str | None, result: ToolResult
+    ) -> None:
+        cache = self.deck._cache
+        if key is not None:
+            await cache.put(key, result, tool.execution.cache_ttl_s)
+        if tool.execution.invalidates:
+            await cache.invalidate(tool.execution.invalidates)
 
     def _used(self, name: str) -> None:
         if self._last_used.get(name) != self._turn:
@@ -1096,6 +1158,17 @@ class Session:
             f"{len(problems)} invalid argument(s): {listed}{more}",
             suggestion=f"Fix these fields and call again: {listed}{more}",
             details={"errors": [attrs.asdict(p) for p in problems]},
+        )
+
+    @staticmethod
+    def _provider_timeout(what: str, tool: ToolDefinition) -> ToolResult:
+        log.error("%s did not answer within %g s", what, tool.execution.timeout_s)
+        return ToolResult.fail(
+            ErrorCode.TIMEOUT,
+            f"the {what} did not answer within the call's {tool.execution.timeout_s:g} s "
+            f"deadline; {tool.name!r} did not run",
+            retryable=True,
+            suggestion="Try again in a moment.",
         )
 
     @staticmethod
@@ -1165,9 +1238,65 @@ class Session:
             self._offered.add(tool.name)
         return None, metadata
 
-    def _decisions(self, call: ToolCall, tool: ToolDefinition, info: SessionInfo) -> list[Decision]:
+    async def _decisions_in_thread(
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        info: SessionInfo,
+        impls: list[HookImpl],
+        generation: int,
+    ) -> list[Decision] | None:
+        """Policy hooks that may block, in a worker thread under the call's deadline; None when
+        the session cancelled the call meanwhile."""
+        running: list[str] = []
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        decisions: list[Decision] | None = None
+        try:
+            with scope:
+                decisions = await trio.to_thread.run_sync(
+                    self._decisions,
+                    call,
+                    tool,
+                    info,
+                    impls,
+                    running,
+                    abandon_on_cancel=True,
+                    limiter=self.deck._policy_threads,
+                )
+        finally:
+            self._scopes.discard(scope)
+        if decisions is not None:
+            return decisions
+        if self._generation != generation:
+            return None
+        # The deadline passed: the hook still running is the one to blame (its thread is
+        # abandoned; its late answer is dropped). Fail closed.
+        plugin = running[-1] if running else impls[0].plugin
+        log.error("plugin %r: tooldeck_authorize_call did not answer within %g s", plugin, timeout)
+        return [
+            Decision.deny(
+                f"policy plugin {plugin!r} did not answer within the call's {timeout:g} s "
+                "deadline; the call was refused",
+                code=ErrorCode.PLUGIN_ERROR,
+                plugin=plugin,
+                suggestion="Try again later; if it persists, tell the user.",
+            )
+        ]
+
+    def _decisions(
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        info: SessionInfo,
+        impls: Sequence[HookImpl],
+        running: list[str] | None = None,
+    ) -> list[Decision]:
         decisions: list[Decision] = []
-        for impl in self.deck._impls("tooldeck_authorize_call"):
+        for impl in impls:
+            if running is not None:
+                running.append(impl.plugin)
             try:
                 decision = impl.call_in_order(call, tool, info)
             except Exception as exc:
@@ -1246,12 +1375,16 @@ class Session:
         arguments_hash = _arguments_hash(call.arguments)
         if approval_id is not None:
             try:
-                valid = await store.consume(
-                    approval_id=approval_id,
-                    session_id=self.id,
-                    tool=tool.name,
-                    arguments_hash=arguments_hash,
-                )
+                valid = None
+                with trio.move_on_after(tool.execution.timeout_s):
+                    valid = await store.consume(
+                        approval_id=approval_id,
+                        session_id=self.id,
+                        tool=tool.name,
+                        arguments_hash=arguments_hash,
+                    )
+                if valid is None:
+                    return self._provider_timeout("approval store", tool)
             except Exception as exc:  # fail closed: no store, no approval
                 return self._plugin_error("approval store", exc)
             if valid:
@@ -1292,12 +1425,16 @@ class Session:
                 details={"reasons": list(reasons)},
             )
         try:
-            new_id = await store.create(
-                session_id=self.id,
-                tool=tool.name,
-                arguments_hash=arguments_hash,
-                ttl_s=self.deck._approval_ttl_s,
-            )
+            new_id = None
+            with trio.move_on_after(tool.execution.timeout_s):
+                new_id = await store.create(
+                    session_id=self.id,
+                    tool=tool.name,
+                    arguments_hash=arguments_hash,
+                    ttl_s=self.deck._approval_ttl_s,
+                )
+            if new_id is None:
+                return self._provider_timeout("approval store", tool)
         except Exception as exc:  # fail closed: the call neither runs nor waits
             return self._plugin_error("approval store", exc)
         if len(self._pending) >= 256:

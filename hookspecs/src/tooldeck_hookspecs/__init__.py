@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
+from ._suspends import NONBLOCKING_ATTR, is_nonblocking, never_suspends, nonblocking
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
 from .exceptions import (
     ConfigError,
@@ -64,6 +65,10 @@ from .protocols import (
 )
 
 __all__ = [
+    "NONBLOCKING_ATTR",
+    "is_nonblocking",
+    "never_suspends",
+    "nonblocking",
     "DEFAULT_PROTECTED_PATHS",
     "ProtectedMatch",
     "ProtectedScan",

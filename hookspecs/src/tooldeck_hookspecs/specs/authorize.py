@@ -22,7 +22,11 @@ def tooldeck_authorize_call(
 
     Called for every implementation on every call; all results are collected and combined as
     deny > ask > allow (None means no opinion). Every deny or ask must carry a reason; the core
-    records which plugin gave it. Must be pure and cheap: no I/O beyond ``os.path`` look-ups.
+    records which plugin gave it. Should be pure and cheap. An implementation marked with
+    :func:`~tooldeck_hookspecs.nonblocking` is called on the event loop (about 1 µs); one without
+    the mark runs in a worker thread (tens of µs) under the call's deadline (``timeout_s``), so
+    a hook that blocks or hangs fails its own calls closed (``PLUGIN_ERROR`` naming the plugin)
+    and stalls nobody else. Mark a hook only when it never waits.
 
     :param call: the call, with its parsed arguments.
     :param tool: the tool's definition (after configuration overrides).
@@ -32,6 +36,7 @@ def tooldeck_authorize_call(
     Example, no writes to ``.env`` files::
 
         @hookimpl
+        @nonblocking
         def tooldeck_authorize_call(call, tool, session):
             if tool.name == "file_write" and call.arguments.get("path", "").endswith(".env"):
                 return Decision.deny("writing .env files is not allowed")
