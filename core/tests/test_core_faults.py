@@ -434,3 +434,32 @@ async def test_a_hung_cache_is_a_miss_and_a_hung_limiter_a_timeout():
             second = await session.call("limited", {})
     assert first.success and first.data == "fresh"
     assert second.error.code is ErrorCode.TIMEOUT and "rate limiter" in second.error.message
+
+
+# -- 5: in-process results have the same size cap as sandboxed ones ---------------------------
+
+
+@pytest.mark.parametrize("shape", ["text", "list", "bytes"])
+async def test_an_oversized_in_process_result_is_output_truncated(shape):
+    @tool(category="demo", execution={"max_output_bytes": 10_000})
+    def big() -> object:
+        """Return too much."""
+        if shape == "text":
+            return "é" * 6_000  # 6,000 characters, 12,000 bytes
+        if shape == "list":
+            return list(range(5_000))
+        return b"x" * 20_000
+
+    @tool(category="demo", execution={"max_output_bytes": 10_000})
+    def fits() -> str:
+        """Return enough."""
+        return "a" * 9_000
+
+    async with _deck(tools=[big, fits]) as deck:
+        session = deck.session()
+        result = await session.call("big", {})
+        ok = await session.call("fits", {})
+    assert result.error.code is ErrorCode.OUTPUT_TRUNCATED
+    assert result.error.details["max_output_bytes"] == 10_000
+    assert result.data is None
+    assert ok.success and len(ok.data) == 9_000

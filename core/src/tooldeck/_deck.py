@@ -55,7 +55,7 @@ from ._approvals import InMemoryApprovalStore
 from ._catalog import ToolCatalog
 from ._config import Config, load_config
 from ._introspect import apply_override, definition_from_function
-from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, shorten, too_deep
+from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, json_size, shorten, too_deep
 from ._plugins import HookImpl, PluginInfo, TooldeckPluginManager
 
 __all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
@@ -154,13 +154,27 @@ def _must_propagate(exc: BaseException) -> bool:
     return False
 
 
-def _normalised(result: ToolResult) -> ToolResult:
-    """A result whose data and error details are plain JSON (see :func:`json_safe`)."""
+def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
+    """A result whose data and error details are plain JSON (see :func:`json_safe`), and whose
+    data is at most ``max_output_bytes`` (``execution.max_output_bytes``; the sandbox enforces the
+    same cap on its side): a bigger one becomes ``OUTPUT_TRUNCATED`` before redaction, the cache
+    or a client ever walk it."""
     data = result.data
-    if data is not None and type(data) is not str:
-        safe = json_safe(data)
-        if safe is not data:
-            result = attrs.evolve(result, data=safe)
+    if data is not None:
+        if type(data) is not str:
+            safe = json_safe(data)
+            if safe is not data:
+                result = attrs.evolve(result, data=safe)
+                data = safe
+        size = json_size(data, max_output_bytes)
+        if size > max_output_bytes:
+            return ToolResult.fail(
+                ErrorCode.OUTPUT_TRUNCATED,
+                f"the tool's result is {size} bytes, more than its limit of {max_output_bytes} "
+                "bytes; it was dropped",
+                suggestion="Ask for less (a narrower query, a range, a smaller page).",
+                details={"max_output_bytes": max_output_bytes, "size_bytes": size},
+            ).with_metadata(**result.metadata)
     error = result.error
     if error is not None and error.details:
         details = json_safe(dict(error.details))
@@ -1120,7 +1134,7 @@ class Session:
         else:
             result = await self._execute_scoped(call, tool)
         self._used(tool.name)
-        result = _normalised(result)
+        result = _normalised(result, tool.execution.max_output_bytes)
         result = self._finish(call, tool, result)
         if deck._cache is not None and result.success:
             try:

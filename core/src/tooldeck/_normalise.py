@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "shorten", "too_deep"]
+__all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "json_size", "shorten", "too_deep"]
 
 #: Deeper arguments are refused with INVALID_ARGUMENTS. JSON Schemas of real tools nest a few
 #: levels; 64 leaves room for generous ones and stays far below every recursion limit.
@@ -100,6 +100,22 @@ def json_safe(value: Any) -> Any:
     if type(value) in (dict, list) and _orjson_ok(value) and not _has_nonfinite(value):
         return value
     return _convert(value)
+
+
+def json_size(value: Any, cap: int) -> int:
+    """The UTF-8 JSON size of plain JSON ``value`` in bytes; strings count their text (no
+    quotes), so a tool returning text may use the whole cap. Stops early above ``cap`` for
+    strings (the one shape that is commonly huge): the result is then only known to be > cap."""
+    if isinstance(value, str):
+        if len(value) * 4 <= cap:  # cannot exceed: no need to encode
+            return len(value)
+        return len(value.encode("utf-8", "surrogatepass"))
+    if value is None or isinstance(value, bool | int | float):
+        return 8
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return len(str(value))
 
 
 def _has_nonfinite(value: Any) -> bool:
