@@ -463,3 +463,33 @@ async def test_an_oversized_in_process_result_is_output_truncated(shape):
     assert result.error.details["max_output_bytes"] == 10_000
     assert result.data is None
     assert ok.success and len(ok.data) == 9_000
+
+
+def _deep_json(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize("depth", [100, 10_000, 100_000])
+def test_parse_tool_calls_answers_deep_argument_strings(depth):
+    from tooldeck import parse_tool_calls
+
+    response = {
+        "choices": [{"message": {"tool_calls": [
+            {"id": "c1", "function": {"name": "echo", "arguments": _deep_json(depth)}},
+            {"id": "c2", "function": {"name": "echo", "arguments": '{"value": 1}'}},
+        ]}}]
+    }
+    parsed = parse_tool_calls("openai", response)
+    assert parsed[0].error is not None and parsed[0].error.code is ErrorCode.INVALID_ARGUMENTS
+    assert parsed[1].error is None and parsed[1].call.arguments == {"value": 1}
+
+
+async def test_run_tool_calls_answers_deep_argument_strings():
+    async with _deck() as deck:
+        messages = await deck.session().run_tool_calls("anthropic", {"content": [
+            {"type": "tool_use", "id": "t1", "name": "echo", "input": json.loads(_deep_json(500))},
+            {"type": "tool_use", "id": "t2", "name": "echo", "input": {"value": 2}},
+        ]})
+    first, second = (json.loads(block["content"]) for block in messages[0]["content"])
+    assert first["error"]["code"] == "INVALID_ARGUMENTS" and "deeper" in first["error"]["message"]
+    assert second == {"ok": True, "data": 2}

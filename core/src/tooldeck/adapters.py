@@ -24,6 +24,8 @@ from tooldeck_hookspecs import (
     ToolResult,
 )
 
+from ._normalise import MAX_ARGUMENT_DEPTH, shorten, too_deep
+
 __all__ = [
     "FORMATS",
     "ParsedCall",
@@ -198,9 +200,13 @@ def _parse_arguments(call_id: str, name: str, raw: Any) -> ParsedCall:
     if raw is None or raw == "":
         return ParsedCall(call=ToolCall(id=call_id, name=name, arguments={}))
     if isinstance(raw, Mapping):
+        if too_deep(raw):
+            return _too_deep_call(call_id, name)
         return ParsedCall(call=ToolCall(id=call_id, name=name, arguments=dict(raw)))
     try:
         arguments = json.loads(raw)
+    except RecursionError:
+        return _too_deep_call(call_id, name)
     except (TypeError, ValueError) as exc:
         return ParsedCall(
             call=ToolCall(id=call_id, name=name, arguments={}),
@@ -220,7 +226,22 @@ def _parse_arguments(call_id: str, name: str, raw: Any) -> ParsedCall:
                 details={"errors": [{"path": "$", "message": "must be an object"}]},
             ),
         )
+    if too_deep(arguments):
+        return _too_deep_call(call_id, name)
     return ParsedCall(call=ToolCall(id=call_id, name=name, arguments=arguments))
+
+
+def _too_deep_call(call_id: str, name: str) -> ParsedCall:
+    return ParsedCall(
+        call=ToolCall(id=call_id, name=name, arguments={}),
+        error=ToolError.of(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"the arguments of {shorten(name, 80)!r} are nested deeper than "
+            f"{MAX_ARGUMENT_DEPTH} levels",
+            suggestion="Send flatter arguments matching the tool's schema.",
+            details={"errors": [{"path": "$", "message": "nested too deeply"}]},
+        ),
+    )
 
 
 def parse_tool_calls(format: str, response: Any) -> list[ParsedCall]:
