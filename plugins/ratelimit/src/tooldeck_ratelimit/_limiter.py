@@ -36,6 +36,8 @@ logger = logging.getLogger("tooldeck.ratelimit")
 DEFAULT_GLOBAL_FACTOR = 10.0
 
 _ALLOWED = RateLimitOutcome(allowed=True)
+#: How often the in-memory windows of finished sessions are dropped (see ``sweep``).
+_SWEEP_EVERY_S = 30.0
 _NAMESPACE = "tooldeck"
 
 
@@ -125,6 +127,7 @@ class ToolRateLimiter:
             parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
         # Windows depend only on the tool definition; build them once per (name, version, limit).
         self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
+        self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
 
     def _tool_windows(
         self, tool: ToolDefinition, limit: RateLimit
@@ -172,6 +175,8 @@ class ToolRateLimiter:
             windows.append(global_window)
         try:
             if self._in_memory:
+                if time.monotonic() >= self._next_sweep:
+                    self.sweep()
                 return self._admit(windows)
             return await trio.to_thread.run_sync(self._admit, windows)
         except Exception:
@@ -182,6 +187,34 @@ class ToolRateLimiter:
             return RateLimitOutcome(
                 allowed=False, retry_after_s=1.0, limit="rate limit storage unavailable"
             )
+
+    def sweep(self) -> int:
+        """Drop the in-memory windows whose calls have all expired; returns how many.
+
+        ``limits``' memory storage empties a window's list when its calls expire but keeps the
+        key for good: one key per (session, tool) ever seen, so a long-lived deck serving many
+        sessions grows without bound. This runs every ``_SWEEP_EVERY_S`` seconds from ``hit``.
+        """
+        self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
+        storage = self._storage
+        events = getattr(storage, "events", None)
+        locks = getattr(storage, "locks", None)
+        if not isinstance(events, dict) or locks is None:
+            return 0
+        now = time.time()
+        dropped = 0
+        for key in list(events):
+            # The storage's own lock for the key: its expiry timer thread works on these too.
+            with locks[key]:
+                entries = events.get(key)
+                if entries and all(getattr(e, "expiry", now + 1) <= now for e in entries[:1]):
+                    entries = None  # newest first: if the newest expired, all did
+                if not entries:
+                    events.pop(key, None)
+                    dropped += 1
+            if key not in events:
+                locks.pop(key, None)
+        return dropped
 
     def _admit(self, windows: list[_Window]) -> RateLimitOutcome:
         for window in windows:
