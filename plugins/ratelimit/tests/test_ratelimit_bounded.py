@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from tooldeck_hookspecs import RateLimit, SecurityConfig, SessionInfo, ToolDefinition
 from tooldeck_ratelimit import ToolRateLimiter
+
+from tooldeck_hookspecs import RateLimit, SecurityConfig, SessionInfo, ToolDefinition
 
 
 def _tool() -> ToolDefinition:
