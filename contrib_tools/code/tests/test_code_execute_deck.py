@@ -171,3 +171,40 @@ async def test_bad_input_and_odd_output(workdir):
         assert odd.success and odd.data["stdout_encoding"] == "utf-8 (with replacements)"
         assert odd.data["stdout"].startswith("\ufffd\ufffd\x00 ok")
         assert odd.data["truncated_stdout"] is True
+
+
+_EIGHT_CHILDREN = """
+import subprocess, sys
+hold = "b = bytearray(200 * 1024 * 1024); import time; print('held', flush=True); time.sleep(5)"
+kids = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(8)]
+print([k.wait() for k in kids])
+"""
+
+
+async def test_the_call_not_each_process_is_bounded(workdir):
+    # The issue's figures: 8 children of 200 MiB each (each under its own 256 MiB address
+    # space), 600 MiB into /tmp, 1000 processes. The call as a whole is bounded.
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        many = await session.call("code_execute", {"code": _EIGHT_CHILDREN, "timeout_s": 30})
+        limits = many.metadata["limits"]
+        assert limits["memory_mb"] == 256
+        if limits["memory"] == "cgroup":
+            assert not many.success and many.error.code == "SANDBOX_MEMORY_LIMIT", many
+        else:  # no writable cgroup on this machine: the fallback is stated, not hidden
+            assert "per process" in limits["memory_scope"]
+        tmp = await session.call(
+            "code_execute",
+            {"code": "import os\nwith open(os.path.join('/tmp', 'f'), 'wb') as fh:\n"
+                     "    for _ in range(600): fh.write(b'x' * 1048576)\n"},
+        )
+        assert tmp.metadata["limits"]["tmp_mb"] == 64
+        assert tmp.success and tmp.data["exit_code"] == 1, tmp
+        assert "No space left on device" in tmp.data["stderr"]
+        bomb = await session.call(
+            "code_execute",
+            {"code": "import subprocess\nps = []\nfor _ in range(1000):\n"
+                     "    ps.append(subprocess.Popen(['sleep', '30']))\n", "timeout_s": 30},
+        )
+        if bomb.metadata["limits"]["max_processes"] is not None:
+            assert not bomb.success and "limit of 256 processes" in bomb.error.message, bomb

@@ -44,3 +44,18 @@ async def test_degraded_mode_without_bubblewrap_runs_and_returns_files(tmp_path)
     assert result.success and result.metadata["isolation"] == "process (degraded isolation)"
     assert result.data["files"][0]["content"] == "hi"
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_without_bubblewrap_and_without_opting_in_code_execute_is_refused(
+    tmp_path, monkeypatch
+):
+    from tooldeck.testing import make_deck
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine where `bwrap` cannot be found
+    deck = make_deck(load_entry_points=["schema", "runner", "policy", "code"], config={})
+    async with deck:
+        session = deck.session(workdir=tmp_path, grants={"code"})
+        result = await session.call("code_execute", {"code": "print('ran')"})
+    assert not result.success and result.error.code == "PERMISSION_DENIED", result
+    assert "bubblewrap" in result.error.message
+    assert "allow_degraded" in result.error.suggestion

@@ -159,3 +159,224 @@ def exit_abruptly(arguments: dict[str, Any], context: Any) -> None:
 def thousand_children_then_sleep(arguments: dict[str, Any], context: Any) -> None:
     thousand_children(arguments, context)
     time.sleep(3600)
+
+
+# -- the call as a whole (limits of the process tree) ------------------------------------------
+
+
+def children_allocate(arguments: dict[str, Any], context: Any) -> list[int]:
+    """``count`` child processes, each holding ``mb`` MiB (touched) at the same time."""
+    import subprocess
+
+    mb = arguments.get("mb", 64)
+    code = (
+        f"import time; b = bytearray({mb} * 1024 * 1024); "
+        "print('held', flush=True); time.sleep(3)"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        for _ in range(arguments.get("count", 8))
+    ]
+    return [child.wait() for child in children]
+
+
+def fill_tmp(arguments: dict[str, Any], context: Any) -> int:
+    """``mb`` MiB into the private /tmp, in 4 MiB files (under the per-file size limit)."""
+    written = 0
+    chunk = b"t" * (1024 * 1024)
+    for i in range(arguments.get("mb", 600) // 4):
+        with open(f"/tmp/fill-{i}.bin", "wb") as fh:
+            for _ in range(4):
+                fh.write(chunk)
+                fh.flush()
+                written += len(chunk)
+    return written
+
+
+def write_many(arguments: dict[str, Any], context: Any) -> int:
+    """``files`` files of ``mb`` MiB each in the workdir (each under the per-file limit)."""
+    chunk = b"w" * (1024 * 1024)
+    for i in range(arguments["files"]):
+        with open(f"bulk-{i}.bin", "wb") as fh:
+            for _ in range(arguments["mb"]):
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return arguments["files"]
+
+
+def run_program(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Run ``argv`` (a list) as a child process, the way shell and code tools do."""
+    import subprocess
+
+    done = subprocess.run(
+        arguments["argv"], capture_output=True, text=True, timeout=arguments.get("timeout", 30)
+    )
+    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def setid_attempts(arguments: dict[str, Any], context: Any) -> dict[str, str]:
+    """Every way to make a set-user-ID or set-group-ID file, and what each gave."""
+    import shutil as _shutil
+    import subprocess
+
+    outcomes: dict[str, str] = {}
+
+    def attempt(name: str, action: Any) -> None:
+        try:
+            action()
+            outcomes[name] = "done"
+        except OSError as exc:
+            outcomes[name] = f"refused: {exc.strerror}"
+
+    _shutil.copy("/bin/sh", "copied-sh")
+    attempt("chmod 4755", lambda: os.chmod("copied-sh", 0o4755))
+    attempt("chmod 2755", lambda: os.chmod("copied-sh", 0o2755))
+    attempt("chmod u+s via fchmod", lambda: os.fchmod(os.open("copied-sh", os.O_RDONLY), 0o4711))
+    attempt(
+        "open O_CREAT 04755",
+        lambda: os.close(os.open("created-suid", os.O_CREAT | os.O_WRONLY, 0o4755)),
+    )
+    attempt("mkdir 02755", lambda: os.mkdir("setgid-dir", 0o2755))
+    attempt("mknod 04755", lambda: os.mknod("node-suid", 0o100000 | 0o4755))
+    done = subprocess.run(
+        ["/bin/sh", "-c", "cp /bin/sh sh2 && chmod 4755 sh2 && chmod g+s sh2"],
+        capture_output=True,
+        text=True,
+    )
+    outcomes["shell chmod 4755"] = f"exit {done.returncode}: {done.stderr.strip()}"
+    return outcomes
+
+
+def identity(arguments: dict[str, Any], context: Any) -> dict[str, str]:
+    fields = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            name, _, value = line.partition(":")
+            if name in ("Uid", "Gid", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp"):
+                fields[name] = value.strip()
+    with open("/proc/self/uid_map") as fh:
+        fields["uid_map"] = " ".join(fh.read().split())
+    fields["user_ns"] = os.readlink("/proc/self/ns/user")
+    return fields
+
+
+#: Run in a child of the worker: every way at the worker's descriptors and memory.
+_PLUMBING_PROBE = r"""
+import json, os, struct
+parent = os.getppid()
+report = {"parent": parent, "fds": {}, "mem": None, "environ": None, "forged": []}
+forged = json.dumps({"success": True, "data": "FORGED", "error": None, "metadata": {}}).encode()
+frame = struct.pack(">I", len(forged)) + forged
+for pid in sorted({parent, 1}):
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError as exc:
+        report["fds"][pid] = f"listdir: {exc.strerror}"
+        continue
+    for name in names:
+        path = f"/proc/{pid}/fd/{name}"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            report["fds"][f"{pid}/{name}"] = exc.strerror
+            continue
+        try:
+            os.write(fd, frame)
+            report["forged"].append(f"{pid}/{name}")
+        except OSError as exc:
+            report["fds"][f"{pid}/{name}"] = f"write: {exc.strerror}"
+        finally:
+            os.close(fd)
+for what in ("mem", "environ"):
+    try:
+        with open(f"/proc/{parent}/{what}", "rb") as fh:
+            fh.read(16)
+        report[what] = "read"
+    except OSError as exc:
+        report[what] = exc.strerror
+print(json.dumps(report))
+"""
+
+
+def plumbing(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PLUMBING_PROBE], capture_output=True, text=True, timeout=20
+    )
+    report = json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
+    report["secret_seen"] = "hunter2" in done.stdout
+    return report
+
+
+def unix_connect(arguments: dict[str, Any], context: Any) -> str:
+    import socket
+
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"socket refused: {exc.strerror}"
+    try:
+        sock.connect(arguments["path"])
+    except OSError as exc:
+        return f"connect refused: {exc.strerror}"
+    sock.sendall(b"hello from the sandbox")
+    sock.close()
+    return "connected"
+
+
+def sleep_for(arguments: dict[str, Any], context: Any) -> float:
+    time.sleep(arguments["seconds"])
+    return arguments["seconds"]
+
+
+def sleep_marked(arguments: dict[str, Any], context: Any) -> None:
+    """A marked child that sleeps, then the tool waits for it."""
+    import subprocess
+
+    subprocess.run([arguments["marker"], "3600"], executable=SLEEP)
+
+
+def protected_writes(arguments: dict[str, Any], context: Any) -> dict[str, str]:
+    """Try to change and create protected paths; report each attempt."""
+    outcomes: dict[str, str] = {}
+    for path, text in arguments["writes"].items():
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "a") as fh:
+                fh.write(text)
+            outcomes[path] = "written"
+        except OSError as exc:
+            outcomes[path] = f"refused: {exc.strerror}"
+    for name in arguments.get("unlink", ()):
+        try:
+            os.unlink(name)
+            outcomes[f"unlink {name}"] = "removed"
+        except OSError as exc:
+            outcomes[f"unlink {name}"] = f"refused: {exc.strerror}"
+    for name, target in arguments.get("symlinks", {}).items():
+        try:
+            os.symlink(target, name)
+            outcomes[name] = "linked"
+        except OSError as exc:
+            outcomes[name] = f"refused: {exc.strerror}"
+    for src, dst in arguments.get("renames", {}).items():
+        try:
+            os.rename(src, dst)
+            outcomes[f"{src}->{dst}"] = "renamed"
+        except OSError as exc:
+            outcomes[f"{src}->{dst}"] = f"refused: {exc.strerror}"
+    return outcomes
+
+
+def create_then_sleep(arguments: dict[str, Any], context: Any) -> None:
+    with open(arguments["path"], "w") as fh:
+        fh.write("[runner]\n")
+    time.sleep(3600)
+
+
+def hard_link(arguments: dict[str, Any], context: Any) -> str:
+    os.link(arguments["source"], arguments["name"])
+    return "linked"

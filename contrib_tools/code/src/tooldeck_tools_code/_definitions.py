@@ -11,7 +11,6 @@ from .tools import (
     MAX_FILES,
     MAX_STDIN_BYTES,
     MAX_TIMEOUT_S,
-    NODE_MEMORY_MB,
     PYTHON_MEMORY_MB,
     STDERR_CAP_BYTES,
     STDOUT_CAP_BYTES,
@@ -20,9 +19,13 @@ from .tools import (
 
 __all__ = ["CODE_EXECUTE", "definitions", "build_definition", "MEMORY_MB"]
 
-#: The sandbox worker's address space: above the snippet's own limit (the worker lowers it for
-#: the child), and above what node reserves at start.
-MEMORY_MB = NODE_MEMORY_MB + 256
+#: Memory of the whole call: the sandbox worker, the snippet and every process it starts, together
+#: (the runner's per-call cgroup). The snippet's process also gets its own address-space limit
+#: (PYTHON_MEMORY_MB / NODE_MEMORY_MB, set by the tool) so that Python fails with MemoryError
+#: rather than being killed. Without a memory cgroup the runner falls back to RLIMIT_AS of this
+#: size per process, where node (which reserves ~1 GiB of address space) cannot start: its
+#: result's metadata["limits"]["memory"] says "rlimit" then.
+MEMORY_MB = PYTHON_MEMORY_MB
 
 
 def build_definition(javascript: bool) -> ToolDefinition:

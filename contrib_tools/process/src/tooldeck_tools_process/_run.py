@@ -15,7 +15,9 @@ What it guarantees, beyond :func:`subprocess.run`:
   cannot be reused by an unrelated process before the group is killed.
 
 Processes that left the group (``setsid`` daemons) are out of reach here: the sandbox that runs
-the tool (bubblewrap's PID namespace, or the runner's subreaper in degraded mode) ends them.
+the tool (bubblewrap's PID namespace and the call's cgroup, or the runner's subreaper in degraded
+mode) ends them. Memory, process count and ``/tmp`` are bounded for the whole call by the runner
+(its per-call cgroup); the ``preexec_fn`` limits a pack passes here are per process, on top.
 """
 
 from __future__ import annotations

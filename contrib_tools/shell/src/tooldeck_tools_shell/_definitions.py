@@ -19,8 +19,10 @@ from .tools import (
 
 __all__ = ["SHELL_EXEC", "definitions", "MEMORY_MB"]
 
-#: Address space of the sandbox, inherited by the command (RLIMIT_AS is per process). Compilers,
-#: node and test runners reserve far more address space than they use: 256 MiB breaks them.
+#: Memory of the whole call (the command and everything it starts, together: the runner's
+#: per-call cgroup). Builds and test runners use several processes at once. Without a memory
+#: cgroup the runner falls back to RLIMIT_AS of this size per process: compilers, node and test
+#: runners reserve far more address space than they use, so it cannot be much smaller.
 MEMORY_MB = 2048
 
 SHELL_EXEC = ToolDefinition(

@@ -18,6 +18,7 @@ from ._executor import (
 from ._sandbox import (
     ISOLATION_BWRAP,
     ISOLATION_PROCESS,
+    ISOLATION_UNAVAILABLE,
     PoolKey,
     SandboxPool,
     SandboxStatistics,
@@ -36,5 +37,6 @@ __all__ = [
     "ISOLATION_IN_PROCESS",
     "ISOLATION_BWRAP",
     "ISOLATION_PROCESS",
+    "ISOLATION_UNAVAILABLE",
     "never_suspends",
 ]

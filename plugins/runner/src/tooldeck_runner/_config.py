@@ -15,11 +15,10 @@ __all__ = ["RunnerSettings"]
 SandboxMode = Literal["auto", "bubblewrap", "process"]
 _MODES = ("auto", "bubblewrap", "process")
 
-
-
 #: Calls in flight per category unless configured: a browser page and a shell are heavy, so they
 #: get few slots; everything else shares a generous default.
 DEFAULT_CONCURRENCY: dict[str, int] = {"default": 16, "browser": 3, "shell": 5, "code": 4}
+
 
 @attrs.frozen(kw_only=True)
 class RunnerSettings:
@@ -43,6 +42,19 @@ class RunnerSettings:
     extra_ro_binds: tuple[str, ...] = ()
     file_size_mb: int = 64
     max_open_files: int = 256
+    #: Opt-in to plain-process isolation when ``sandbox = "auto"`` finds no bubblewrap (without
+    #: it, sandboxed tools are refused there).
+    allow_degraded: bool = False
+    #: Processes (and threads) of one call, all together (cgroup ``pids.max``).
+    max_processes: int = 256
+    #: Size of the call's private ``/tmp`` (a tmpfs), in MiB.
+    tmp_size_mb: int = 64
+    #: Growth of the workdir's file system one writing call may cause, in MiB.
+    workdir_write_mb: int = 256
+    #: Per-call cgroups (memory, pids) when the machine allows them; off: per-process rlimits.
+    cgroups: bool = True
+    #: The sandbox's seccomp filter (setuid bits, Unix sockets without network, io_uring).
+    seccomp: bool = True
     retry_initial_s: float = 1.0
     retry_max_s: float = 8.0
     retry_jitter_s: float = 0.5
@@ -79,6 +91,17 @@ class RunnerSettings:
                     f"not {table['sandbox']!r}"
                 )
             kw["sandbox"] = table["sandbox"]
+        for name in ("allow_degraded", "cgroups", "seccomp"):
+            if name in table:
+                if not isinstance(table[name], bool):
+                    raise ConfigError(f"[tool.tooldeck.runner].{name} must be true or false")
+                kw[name] = table[name]
+        for name in ("max_processes", "tmp_size_mb", "workdir_write_mb"):
+            if name in table:
+                value = table[name]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"[tool.tooldeck.runner].{name} must be an integer >= 1")
+                kw[name] = value
         for name in ("warm_workers", "max_warm_keys", "file_size_mb", "max_open_files"):
             if name in table:
                 value = table[name]

@@ -24,11 +24,11 @@ scheduler every few calls), so code driving this executor directly should do the
 
 from __future__ import annotations
 
-import dis
-import functools
 import inspect
+import math
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -44,6 +44,7 @@ from tooldeck_hookspecs import (
     ToolFailure,
     ToolResult,
     call_tool_function,
+    never_suspends,
 )
 
 from ._config import RunnerSettings
@@ -59,40 +60,9 @@ __all__ = [
 ]
 
 ISOLATION_IN_PROCESS = "in-process"
-
-# Every way a native coroutine can give control back to the event loop goes through one of these
-# instructions (await, async for, async with; YIELD_VALUE also covers what later versions emit).
-_SUSPENDING_OPCODES = frozenset(
-    dis.opmap[name]
-    for name in (
-        "GET_AWAITABLE",
-        "GET_AITER",
-        "GET_ANEXT",
-        "BEFORE_ASYNC_WITH",
-        "END_ASYNC_FOR",
-        "SEND",
-        "YIELD_VALUE",
-    )
-    if name in dis.opmap
-)
-
-
-def never_suspends(function: Callable[..., Any] | None) -> bool:
-    """True when ``function`` is an ``async def`` whose own body contains no suspension point.
-
-    Such a coroutine runs from its first step to its return without ever yielding to the event
-    loop. Anything else (a sync function, a callable object, a wrapper, a body with ``await``)
-    gives False: the answer only has to be right when it is True.
-    """
-    if inspect.ismethod(function):
-        function = function.__func__
-    code = getattr(function, "__code__", None)
-    if code is None or not code.co_flags & inspect.CO_COROUTINE:
-        return False
-    return not any(
-        instruction.opcode in _SUSPENDING_OPCODES for instruction in dis.get_instructions(code)
-    )
-
+# The tools' own pools bound the threads; trio's to_thread needs a limiter, and this one never
+# makes a call wait.
+_UNLIMITED_THREADS = trio.CapacityLimiter(math.inf)
 
 @attrs.frozen(kw_only=True)
 class CategoryStatistics:
@@ -104,6 +74,9 @@ class CategoryStatistics:
     waiting: int
     max_in_flight: int
     completed: int
+    #: Threads of this category's sync tools that are still running after their call timed out
+    #: or was cancelled (a thread cannot be killed). They count against their own tool only.
+    abandoned_threads: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -155,6 +128,15 @@ def _should_retry(result: ToolResult) -> bool:
 
 
 @attrs.define(eq=False)
+class _ToolThreads:
+    """The worker threads of one sync tool: its own pool, and the threads it abandoned."""
+
+    limiter: trio.CapacityLimiter
+    category: str
+    abandoned: int = 0
+
+
+@attrs.define(eq=False)
 class _InFlight:
     session_id: str
     call_id: str
@@ -179,6 +161,9 @@ class RunnerExecutor:
     # Per execute function: may it run inline (see the module docstring)? Keyed by the function,
     # so a tool registered again with another implementation is judged again.
     _inline: dict[Any, bool] = attrs.field(factory=dict, init=False)
+    # Per sync tool (by name): its thread pool. trio's shared default pool (40 threads) would let
+    # one tool's abandoned threads (timed out, still sleeping) starve every other sync tool.
+    _threads: dict[str, _ToolThreads] = attrs.field(factory=dict, init=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
@@ -186,7 +171,7 @@ class RunnerExecutor:
         runner = RunnerSettings.from_settings(settings)
         # At start-up, not at the first sandboxed call: fail when bubblewrap is demanded but
         # absent, and warn (once) when sandboxed tools would get degraded isolation.
-        resolve_isolation(runner.sandbox)
+        resolve_isolation(runner.sandbox, runner.allow_degraded)
         executor = cls(settings=runner)
         executor.sandbox_pool()
         return executor
@@ -281,6 +266,9 @@ class RunnerExecutor:
                     waiting=q.waiting,
                     max_in_flight=q.max_in_flight,
                     completed=q.completed,
+                    abandoned_threads=sum(
+                        t.abandoned for t in self._threads.values() if t.category == name
+                    ),
                 )
                 for name, q in self._queues.items()
             },
@@ -405,6 +393,8 @@ class RunnerExecutor:
         token = object()
         started = False
         ahead = 0
+        # Filled by _invoke while a sync tool waits for a thread of its own pool.
+        waiting: list[int] = []
         scope = entry.scope if entry is not None else trio.move_on_after(timeout)
         with scope:
             ahead = queue.waiting
@@ -428,7 +418,7 @@ class RunnerExecutor:
             queue.in_flight += 1
             queue.max_in_flight = max(queue.max_in_flight, queue.in_flight)
             try:
-                return await self._invoke(tool, call, context)
+                return await self._invoke(tool, call, context, waiting)
             finally:
                 queue.in_flight -= 1
                 queue.completed += 1
@@ -436,6 +426,16 @@ class RunnerExecutor:
         if entry is not None and entry.requested:
             # Cancelled by cancel_session()/cancel_call(); the caller reports CANCELLED.
             return ToolResult.fail(ErrorCode.CANCELLED, "cancelled")
+        if waiting:
+            return ToolResult.fail(
+                ErrorCode.TIMEOUT,
+                f"{tool.name!r} timed out after {timeout:g}s before it started: all its worker "
+                f"threads were busy, {waiting[0]} of them with earlier calls that timed out and "
+                "are still running; it never started",
+                retryable=True,
+                suggestion=f"{tool.name} is stuck; use another tool or wait before calling it.",
+                details={"queued": True, "timeout_s": timeout, "abandoned_threads": waiting[0]},
+            )
         if not started:
             return ToolResult.fail(
                 ErrorCode.TIMEOUT,
@@ -452,8 +452,64 @@ class RunnerExecutor:
             details={"queued": False, "timeout_s": timeout},
         )
 
+    def _tool_threads(self, tool: ToolDefinition) -> _ToolThreads:
+        threads = self._threads.get(tool.name)
+        if threads is None:
+            size = self._queue(tool.category).limiter.total_tokens
+            threads = self._threads[tool.name] = _ToolThreads(
+                trio.CapacityLimiter(size), tool.category
+            )
+        return threads
+
+    async def _in_thread(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, waiting: list[int]
+    ) -> Any:
+        """Run a sync tool in a thread of its own pool; on timeout or cancellation the thread is
+        abandoned (it cannot be killed) and keeps its pool slot until it really ends."""
+        threads = self._tool_threads(tool)
+        token = object()
+        if threads.limiter.available_tokens < 1:
+            waiting.append(threads.abandoned)
+        await threads.limiter.acquire_on_behalf_of(token)
+        waiting.clear()
+        trio_token = trio.lowlevel.current_trio_token()
+        state = {"abandoned": False, "done": False}
+        lock = threading.Lock()
+
+        def release() -> None:
+            if state["abandoned"]:
+                threads.abandoned -= 1
+            threads.limiter.release_on_behalf_of(token)
+
+        def work() -> Any:
+            try:
+                return call_tool_function(tool, call.arguments, context)
+            finally:
+                with lock:
+                    state["done"] = True
+                try:
+                    trio_token.run_sync_soon(release)
+                except trio.RunFinishedError:
+                    pass  # the deck's loop is gone; nothing left to account for
+
+        try:
+            return await trio.to_thread.run_sync(
+                work, abandon_on_cancel=True, limiter=_UNLIMITED_THREADS
+            )
+        except BaseException:
+            with lock:
+                if not state["done"]:
+                    state["abandoned"] = True
+                    threads.abandoned += 1
+            # A thread that finished meanwhile was not abandoned: its release() is scheduled.
+            raise
+
     async def _invoke(
-        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        waiting: list[int] | None = None,
     ) -> ToolResult:
         if tool.security.sandbox:
             return await self.sandbox_pool().run(tool, call, context)
@@ -461,11 +517,8 @@ class RunnerExecutor:
             if tool.is_async:
                 value = await call_tool_function(tool, call.arguments, context)
             else:
-                # abandon_on_cancel: a thread cannot be killed; on timeout or cancellation its
-                # result is dropped and the call returns at once.
-                value = await trio.to_thread.run_sync(
-                    functools.partial(call_tool_function, tool, call.arguments, context),
-                    abandon_on_cancel=True,
+                value = await self._in_thread(
+                    tool, call, context, waiting if waiting is not None else []
                 )
                 if inspect.isawaitable(value):
                     value = await value

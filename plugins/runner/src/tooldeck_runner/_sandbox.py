@@ -1,16 +1,40 @@
 """Sandboxed calls: single-use worker processes under bubblewrap (or a plain process group).
 
 Design of the warm pool. bubblewrap fixes a sandbox's mounts when it starts, and the workdir
-mount (read-only or writable) and the network namespace differ per call. So workers are pooled
-by :class:`PoolKey` ``(workdir, writes_workdir, network)``: the first call with a new key pays
-a cold start and asks for ``warm_workers`` replacements; later calls with the same key take a
-pre-started worker whose interpreter has already imported the contract, the wire format and the
-tool modules recently used with that key (``--preload``), and is blocked reading its stdin.
-Each worker serves one call then exits; a replacement is spawned while the call runs. At most
-``max_warm_keys`` keys keep idle workers (least recently used keys are dropped).
+mount (read-only or writable), the protected paths bound read-only inside it and the network
+namespace differ per call. So workers are pooled by :class:`PoolKey` ``(workdir, writes_workdir,
+network, protected rules)``: the first call with a new key pays a cold start and asks for
+``warm_workers`` replacements; later calls with the same key take a pre-started worker whose
+interpreter has already imported the contract, the wire format and the tool modules recently
+used with that key (``--preload``), and is blocked reading its stdin. Each worker serves one
+call then exits; a replacement is spawned while the call runs. At most ``max_warm_keys`` keys
+keep idle workers (least recently used keys are dropped). A warm worker is only used when what
+its mounts were made from still holds: the workdir is the same directory (``st_dev``,
+``st_ino``; a deleted and recreated workdir is another one) and, for a writable workdir, the set
+of protected paths in it is unchanged. Otherwise it is discarded and the call starts cold.
 
-Everything a call may configure that is not a mount (memory, CPU, file size, output cap) travels
-in the request and is applied by the worker to itself before the tool's module is imported.
+The call is bounded as a whole, not per process (see ``_cgroup``): each worker is born in its own
+cgroup (memory and pids), created beneath the deck's own cgroup and removed after the call;
+``/tmp`` is a tmpfs of ``tmp_size_mb``; a writing call's growth of the workdir's file system is
+watched (``statvfs`` every 50 ms, plus ``RLIMIT_FSIZE`` per file) and the sandbox is killed past
+``workdir_write_mb``. Where no cgroup can be created the worker falls back to ``RLIMIT_AS`` per
+process, and ``metadata["limits"]`` says so. Everything that is not a mount (memory, CPU, file
+size, output cap, seccomp rules) is applied when the call arrives: the cgroup's memory limit by
+the host, the rest by the worker to itself before the tool's module is imported.
+
+Threads. bubblewrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which the kernel ties to the
+*thread* that forked bubblewrap, not to the process. trio retires idle worker threads after a
+few seconds, which used to kill sandboxes mid-call. Every sandbox is therefore started by one
+dedicated thread that lives as long as the process (:class:`_Spawner`): a sandbox lives until it
+finishes, times out or is cancelled, and still dies with the deck's process.
+
+After a writing call (the sandbox is dead by then, nothing races with these):
+
+- protected paths the call created (:func:`tooldeck_hookspecs.find_protected` before and after)
+  are removed and the result becomes ``PATH_NOT_ALLOWED``; a protected folder that was moved
+  (same inode, new name) is moved back;
+- set-user-ID / set-group-ID bits on files changed during the call are cleared (a backstop of the
+  seccomp filter) and reported in ``metadata["limits"]["setid_cleared"]``.
 """
 
 from __future__ import annotations
@@ -20,20 +44,36 @@ import json
 import logging
 import math
 import os
+import queue
 import shutil
 import signal
+import stat
 import subprocess
+import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
 
-from tooldeck_hookspecs import ErrorCode, ToolCall, ToolContext, ToolDefinition, ToolResult
+from tooldeck_hookspecs import (
+    DEFAULT_PROTECTED_PATHS,
+    ErrorCode,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+    find_protected,
+    normalise_rules,
+    protected_message,
+)
 
+from . import _cgroup
 from ._config import RunnerSettings
-from ._outcomes import signal_result
+from ._outcomes import memory_result, signal_result
 from ._wire import (
     HEADER,
     Limits,
@@ -50,6 +90,7 @@ __all__ = [
     "SandboxStatistics",
     "ISOLATION_BWRAP",
     "ISOLATION_PROCESS",
+    "ISOLATION_UNAVAILABLE",
     "resolve_isolation",
 ]
 
@@ -57,6 +98,15 @@ logger = logging.getLogger("tooldeck.runner")
 
 ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_PROCESS = "process (degraded isolation)"
+#: ``sandbox = "auto"`` on a machine without bubblewrap and without ``allow_degraded``.
+ISOLATION_UNAVAILABLE = "none (bubblewrap is not installed)"
+
+#: What the tool runs as, on the host, per isolation (documented in the README).
+_UID_BWRAP = (
+    "uid 0 inside a user namespace mapped to the deck's uid; no capability on the host "
+    "(all dropped), no_new_privs, setuid/setgid bits refused"
+)
+_UID_PROCESS = "the deck's own uid (degraded: no user namespace)"
 
 _WORKER = str(Path(__file__).resolve().parent / "_worker.py")
 # Directories of the host's root that a Python interpreter needs; symlinks are recreated as
@@ -78,6 +128,10 @@ _ETC_FILES = (
     "/etc/mime.types",
     "/etc/alternatives",
 )
+_WRITE_POLL_S = 0.05
+_SWEEP_MAX_ENTRIES = 50_000
+_PROTECTED_DEPTH = 16
+_PROTECTED_ENTRIES = 50_000
 _warned_degraded = False
 
 
@@ -88,6 +142,8 @@ class PoolKey:
     workdir: str
     writable: bool
     network: bool
+    #: The protected path rules of the call (bound read-only in a writable workdir).
+    protected: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
 
 
 @attrs.frozen(kw_only=True)
@@ -99,6 +155,41 @@ class SandboxStatistics:
     served_warm: int
     served_cold: int
     spawned: int
+    #: Warm workers thrown away because their mounts no longer matched (workdir replaced,
+    #: protected paths appeared or vanished).
+    discarded_stale: int = 0
+    #: ``"cgroup v1"``, ``"cgroup v2"`` or why per-call cgroups are not in use.
+    cgroups: str = ""
+
+
+@attrs.frozen
+class _Protected:
+    """The protected paths under a workdir when a sandbox was made for it."""
+
+    #: ``relative path -> (st_dev, st_ino, symlink target or None)``.
+    entries: dict[str, tuple[int, int, str | None]]
+    complete: bool
+
+    @classmethod
+    def scan(cls, workdir: str, rules: Sequence[str]) -> _Protected:
+        # Deeper than find_protected's default (4): a .pth or .git nested in a project's
+        # sub-folders must be seen too. Before and after a call with the same bounds.
+        found = find_protected(
+            workdir, rules, max_depth=_PROTECTED_DEPTH, max_entries=_PROTECTED_ENTRIES
+        )
+        entries: dict[str, tuple[int, int, str | None]] = {}
+        for match in found.matches:
+            path = os.path.join(workdir, match.path)
+            try:
+                st = os.lstat(path)
+                target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+            except OSError:
+                continue
+            entries[match.path] = (st.st_dev, st.st_ino, target)
+        return cls(entries, found.complete)
+
+    def same_paths(self, other: _Protected) -> bool:
+        return set(self.entries) == set(other.entries)
 
 
 @attrs.define(eq=False)
@@ -106,6 +197,12 @@ class _Worker:
     process: trio.Process
     key: PoolKey
     warm: bool = False
+    cgroup: _cgroup.Cgroup | None = None
+    #: (st_dev, st_ino) of the workdir the sandbox has mounted.
+    identity: tuple[int, int] = (0, 0)
+    protected: _Protected | None = None
+    #: Read from the cgroup just before it is removed: (OOM kill seen, pids.max hit).
+    events: tuple[bool, bool] = (False, False)
 
 
 @attrs.define(eq=False)
@@ -115,6 +212,97 @@ class _Exchange:
     frame: bytes | None = None
     output: bytearray = attrs.field(factory=bytearray)
     truncated: bool = False
+    #: Bytes the workdir's file system grew by, when that went over the budget.
+    wrote_too_much: int = 0
+
+
+class _Spawner:
+    """One long-lived thread that starts every sandbox (see the module docstring: threads)."""
+
+    _lock = threading.Lock()
+    _jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]]
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def submit(
+        cls, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        with cls._lock:
+            if cls._thread is None:
+                cls._jobs = queue.SimpleQueue()
+                # Never stopped: a sandbox's PR_SET_PDEATHSIG fires when this thread exits, so it
+                # must live exactly as long as the process. Daemon: it never holds up exit.
+                cls._thread = threading.Thread(
+                    target=cls._serve, name="tooldeck-sandbox-spawner", daemon=True
+                )
+                cls._thread.start()
+        cls._jobs.put((fn, done))
+
+    @classmethod
+    def _serve(cls) -> None:
+        while True:
+            fn, done = cls._jobs.get()
+            try:
+                value = fn()
+            except BaseException as exc:  # handed to the caller, never lost
+                done(None, exc)
+            else:
+                done(value, None)
+
+
+async def _popen_on_spawner(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    token = trio.lowlevel.current_trio_token()
+    finished = trio.Event()
+    box: list[Any] = []
+
+    def done(value: Any, error: BaseException | None) -> None:
+        box.append((value, error))
+        token.run_sync_soon(finished.set)
+
+    _Spawner.submit(functools.partial(subprocess.Popen, command, **options), done)
+    # Shielded: a process started while we were cancelled must still be handed back (and then
+    # killed by the caller), never leaked.
+    with trio.CancelScope(shield=True):
+        await finished.wait()
+    value, error = box[0]
+    if error is not None:
+        raise error
+    return value  # type: ignore[no-any-return]
+
+
+async def _open_process(command: list[str], *, cwd: str, env: dict[str, str]) -> trio.Process:
+    """Like :func:`trio.lowlevel.open_process` with three pipes, forked by the spawner thread."""
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    ours = [stdin_w, stdout_r, stderr_r]
+    try:
+        popen = await _popen_on_spawner(
+            command,
+            stdin=stdin_r,
+            stdout=stdout_w,
+            stderr=stderr_w,
+            env=env,
+            cwd=cwd,
+            # Own session and process group: the degraded mode kills the group; both modes keep
+            # the tool away from the host's terminal.
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in (stdin_r, stdout_w, stderr_w):
+            os.close(fd)
+    # trio.Process has no public constructor; _create is what open_process itself calls with
+    # these three FdStreams (trio 0.22 - 0.30+).
+    return trio.Process._create(  # type: ignore[attr-defined,no-any-return]
+        popen,
+        trio.lowlevel.FdStream(stdin_w),
+        trio.lowlevel.FdStream(stdout_r),
+        trio.lowlevel.FdStream(stderr_r),
+    )
 
 
 @functools.cache
@@ -132,8 +320,12 @@ def _interpreter_paths(python: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in paths if os.path.exists(p)))
 
 
-def resolve_isolation(mode: str) -> str:
-    """The isolation a ``runner.sandbox`` mode gives on this machine."""
+def resolve_isolation(mode: str, allow_degraded: bool = False) -> str:
+    """The isolation a ``runner.sandbox`` mode gives on this machine.
+
+    ``"process"`` is an explicit opt-in to degraded isolation. ``"auto"`` without bubblewrap
+    gives :data:`ISOLATION_UNAVAILABLE` (sandboxed tools are refused) unless ``allow_degraded``.
+    """
     if mode == "process":
         return ISOLATION_PROCESS
     if shutil.which("bwrap"):
@@ -145,7 +337,29 @@ def resolve_isolation(mode: str) -> str:
             "runner.sandbox = 'bubblewrap' but `bwrap` is not installed "
             "(apt-get install bubblewrap)"
         )
-    return ISOLATION_PROCESS
+    return ISOLATION_PROCESS if allow_degraded else ISOLATION_UNAVAILABLE
+
+
+def _unavailable_result(tool: ToolDefinition) -> ToolResult:
+    return ToolResult.fail(
+        ErrorCode.PERMISSION_DENIED,
+        f"the tool {tool.name!r} must run in a sandbox, and bubblewrap (bwrap), the sandbox's "
+        "isolation (file system, network and PID namespaces), is not installed on this machine",
+        suggestion=(
+            "This tool cannot run here; tell the user. (Administrators: install bubblewrap, "
+            "e.g. `apt-get install bubblewrap`, or opt into degraded isolation with "
+            "[tool.tooldeck.runner] sandbox = \"process\" or allow_degraded = true.)"
+        ),
+        details={"isolation": ISOLATION_UNAVAILABLE, "missing": "bubblewrap"},
+    )
+
+
+def _used_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 @attrs.define(eq=False)
@@ -160,8 +374,14 @@ class SandboxPool:
     _served_warm: int = 0
     _served_cold: int = 0
     _spawned: int = 0
+    _discarded_stale: int = 0
     _closed: bool = False
     _paths: tuple[str, ...] | None = None
+    _cgroups: _cgroup.CgroupSupport | None = None
+    # Cgroups whose processes were still leaving when the call ended: removed later.
+    _leftover_cgroups: list[_cgroup.Cgroup] = attrs.field(factory=list)
+    _reaping: bool = False
+    _leftover_lock: threading.Lock = attrs.field(factory=threading.Lock)
     # Every worker not yet reaped, and the background refills in progress: aclose() waits for
     # the refills and kills all of these, so no worker outlives the pool.
     _live: set[_Worker] = attrs.field(factory=set)
@@ -170,19 +390,48 @@ class SandboxPool:
 
     def __attrs_post_init__(self) -> None:
         global _warned_degraded
-        self.isolation = resolve_isolation(self.settings.sandbox)
-        if self.isolation == ISOLATION_PROCESS and not _warned_degraded:
+        self.isolation = resolve_isolation(self.settings.sandbox, self.settings.allow_degraded)
+        if self.isolation == ISOLATION_UNAVAILABLE and not _warned_degraded:
+            _warned_degraded = True
+            logger.warning(
+                "tooldeck-runner: bubblewrap (bwrap) is not installed; sandboxed tools will be "
+                "refused. Install bubblewrap, or opt into degraded isolation with "
+                "[tool.tooldeck.runner] sandbox = \"process\" or allow_degraded = true."
+            )
+        elif self.isolation == ISOLATION_PROCESS and not _warned_degraded:
             _warned_degraded = True
             logger.warning(
                 "tooldeck-runner: bubblewrap (bwrap) is not in use; sandboxed tools run as plain "
                 "processes with resource limits only (degraded isolation: no filesystem, network "
                 "or PID isolation). Install bubblewrap for real isolation."
             )
+        if self.settings.cgroups:
+            self._cgroups = _cgroup.detect()
+            if self._cgroups.available:
+                _cgroup.remove_stale(self._cgroups)
+            else:
+                logger.warning(
+                    "tooldeck-runner: no per-call cgroup (%s); sandboxed calls fall back to "
+                    "per-process rlimits (RLIMIT_AS) and no process-count limit",
+                    self._cgroups.reason,
+                )
+        else:
+            self._cgroups = _cgroup.CgroupSupport("", reason="disabled by runner.cgroups = false")
+
+    @property
+    def cgroups(self) -> str:
+        """``"cgroup v1"`` / ``"cgroup v2"``, or why calls fall back to rlimits."""
+        support = self._cgroups
+        if support is not None and support.available:
+            return f"cgroup {support.version}"
+        return f"unavailable: {support.reason if support else 'not detected'}"
 
     # -- public -------------------------------------------------------------------------------
 
     async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run one call in a worker. Cancellation kills the worker's whole process tree."""
+        if self.isolation == ISOLATION_UNAVAILABLE:
+            return _unavailable_result(tool).with_metadata(isolation=self.isolation)
         entrypoint = tool.entrypoint or _entrypoint_of(tool)
         if entrypoint is None:
             return ToolResult.fail(
@@ -197,34 +446,14 @@ class SandboxPool:
                 f"the session's working directory {workdir!r} does not exist",
                 suggestion="Ask the user to fix the working directory of this session.",
             )
-        key = PoolKey(workdir, tool.security.writes_workdir, tool.security.network)
+        try:
+            # Extend-only: whatever the context says, the defaults stay protected.
+            rules = normalise_rules(context.protected_paths)
+        except ValueError:
+            rules = DEFAULT_PROTECTED_PATHS
+        key = PoolKey(workdir, tool.security.writes_workdir, tool.security.network, rules)
         self._remember_module(key, entrypoint.partition(":")[0])
-        limits = Limits(
-            memory_mb=tool.execution.memory_mb,
-            # The wall clock is the real limit; CPU seconds only stop a spinning process whose
-            # parent cannot be reached (and a few are already spent importing).
-            cpu_s=math.ceil(tool.execution.timeout_s) + 2,
-            fsize_bytes=self.settings.file_size_mb * 1024 * 1024,
-            nofile=self.settings.max_open_files,
-            max_output_bytes=tool.execution.max_output_bytes,
-        )
-        request = SandboxRequest(
-            call=call,
-            context=WireContext(
-                session_id=context.session_id,
-                workdir=workdir,
-                call_id=context.call_id or call.id,
-                tool_name=context.tool_name or tool.name,
-                allowed_paths=tuple(context.allowed_paths),
-                attributes=dict(context.attributes),
-                settings=dict(context.settings),
-            ),
-            entrypoint=entrypoint,
-            call_style=tool.call_style,
-            context_param=tool.context_param,
-            limits=limits,
-        )
-        worker = self._take_warm(key)
+        worker = await self._take_warm(key)
         if worker is None:
             try:
                 worker = await self._spawn(key, preload=())
@@ -242,8 +471,57 @@ class SandboxPool:
             # A system task, not a child of this call: starting the replacement must not delay
             # the answer (it is owned by the pool, and aclose() kills what it starts).
             trio.lowlevel.spawn_system_task(self._refill_quietly, key)
-        result = await self._exchange(worker, encode_frame(dumps(request)), limits)
-        return result.with_metadata(isolation=self.isolation, warm=worker.warm)
+        applied = self._apply_call_limits(worker, tool)
+        limits = Limits(
+            memory_mb=tool.execution.memory_mb,
+            # The wall clock is the real limit; CPU seconds only stop a spinning process whose
+            # parent cannot be reached (and a few are already spent importing).
+            cpu_s=math.ceil(tool.execution.timeout_s) + 2,
+            fsize_bytes=self.settings.file_size_mb * 1024 * 1024,
+            nofile=self.settings.max_open_files,
+            max_output_bytes=tool.execution.max_output_bytes,
+            memory_rlimit=applied["memory"] != "cgroup",
+            seccomp=self.settings.seccomp,
+            network=key.network,
+        )
+        request = SandboxRequest(
+            call=call,
+            context=WireContext(
+                session_id=context.session_id,
+                workdir=workdir,
+                call_id=context.call_id or call.id,
+                tool_name=context.tool_name or tool.name,
+                allowed_paths=tuple(context.allowed_paths),
+                attributes=dict(context.attributes),
+                settings=dict(context.settings),
+                protected_paths=rules,
+            ),
+            entrypoint=entrypoint,
+            call_style=tool.call_style,
+            context_param=tool.context_param,
+            limits=limits,
+        )
+        started = time.time()
+        try:
+            result = await self._exchange(worker, encode_frame(dumps(request)), limits)
+        except BaseException:
+            # Timed out or cancelled: the sandbox is dead, but what it wrote is not. Protected
+            # paths it created and setuid bits it set are cleaned up all the same.
+            if key.writable:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        self._check_workdir, worker, None, applied, started
+                    )
+            raise
+        if key.writable:
+            # Walks of the workdir: off the event loop, and never interrupted half-way.
+            with trio.CancelScope(shield=True):
+                result = await trio.to_thread.run_sync(
+                    self._after_call, worker, result, applied, started
+                )
+        else:
+            result = self._after_call(worker, result, applied, started)
+        return result.with_metadata(isolation=self.isolation, warm=worker.warm, limits=applied)
 
     def statistics(self) -> SandboxStatistics:
         """A snapshot of the pool's counters."""
@@ -253,6 +531,8 @@ class SandboxPool:
             served_warm=self._served_warm,
             served_cold=self._served_cold,
             spawned=self._spawned,
+            discarded_stale=self._discarded_stale,
+            cgroups=self.cgroups,
         )
 
     async def prewarm(self, workdir: str, *, writable: bool = False, network: bool = False) -> None:
@@ -260,7 +540,7 @@ class SandboxPool:
         await self._refill(PoolKey(str(Path(workdir).resolve()), writable, network))
 
     async def aclose(self) -> None:
-        """Kill every worker, idle or starting."""
+        """Kill every worker, idle or starting, and remove their cgroups."""
         self._closed = True
         self._idle.clear()
         with trio.CancelScope(shield=True):
@@ -270,6 +550,183 @@ class SandboxPool:
                     await self._refills_done.wait()
             for worker in list(self._live):
                 await self._kill(worker)
+            for _ in range(500):
+                if self._sweep_leftover_cgroups():
+                    break
+                await trio.sleep(0.01)
+
+    # -- limits -------------------------------------------------------------------------------
+
+    def _apply_call_limits(self, worker: _Worker, tool: ToolDefinition) -> dict[str, Any]:
+        """Set the cgroup's memory for this call; describe every limit as really applied."""
+        memory_mb = tool.execution.memory_mb
+        group = worker.cgroup
+        applied: dict[str, Any] = {"memory_mb": memory_mb}
+        if group is not None:
+            try:
+                group.set_memory(memory_mb * 1024 * 1024)
+            except OSError as exc:
+                logger.warning("tooldeck-runner: cannot set the cgroup's memory limit: %s", exc)
+                group = None
+        support = self._cgroups
+        if group is not None:
+            applied["memory"] = "cgroup"
+            applied["memory_scope"] = f"whole call (cgroup {group.version})"
+            applied["max_processes"] = group.pids_max
+            applied["processes"] = f"cgroup {group.version} pids.max"
+        else:
+            applied["memory"] = "rlimit"
+            applied["memory_scope"] = "per process (RLIMIT_AS): " + (
+                support.reason if support is not None else "no cgroup"
+            )
+            # RLIMIT_NPROC counts per user and root ignores it: not a real bound, not claimed.
+            applied["max_processes"] = None
+            applied["processes"] = "unlimited (no pids cgroup)" + (
+                "; the PID namespace ends them all with the call"
+                if self.isolation == ISOLATION_BWRAP
+                else ""
+            )
+        applied["tmp_mb"] = self.settings.tmp_size_mb if self.isolation == ISOLATION_BWRAP else None
+        if applied["tmp_mb"] is None:
+            applied["tmp"] = "the host's /tmp (degraded isolation: no private /tmp)"
+        applied["file_size_mb"] = self.settings.file_size_mb
+        if worker.key.writable:
+            applied["workdir_write_mb"] = self.settings.workdir_write_mb
+            applied["workdir_write"] = (
+                "growth of the workdir's file system (statvfs every 50 ms; other writers on the "
+                "same file system count too) + RLIMIT_FSIZE per file"
+            )
+        else:
+            applied["workdir_write_mb"] = 0
+            applied["workdir_write"] = "read-only mount" if (
+                self.isolation == ISOLATION_BWRAP
+            ) else "not enforced (degraded isolation)"
+        applied["seccomp"] = "requested" if self.settings.seccomp else "off"
+        applied["uid"] = _UID_BWRAP if self.isolation == ISOLATION_BWRAP else _UID_PROCESS
+        return applied
+
+    def _after_call(
+        self, worker: _Worker, result: ToolResult, applied: dict[str, Any], started: float
+    ) -> ToolResult:
+        metadata = dict(result.metadata)
+        if "sandbox_seccomp" in metadata:
+            applied["seccomp"] = metadata.pop("sandbox_seccomp")
+            result = attrs.evolve(result, metadata=metadata)
+        oom, pids_hit = worker.events
+        pids_max = applied.get("max_processes")
+        if oom:
+            # The kernel killed a process of the call at its memory limit: whatever the tool
+            # made of that (a crash, an exit code 137 in a shell result) is reported as what
+            # it is, with the tool's own answer kept in the details.
+            memory = memory_result(applied["memory_mb"], "the kernel's OOM killer")
+            assert memory.error is not None
+            details = dict(memory.error.details)
+            details["result"] = result.data if result.success else None
+            result = attrs.evolve(memory, error=attrs.evolve(memory.error, details=details))
+            applied["memory_limit_hit"] = True
+        elif pids_hit and pids_max is not None:
+            applied["max_processes_hit"] = True
+            result = ToolResult.fail(
+                ErrorCode.EXECUTION_ERROR,
+                f"the call hit its limit of {pids_max} processes: starting more failed "
+                "(fork: resource temporarily unavailable)",
+                suggestion=(
+                    "Start fewer processes at once (lower the parallelism, e.g. -j2), and do "
+                    "not leave background processes running."
+                ),
+                details={
+                    "limit": "max_processes",
+                    "max_processes": pids_max,
+                    "result": result.data if result.success else None,
+                },
+            )
+        if worker.key.writable:
+            checked = self._check_workdir(worker, result, applied, started)
+            assert checked is not None
+            result = checked
+        return result
+
+    def _check_workdir(
+        self, worker: _Worker, result: ToolResult | None, applied: dict[str, Any], started: float
+    ) -> ToolResult | None:
+        """Clean up what a writing call left (see the module docstring); None in, None out."""
+        key = worker.key
+        cleared = _clear_setid_bits(key.workdir, started)
+        if cleared:
+            applied["setid_cleared"] = cleared
+            logger.warning(
+                "tooldeck-runner: cleared setuid/setgid bits a sandboxed call left: %s", cleared
+            )
+        if worker.protected is None:
+            return result
+        after = _Protected.scan(key.workdir, key.protected)
+        before = worker.protected
+        identities = {(d, i): rel for rel, (d, i, _) in before.entries.items()}
+        created: list[tuple[str, str]] = []
+        for rel, (dev, ino, _) in after.entries.items():
+            previous = before.entries.get(rel)
+            if previous is not None:
+                if previous[2] is None and previous[:2] != (dev, ino):
+                    # Replaced (possible only without read-only binds, in degraded mode): the
+                    # user's original is gone already, so the new one is reported, not deleted.
+                    created.append((rel, _rule_of(rel, key.protected)))
+                continue
+            created.append((rel, _rule_of(rel, key.protected)))
+            path = os.path.join(key.workdir, rel)
+            original = identities.get((dev, ino))
+            if original is not None:
+                # A protected folder moved with its parent: put it back, never delete it.
+                if not os.path.lexists(os.path.join(key.workdir, original)):
+                    try:
+                        os.renames(path, os.path.join(key.workdir, original))
+                    except OSError as exc:
+                        logger.warning("tooldeck-runner: could not move %s back: %s", rel, exc)
+                continue
+            _remove(path)
+        for rel, (_, _, target) in before.entries.items():
+            if target is None:
+                continue
+            # A protected symlink (not bound: a bind would follow it): restored if changed.
+            now = after.entries.get(rel)
+            if now is not None and now[2] == target:
+                continue
+            path = os.path.join(key.workdir, rel)
+            if os.path.lexists(path):
+                _remove(path)
+            try:
+                os.symlink(target, path)
+            except OSError as exc:
+                logger.warning("tooldeck-runner: could not restore symlink %s: %s", rel, exc)
+            if rel not in {r for r, _ in created}:
+                created.append((rel, _rule_of(rel, key.protected)))
+        if not after.complete:
+            applied["protected_scan"] = "incomplete (deep or very large workdir)"
+        if not created:
+            return result
+        if result is None:
+            logger.warning(
+                "tooldeck-runner: an interrupted call created protected paths; removed: %s",
+                [r for r, _ in created],
+            )
+            return None
+        rel, rule = created[0]
+        applied["protected_removed"] = [r for r, _ in created]
+        return ToolResult.fail(
+            ErrorCode.PATH_NOT_ALLOWED,
+            protected_message(rel, rule)
+            + (f" (and {len(created) - 1} more)" if len(created) > 1 else "")
+            + "; what the call created there was removed",
+            suggestion=(
+                "Do not create or change protected files (tooldeck configuration, .git, shell "
+                "start-up files, ...); write your files elsewhere in the working directory."
+            ),
+            details={
+                "protected": [{"path": r, "rule": ru} for r, ru in created],
+                "result": result.data if result.success else None,
+                # What the call answered otherwise (a failure of its own stays visible).
+                "error": attrs.asdict(result.error) if result.error is not None else None,
+            },
+        )
 
     # -- pool ---------------------------------------------------------------------------------
 
@@ -280,7 +737,22 @@ class SandboxPool:
         modules.append(module)
         del modules[:-8]
 
-    def _take_warm(self, key: PoolKey) -> _Worker | None:
+    def _still_valid(self, worker: _Worker) -> bool:
+        """Do the worker's mounts still match its workdir (see the module docstring)?"""
+        try:
+            st = os.stat(worker.key.workdir)
+        except OSError:
+            return False
+        if (st.st_dev, st.st_ino) != worker.identity:
+            return False
+        if worker.protected is not None:
+            now = _Protected.scan(worker.key.workdir, worker.key.protected)
+            if not now.same_paths(worker.protected):
+                return False
+            worker.protected = now
+        return True
+
+    async def _take_warm(self, key: PoolKey) -> _Worker | None:
         workers = self._idle.get(key)
         if workers is None:
             return None
@@ -289,8 +761,16 @@ class SandboxPool:
             # The oldest first: it is the most likely to have finished starting.
             worker = workers.pop(0)
             if worker.process.returncode is None and worker.process.poll() is None:
-                return worker
-            self._live.discard(worker)  # died while idle (killed from outside): already reaped
+                if worker.protected is not None:  # a walk of the workdir: off the loop
+                    valid = await trio.to_thread.run_sync(self._still_valid, worker)
+                else:
+                    valid = self._still_valid(worker)
+                if valid:
+                    return worker
+                self._discarded_stale += 1
+                await self._kill(worker)
+                continue
+            await self._kill(worker)  # died while idle (killed from outside): reap, clean up
         return None
 
     async def _refill_quietly(self, key: PoolKey) -> None:
@@ -343,32 +823,67 @@ class SandboxPool:
             env["PYTHONPATH"] = os.pathsep.join(self.settings.python_path)
         return env
 
-    def _command(self, key: PoolKey, preload: Sequence[str]) -> list[str]:
+    def _command(
+        self, key: PoolKey, preload: Sequence[str], protected: _Protected | None
+    ) -> list[str]:
         python = self.settings.python
-        worker = [python, "-P", _WORKER]
+        # --monitor in both modes: the worker forks the tool's process after reading the
+        # request and waits for it. Under bubblewrap the monitor is the sandbox's PID 1, which
+        # the kernel shields from signals sent inside (so the tool's own abort() must not run
+        # there: it would turn into SIGSEGV).
+        worker = [python, "-P", _WORKER, "--monitor"]
         if preload:
             worker += ["--preload", ",".join(preload)]
         if self.isolation == ISOLATION_PROCESS:
-            return [*worker, "--monitor"]
+            return worker
         bwrap = shutil.which("bwrap") or "bwrap"
         cmd = [
             bwrap,
             "--unshare-all",
+            # Explicit, not "-try": the tool must never run in the host's user namespace, where
+            # uid 0 would keep root's capabilities over every file it can see.
+            "--unshare-user",
             "--die-with-parent",
             "--new-session",
+            # The worker is PID 1: no bubblewrap init process holding the response pipe where
+            # the tool's programs could find it (/proc/1/fd), and no way to signal the worker.
+            "--as-pid-1",
             "--cap-drop",
             "ALL",
             "--proc",
             "/proc",
             "--dev",
             "/dev",
+            # /dev/shm and /tmp get the same size bound (each); /dev itself, a tmpfs bwrap
+            # makes writable, is remounted read-only so it cannot serve as unbounded storage.
+            "--size",
+            str(self.settings.tmp_size_mb * 1024 * 1024),
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            "--size",
+            str(self.settings.tmp_size_mb * 1024 * 1024),
             "--tmpfs",
             "/tmp",
         ]
         if key.network:
             cmd.append("--share-net")
-        # Workdir first: the read-only interpreter mounts below stay read-only even when they
-        # live inside a writable workdir.
+        extra = [*(self._paths or ()), *self.settings.python_path]
+        extra += [*self.settings.extra_ro_binds, str(Path(_WORKER).parent)]
+        ro = [
+            p
+            for p in dict.fromkeys(str(Path(p).resolve()) for p in extra)
+            if os.path.exists(p) and not _under(p, _SYSTEM_DIRS)
+        ]
+        # Mount order decides which mount wins. Read-only paths that contain the workdir (a
+        # python_path that *is* the project) go first, so that the workdir's own mount, writable
+        # or not, stays what the tool declared; then the workdir; then read-only paths inside
+        # it (the interpreter's import paths stay read-only even in a writable workdir); last
+        # the protected paths, read-only over everything.
+        for path in ro:
+            if _under(key.workdir, (path,)):
+                cmd += ["--ro-bind", path, path]
         cmd += ["--bind" if key.writable else "--ro-bind", key.workdir, key.workdir]
         for path in _SYSTEM_DIRS:
             if os.path.islink(path):
@@ -377,11 +892,21 @@ class SandboxPool:
                 cmd += ["--ro-bind", path, path]
         for path in _ETC_FILES:
             cmd += ["--ro-bind-try", path, path]
-        extra = [*(self._paths or ()), *self.settings.python_path]
-        extra += [*self.settings.extra_ro_binds, str(Path(_WORKER).parent)]
-        for path in dict.fromkeys(str(Path(p).resolve()) for p in extra):
-            if os.path.exists(path) and not _under(path, _SYSTEM_DIRS):
+        for path in ro:
+            if not _under(key.workdir, (path,)):
                 cmd += ["--ro-bind", path, path]
+        if protected is not None:
+            for rel, (_, _, target) in sorted(protected.entries.items()):
+                path = os.path.join(key.workdir, rel)
+                if target is None:
+                    cmd += ["--ro-bind", path, path]
+                    continue
+                # A protected symlink is not bound (a bind would follow it; the link itself is
+                # restored after the call if changed). What it points to inside the workdir is
+                # what the host reads through it, so that is bound read-only instead.
+                real = os.path.realpath(path)
+                if _under(real, (key.workdir,)) and real != key.workdir and os.path.exists(real):
+                    cmd += ["--ro-bind", real, real]
         cmd += ["--chdir", key.workdir, "--clearenv"]
         for name, value in self._environment().items():
             cmd += ["--setenv", name, value]
@@ -390,22 +915,88 @@ class SandboxPool:
     async def _spawn(self, key: PoolKey, preload: Sequence[str]) -> _Worker:
         if self.isolation == ISOLATION_BWRAP and self._paths is None:
             self._paths = await trio.to_thread.run_sync(_interpreter_paths, self.settings.python)
-        cmd = self._command(key, preload)
-        process = await trio.lowlevel.open_process(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self._environment(),
-            cwd=key.workdir,
-            # Own session and process group: the degraded mode kills the group; both modes keep
-            # the tool away from the host's terminal.
-            start_new_session=True,
-        )
+        st = os.stat(key.workdir)
+        protected = None
+        if key.writable:
+            protected = await trio.to_thread.run_sync(_Protected.scan, key.workdir, key.protected)
+        cmd = self._command(key, preload, protected)
+        group = None
+        support = self._cgroups
+        if support is not None and support.available:
+            try:
+                group = support.create(pids_max=self.settings.max_processes)
+            except OSError as exc:
+                logger.warning("tooldeck-runner: cannot create a cgroup for a sandbox: %s", exc)
+            else:
+                cmd = _cgroup.join_command(group.procs_files(), cmd)
+        try:
+            process = await _open_process(cmd, cwd=key.workdir, env=self._environment())
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
         self._spawned += 1
-        worker = _Worker(process=process, key=key)
+        worker = _Worker(
+            process=process,
+            key=key,
+            cgroup=group,
+            identity=(st.st_dev, st.st_ino),
+            protected=protected,
+        )
         self._live.add(worker)
         return worker
+
+    def _release_cgroup(self, worker: _Worker) -> None:
+        """Note what the cgroup saw, then empty and remove it in the background.
+
+        Off the answer's path: the processes of a killed sandbox take a few milliseconds to
+        leave, and the result does not wait for that (aclose() does).
+        """
+        group = worker.cgroup
+        if group is None:
+            return
+        worker.cgroup = None
+        worker.events = (group.oom_killed(), group.pids_exhausted())
+        group.kill()
+        # rmdir of a memory cgroup moves its charges to the parent: milliseconds of kernel
+        # work, done by the reaper in a thread rather than here on the answer's path.
+        with self._leftover_lock:
+            self._leftover_cgroups.append(group)
+        if not self._reaping:
+            self._reaping = True
+            trio.lowlevel.spawn_system_task(self._reap_cgroups)
+
+    def _sweep_leftover_cgroups(self) -> bool:
+        """One round of kill-and-remove over the leftover cgroups; True when none is left.
+
+        Runs in a worker thread: the list is only replaced, never mutated in place, and
+        groups appended meanwhile by the loop are kept for the next round.
+        """
+        with self._leftover_lock:
+            groups = list(self._leftover_cgroups)
+        still = []
+        for group in groups:
+            group.kill()
+            if not group.remove():
+                still.append(group)
+        done = set(map(id, groups))
+        with self._leftover_lock:
+            self._leftover_cgroups = still + [
+                g for g in self._leftover_cgroups if id(g) not in done
+            ]
+            return not self._leftover_cgroups
+
+    async def _reap_cgroups(self) -> None:
+        try:
+            for _ in range(1000):  # ~10 s: a sandbox that will not die is logged below
+                if await trio.to_thread.run_sync(self._sweep_leftover_cgroups):
+                    return
+                await trio.sleep(0.01)
+            logger.warning(
+                "tooldeck-runner: %d sandbox cgroups did not empty", len(self._leftover_cgroups)
+            )
+        finally:
+            self._reaping = False
 
     async def _kill(self, worker: _Worker) -> None:
         """Kill the worker's process tree and reap it. Safe to call twice."""
@@ -423,8 +1014,11 @@ class SandboxPool:
             _killpg(process.pid)
         else:
             _kill_bwrap(process)
+        if worker.cgroup is not None:
+            worker.cgroup.kill()
         await process.wait()
         self._live.discard(worker)
+        self._release_cgroup(worker)
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
@@ -439,6 +1033,18 @@ class SandboxPool:
         # does not (leaving room for its small OUTPUT_TRUNCATED answer when the cap is tiny).
         frame_cap = max(cap, 65536) + HEADER.size
 
+        async def watch_writes(baseline: int) -> None:
+            # Polled, not evented: no kernel interface counts bytes written below a folder.
+            # Precision: the poll interval times the write rate (RLIMIT_FSIZE bounds each file).
+            budget = self.settings.workdir_write_mb * 1024 * 1024
+            while True:
+                await trio.sleep(_WRITE_POLL_S)
+                used = _used_bytes(worker.key.workdir)
+                if used is not None and used - baseline > budget:
+                    got.wrote_too_much = used - baseline
+                    await self._kill_quick(worker)
+                    return
+
         async def read_output() -> None:
             try:
                 async for chunk in stderr:
@@ -451,6 +1057,7 @@ class SandboxPool:
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 pass
 
+        baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
         try:
             try:
                 await stdin.send_all(request)
@@ -459,6 +1066,8 @@ class SandboxPool:
                 pass  # the worker died; its exit status tells why
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read_output)
+                if worker.key.writable and baseline is not None:
+                    nursery.start_soon(watch_writes, baseline)
                 buffer = bytearray()
                 async for chunk in stdout:
                     buffer += chunk
@@ -499,6 +1108,10 @@ class SandboxPool:
                 await self._kill(worker)
             raise
         await self._kill(worker)
+        if baseline is not None and not got.wrote_too_much:
+            used = _used_bytes(worker.key.workdir)
+            if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
+                got.wrote_too_much = used - baseline
         return self._interpret(got, process.returncode, limits)
 
     async def _kill_quick(self, worker: _Worker) -> None:
@@ -513,9 +1126,22 @@ class SandboxPool:
             _killpg(process.pid)
         else:
             _kill_bwrap(process)
+        if worker.cgroup is not None:
+            worker.cgroup.kill()
 
     def _interpret(self, got: _Exchange, returncode: int | None, limits: Limits) -> ToolResult:
         tail = got.output[-4000:].decode("utf-8", "replace")
+        if got.wrote_too_much:
+            budget = self.settings.workdir_write_mb
+            return ToolResult.fail(
+                ErrorCode.TOO_LARGE,
+                f"the call wrote more than its budget of {budget} MiB into the working "
+                f"directory (its file system grew by {got.wrote_too_much // 1048576} MiB); "
+                "it was stopped",
+                suggestion="Write less data into the working directory (delete temporary "
+                "files, write outputs compressed or in parts).",
+                details={"workdir_write_mb": budget, "grown_bytes": got.wrote_too_much},
+            )
         if got.truncated:
             return ToolResult.fail(
                 ErrorCode.OUTPUT_TRUNCATED,
@@ -543,6 +1169,77 @@ class SandboxPool:
             f"the tool's process exited with status {code} without answering",
             details={"exit_status": code, "output_tail": tail[-2000:]},
         )
+
+
+def _rule_of(rel: str, rules: Sequence[str]) -> str:
+    from tooldeck_hookspecs import protected_rule
+
+    return protected_rule(rel, rules) or "protected"
+
+
+def _remove(path: str) -> None:
+    """Remove a file, link or folder tree without following links out of it."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("tooldeck-runner: could not remove protected path %s: %s", path, exc)
+
+
+def _clear_setid_bits(root: str, since: float) -> list[str]:
+    """Clear S_ISUID/S_ISGID on regular files under ``root`` changed since ``since``.
+
+    The status change time moves on creation and on chmod, so files the call did not touch
+    (a project's own setgid files, if any) are left alone. Bounded walk; links not followed.
+    """
+    cleared: list[str] = []
+    seen = 0
+    stack = [root]
+    threshold = since - 2.0  # file systems with coarse timestamps
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > _SWEEP_MAX_ENTRIES:
+                return cleared
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(entry.path)
+            elif (
+                stat.S_ISREG(st.st_mode)
+                and st.st_mode & (stat.S_ISUID | stat.S_ISGID)
+                and st.st_ctime >= threshold
+            ):
+                if st.st_nlink > 1:
+                    # A hard link (made in degraded mode, say, to /usr/bin/passwd): clearing
+                    # the bits would change the original. Remove this name of it instead.
+                    _remove(entry.path)
+                    cleared.append(os.path.relpath(entry.path, root))
+                    continue
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    try:
+                        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    finally:
+                        os.close(fd)
+                    cleared.append(os.path.relpath(entry.path, root))
+                except OSError:
+                    # Cannot clear it: remove it rather than leave a setuid file behind.
+                    _remove(entry.path)
+                    cleared.append(os.path.relpath(entry.path, root))
+    return cleared
 
 
 def _drain_now(fd: int, limit: int) -> bytes:

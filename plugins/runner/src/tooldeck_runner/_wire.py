@@ -45,6 +45,8 @@ class WireContext:
     #: as their ``str()``.
     attributes: dict[str, Any] = attrs.field(factory=dict)
     settings: dict[str, Any] = attrs.field(factory=dict)
+    #: The protected path rules (:mod:`tooldeck_hookspecs.protected`); the defaults when empty.
+    protected_paths: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -56,6 +58,11 @@ class Limits:
     fsize_bytes: int = 64 * 1024 * 1024
     nofile: int = 256
     max_output_bytes: int = 1_000_000
+    #: Apply ``RLIMIT_AS = memory_mb`` (the fallback when no memory cgroup bounds the call).
+    memory_rlimit: bool = True
+    #: Install the seccomp filter (see ``_seccomp``); ``network`` selects its socket rules.
+    seccomp: bool = True
+    network: bool = False
 
 
 @attrs.frozen(kw_only=True)

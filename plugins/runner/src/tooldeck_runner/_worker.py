@@ -7,14 +7,25 @@ request arrives, which is what makes a pre-started (warm) worker fast:
 1. keep the original stdout as the private response channel and point fd 1 at stderr, so that
    whatever the tool prints is captured output and cannot corrupt the protocol;
 2. import the wire format, the contract and the ``--preload`` modules (trusted, installed code);
-3. block on stdin for one request frame, then apply the call's resource limits (address space,
-   CPU seconds, file size, open files, no core dumps) before touching the tool;
+3. block on stdin for one request frame, then apply the call's resource limits (address space
+   when no memory cgroup bounds the call, CPU seconds, file size, open files, no core dumps) and
+   install the seccomp filter (``_seccomp``) before touching the tool;
 4. import the tool's execute function by reference, call it, write one response frame, exit.
 
-``--monitor`` (the degraded, no-bubblewrap mode) forks after reading the request: the parent
-becomes a child subreaper, waits for the tool's process, then kills every leftover descendant
-(daemons that called setsid included) and exits with ``128 + signal`` like bubblewrap does. It
-also keeps ``os.kill(os.getppid(), ...)`` in the tool away from the host process.
+The worker makes itself non-dumpable (``PR_SET_DUMPABLE 0``) before anything else. The programs a
+tool starts run as the same uid, but the kernel then refuses them ``/proc/<worker>/fd/*``,
+``/proc/<worker>/mem``, ``environ`` and ``ptrace``: without a capability (bubblewrap drops them
+all) nothing of the sandbox can reach the response channel or read the session's data out of the
+worker's memory. Under bubblewrap the worker is the sandbox's PID 1 (``--as-pid-1``), so no
+other process holds the response pipe either, and signals from inside cannot kill it.
+
+``--monitor`` (always given) forks once warmed up, before the request arrives (so the fork is
+not on the call's path): the parent becomes a child subreaper, waits for the child, which reads
+the request and runs the tool (reaping orphans meanwhile), then kills every leftover
+descendant (daemons that called setsid included) and exits with ``128 + signal``. Under
+bubblewrap the monitor is the sandbox's PID 1 (``--as-pid-1``): the tool runs as PID 2, so its
+own signals (``abort()``) behave normally, while the monitor cannot be killed from inside. In the
+degraded mode it keeps ``os.kill(os.getppid(), ...)`` in the tool away from the host process.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
+_PR_SET_PDEATHSIG = 1
 
 
 def _load(name: str) -> ModuleType:
@@ -53,7 +66,8 @@ def _apply_limits(limits: Any) -> None:
             # A limit already lower than ours (set by an admin) stays.
             pass
 
-    cap(resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024)
+    if limits.memory_rlimit:
+        cap(resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024)
     cap(resource.RLIMIT_CPU, max(1, limits.cpu_s))
     cap(resource.RLIMIT_FSIZE, limits.fsize_bytes)
     cap(resource.RLIMIT_NOFILE, limits.nofile)
@@ -114,21 +128,30 @@ def _monitor(child: int) -> None:
         os._exit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
-    _, status = os.waitpid(child, 0)
+    while True:
+        # Any child: orphans are reparented to us (subreaper, or PID 1 under bubblewrap) and
+        # must not pile up as zombies, which would count against the call's process limit.
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            break
     _kill_descendants()
     if os.WIFSIGNALED(status):
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def _become_subreaper() -> None:
+def _prctl(option: int, value: int) -> bool:
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
     except (OSError, AttributeError):
-        pass
+        return False
+
+
+def _become_subreaper() -> None:
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _call(wire: Any, outcomes: Any, request: Any) -> Any:
@@ -197,6 +220,14 @@ def _warm_up(wire: Any, outcomes: Any) -> None:
 
 def main() -> None:
     """Serve one request; see the module docstring."""
+    # First: before the response channel exists in a second descriptor, and long before any
+    # program of the tool could look at /proc/<this pid>.
+    if not _prctl(_PR_SET_DUMPABLE, 0):
+        os._exit(4)  # fail closed: a dumpable worker would expose the channel
+    # The deck's death ends the worker: SIGTERM, so that the monitor's handler can end the
+    # tool's descendants (daemons included) first. The runner forks workers from a thread that
+    # lives as long as the deck's process, which is what this signal is tied to.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     response_fd = os.dup(1)  # non-inheritable: the tool's children never hold the channel
     os.dup2(2, 1)
     args = sys.argv[1:]
@@ -208,6 +239,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     wire = _load("_wire")
     outcomes = _load("_outcomes")
+    seccomp_module = _load("_seccomp")  # before the request: its import is not on the call's path
     for name in preload:
         try:
             importlib.import_module(name)
@@ -215,6 +247,17 @@ def main() -> None:
             pass
 
     _warm_up(wire, outcomes)
+    if monitor:
+        # Forked now, while idle, not after the request: the fork is not on the call's path.
+        _become_subreaper()
+        child = os.fork()
+        if child:
+            os.close(response_fd)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the request is the child's to read
+            os.close(devnull)
+            _monitor(child)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the tool's process dies with its monitor
     stdin = os.fdopen(0, "rb", buffering=0)
     frame = wire.read_frame(stdin, 256 * 1024 * 1024)
     if frame is None:
@@ -225,21 +268,20 @@ def main() -> None:
     os.close(devnull)
     request = wire.structure_request(frame)
 
-    if monitor:
-        _become_subreaper()
-        child = os.fork()
-        if child:
-            os.close(response_fd)
-            _monitor(child)
-
     limits = request.limits
+    seccomp = "off"
     try:
         _apply_limits(limits)
+        if limits.seccomp:
+            seccomp = seccomp_module.install(network=limits.network)
         result = _call(wire, outcomes, request)
+        # What the host cannot see from outside travels with the answer.
+        result = result.with_metadata(sandbox_seccomp=seccomp)
         payload = wire.dumps(result)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: always answer
         try:
             result = outcomes.exception_result(exc, memory_mb=limits.memory_mb)
+            result = result.with_metadata(sandbox_seccomp=seccomp)
         except MemoryError:
             result = None
         payload = wire.dumps(result) if result is not None else b""

@@ -23,7 +23,7 @@ from tooldeck_hookspecs import (
 
 from ._executor import RunnerExecutor
 
-__all__ = ["bench_sandbox"]
+__all__ = ["bench_sandbox", "bench_sandbox_limits"]
 
 # A tool that is already imported by every worker, so the figures measure the sandbox itself:
 # process start, mounts, the wire format and the result's way back.
@@ -95,6 +95,34 @@ async def bench_sandbox(
         "sandbox_warm_p95_ms": _percentile(warm_ms, 0.95),
         "isolation": isolation,
         "n": n,
+    }
+
+
+async def bench_sandbox_limits(
+    n: int = 30, *, settings: Mapping[str, Any] | None = None, rounds: int = 2
+) -> dict[str, Any]:
+    """What the per-call limits (cgroup, seccomp) cost a warm sandboxed call.
+
+    Runs :func:`bench_sandbox` with ``cgroups = false, seccomp = false`` and with the defaults,
+    alternating ``rounds`` times in one run (noise hits both alike), and returns the median warm
+    p50 of each and their ratio: ``sandbox_warm_p50_ms_limits_off``,
+    ``sandbox_warm_p50_ms_limits_on``, ``sandbox_limits_overhead_ratio``, plus the cold p50s.
+    """
+    table = dict((settings or {}).get("runner", {}))
+    figures: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for label, extra in (("off", {"cgroups": False, "seccomp": False}), ("on", {})):
+            got = await bench_sandbox(n, settings={"runner": {**table, **extra}})
+            figures.setdefault(f"warm_{label}", []).append(got["sandbox_warm_p50_ms"])
+            figures.setdefault(f"cold_{label}", []).append(got["sandbox_cold_p50_ms"])
+    off = statistics.median(figures["warm_off"])
+    on = statistics.median(figures["warm_on"])
+    return {
+        "sandbox_warm_p50_ms_limits_off": off,
+        "sandbox_warm_p50_ms_limits_on": on,
+        "sandbox_limits_overhead_ratio": on / off if off else float("nan"),
+        "sandbox_cold_p50_ms_limits_off": statistics.median(figures["cold_off"]),
+        "sandbox_cold_p50_ms_limits_on": statistics.median(figures["cold_on"]),
     }
 
 
