@@ -22,7 +22,7 @@ from tooldeck_hookspecs import ToolDefinition, tool
 
 from ._config import Config
 from ._deck import Deck
-from .testing import tools_plugin
+from .testing import inline_plugin, tools_plugin
 
 __all__ = ["run_bench", "run_bench_cli"]
 
@@ -227,6 +227,41 @@ async def _pipeline_figures(n: int, repeats: int) -> dict[str, float]:
     return figures
 
 
+async def _policy_hook_figures(n: int, repeats: int) -> dict[str, float]:
+    """What one extra custom policy hook adds per call: marked ``@nonblocking`` (called on the
+    loop) and unmarked (run in a worker thread under the call's deadline)."""
+    from tooldeck_hookspecs import nonblocking
+
+    def opinion(call: Any, tool: Any, session: Any) -> None:
+        return None
+
+    cheap = nonblocking(lambda call, tool, session: None)
+    figures: dict[str, float] = {}
+    per_call: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for label, hook in (("none", None), ("nonblocking", cheap), ("threaded", opinion)):
+            extra = [inline_plugin(tooldeck_authorize_call=hook, name="bench_policy")]
+            if hook is None:
+                extra = []
+            deck = Deck.load(
+                Config.from_mapping({}),
+                plugins=[tools_plugin([bench_add], name="bench"), *extra],
+            )
+            async with deck:
+                session = deck.session()
+                base = 20_000_000 * (len(per_call.get(label, ())) + 1)
+
+                async def call(i: int, session: Any = session, base: int = base) -> Any:
+                    return await session.call("bench_add", {"a": base + i, "b": 1})
+
+                await call(-1)
+                per_call.setdefault(label, []).append(await _per_call_us(call, n, 1))
+    none = statistics.median(per_call["none"])
+    figures["policy_hook_nonblocking_added_us"] = statistics.median(per_call["nonblocking"]) - none
+    figures["policy_hook_threaded_added_us"] = statistics.median(per_call["threaded"]) - none
+    return figures
+
+
 def run_bench(*, quick: bool = False) -> dict[str, Any]:
     """Run every benchmark whose plugin is installed; return the figures as one flat dict."""
     n, repeats = (300, 3) if quick else (2000, 7)
@@ -239,6 +274,11 @@ def run_bench(*, quick: bool = False) -> dict[str, Any]:
         figures["sandbox"] = "tooldeck-runner sandbox bench not installed"
     else:
         figures.update(trio.run(bench_sandbox, 20 if quick else 50))
+        from tooldeck_runner.bench import bench_sandbox_limits
+
+        # The per-call cgroup and seccomp filter on a warm call, off and on, in one run.
+        figures.update(trio.run(bench_sandbox_limits, 10 if quick else 30))
+    figures.update(trio.run(_policy_hook_figures, n // 2, repeats))
     figures.update(trio.run(_redis_figures, 500 if quick else 3000))
     try:
         from ._eval import bench_selection
