@@ -240,9 +240,11 @@ async def _policy_hook_figures(n: int, repeats: int) -> dict[str, float]:
     per_call: dict[str, list[float]] = {}
     for _ in range(repeats):
         for label, hook in (("none", None), ("nonblocking", cheap), ("threaded", opinion)):
-            extra = [inline_plugin(tooldeck_authorize_call=hook, name="bench_policy")]
-            if hook is None:
-                extra = []
+            extra = (
+                [inline_plugin(tooldeck_authorize_call=hook, name="bench_policy")]
+                if hook is not None
+                else []
+            )
             deck = Deck.load(
                 Config.from_mapping({}),
                 plugins=[tools_plugin([bench_add], name="bench"), *extra],

@@ -40,6 +40,7 @@ __all__ = [
     "config_digest",
     "is_trusted",
     "load_config",
+    "read_config_file",
     "trust_config",
     "trust_store_path",
     "untrust_config",
@@ -55,7 +56,18 @@ TRUST_FILE_NAME = "tooldeck-trust.json"
 #: What an untrusted configuration file may still set: nothing here grants, relaxes or runs.
 UNTRUSTED_KEYS = frozenset({"hand", "protected_paths"})
 
-_KNOWN_TOOL_KEYS = {"security", "execution", "description", "category"}
+#: The core's own top-level keys (the rest belongs to plugins).
+_CORE_KEYS = frozenset(
+    {"hand", "session", "approvals", "tools", "plugins", "disable", "protected_paths"}
+    | {"required_plugins"}
+)
+
+
+def _names(value: Any) -> list[str] | None:
+    """The strings of a list of plugin names; None when it is not a list (reported elsewhere)."""
+    if not isinstance(value, list):
+        return None
+    return [x for x in value if isinstance(x, str)]
 
 
 def _split(value: str) -> list[str]:
@@ -81,6 +93,10 @@ class Config:
     #: Top-level keys of an untrusted file that were not applied.
     ignored: tuple[str, ...] = ()
 
+    #: Printed before table names in problems: ``"tool.tooldeck"`` for a pyproject.toml,
+    #: ``"tooldeck"`` when a tooldeck.toml nests its settings under ``[tooldeck]``.
+    table_prefix: str = ""
+
     @classmethod
     def from_mapping(
         cls,
@@ -89,43 +105,39 @@ class Config:
         source: str | None = None,
         trusted: bool = True,
         ignored: tuple[str, ...] = (),
+        validate: bool = True,
+        table_prefix: str = "",
     ) -> Config:
-        """Build a configuration from an already parsed ``tooldeck`` table (no environment)."""
-        disabled = settings.get("disable", [])
-        enabled = settings.get("plugins")
-        if not isinstance(disabled, list) or not all(isinstance(x, str) for x in disabled):
-            raise ConfigError(f"{source or 'config'}: 'disable' must be a list of plugin names")
-        if enabled is not None and (
-            not isinstance(enabled, list) or not all(isinstance(x, str) for x in enabled)
-        ):
-            raise ConfigError(f"{source or 'config'}: 'plugins' must be a list of plugin names")
-        tools = settings.get("tools", {})
-        if not isinstance(tools, Mapping):
-            raise ConfigError(f"{source or 'config'}: 'tools' must be a table of tool names")
-        for name, override in tools.items():
-            if not isinstance(override, Mapping):
-                raise ConfigError(f"{source or 'config'}: tools.{name} must be a table")
-            unknown = set(override) - _KNOWN_TOOL_KEYS
-            if unknown:
-                raise ConfigError(
-                    f"{source or 'config'}: tools.{name}: unknown key(s) {sorted(unknown)}; "
-                    f"expected {sorted(_KNOWN_TOOL_KEYS)}"
+        """Build a configuration from an already parsed ``tooldeck`` table (no environment).
+
+        :param validate: check the core's own keys and tables (``hand``, ``session``,
+            ``approvals``, ``tools``, ``plugins``, ``disable``, ``protected_paths``) and raise
+            one :class:`~tooldeck._config_schema.ConfigValidationError` listing every problem.
+            ``Deck.load()`` passes False and validates the whole file, plugins' tables too,
+            once the plugins are known; malformed values are then left out here.
+        """
+        from ._config_schema import raise_for_errors, validate_settings
+
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"{source or 'config'}: the settings must be a table")
+        if validate:
+            # Unknown keys are not the core's to judge before the plugins are loaded.
+            core_only = {k: v for k, v in settings.items() if k in _CORE_KEYS}
+            raise_for_errors(
+                validate_settings(
+                    core_only, file=source or "config", schemas={}, prefix=table_prefix
                 )
-        protected = settings.get("protected_paths", [])
-        if not isinstance(protected, list) or not all(
-            isinstance(x, str) and x.strip("/ ") for x in protected
-        ):
-            raise ConfigError(
-                f"{source or 'config'}: 'protected_paths' must be a list of path rules "
-                "(e.g. [\"secrets/\", \"*.key\"])"
             )
+        disabled = _names(settings.get("disable")) or []
+        enabled = settings.get("plugins")
         return cls(
             settings=dict(settings),
             disabled=frozenset(disabled),
-            enabled=None if enabled is None else frozenset(enabled),
+            enabled=None if enabled is None else frozenset(_names(enabled) or ()),
             source=source,
             trusted=trusted,
             ignored=ignored,
+            table_prefix=table_prefix,
         )
 
     def with_environment(self, environ: Mapping[str, str]) -> Config:
@@ -145,8 +157,9 @@ class Config:
 
     def tool_override(self, name: str) -> Mapping[str, Any]:
         """The ``[tools.NAME]`` override table for one tool (empty when absent)."""
-        override: Mapping[str, Any] = self.settings.get("tools", {}).get(name, {})
-        return override
+        tools = self.settings.get("tools", {})
+        override = tools.get(name, {}) if isinstance(tools, Mapping) else {}
+        return override if isinstance(override, Mapping) else {}
 
     def allows(self, plugin_name: str) -> bool:
         """Whether the entry point ``plugin_name`` may load."""
@@ -157,12 +170,40 @@ class Config:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # tomllib would raise this bare, without the file's name: say where, on one line.
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); TOML files are "
+            "UTF-8 text"
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML in {path}: {exc}") from exc
+        raise ConfigError(f"{path}: invalid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """The tooldeck settings table of one file, whole (trusted or not), and its table prefix.
+
+    For ``tooldeck config check``, which validates everything a file says.
+    """
+    file = Path(path)
+    document = _read_toml(file)
+    return _table_of(file, document) or {}, _prefix_of(file, document)
+
+
+def _prefix_of(path: Path, document: Mapping[str, Any]) -> str:
+    if path.name == "pyproject.toml":
+        return "tool.tooldeck"
+    return "tooldeck" if isinstance(document.get("tooldeck"), dict) else ""
 
 
 def _table_of(path: Path, document: dict[str, Any]) -> dict[str, Any] | None:
@@ -291,9 +332,15 @@ def load_config(
         file = find_config_file(Path(cwd or os.getcwd()).resolve())
     if file is None:
         return Config().with_environment(environ)
-    table = _table_of(file, _read_toml(file)) or {}
+    document = _read_toml(file)
+    table = _table_of(file, document) or {}
+    prefix = _prefix_of(file, document)
+    # validate=False: Deck.load() validates the whole of what applies once plugins are known,
+    # so that every problem, the plugins' tables' too, is reported in one go.
     if explicit is not None or is_trusted(file, environ):
-        return Config.from_mapping(table, source=str(file)).with_environment(environ)
+        return Config.from_mapping(
+            table, source=str(file), validate=False, table_prefix=prefix
+        ).with_environment(environ)
     kept = {k: v for k, v in table.items() if k in UNTRUSTED_KEYS}
     ignored = tuple(sorted(k for k in table if k not in UNTRUSTED_KEYS))
     if ignored:
@@ -307,5 +354,5 @@ def load_config(
             file,
         )
     return Config.from_mapping(
-        kept, source=str(file), trusted=False, ignored=ignored
+        kept, source=str(file), trusted=False, ignored=ignored, validate=False, table_prefix=prefix
     ).with_environment(environ)

@@ -56,7 +56,7 @@ from ._catalog import ToolCatalog
 from ._config import Config, load_config
 from ._introspect import apply_override, definition_from_function
 from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, json_size, shorten, too_deep
-from ._plugins import HookImpl, PluginInfo, TooldeckPluginManager
+from ._plugins import FailedPlugin, HookImpl, PluginInfo, TooldeckPluginManager
 
 __all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
 
@@ -229,6 +229,10 @@ class Deck:
         # Threads of policy hooks that may block: their own pool, so that hung hooks can never
         # take the thread tokens sync tools need (and the other way round).
         self._policy_threads = trio.CapacityLimiter(32)
+        #: Installed plugins left out at start-up, by name (see ``Deck.load(strict=...)``).
+        self.failed_plugins: dict[str, FailedPlugin] = {}
+        #: Warning-level configuration problems found at start-up, one line each.
+        self.config_warnings: list[str] = []
 
     # ------------------------------------------------------------------ loading
 
@@ -311,9 +315,9 @@ class Deck:
         deck = cls(manager, config)
         #: Entry-point plugins the deck started without, by name (shared with the manager, so
         #: that failures found while registering appear too).
-        deck.failed_plugins = manager.failed  # type: ignore[attr-defined]
+        deck.failed_plugins = manager.failed
         #: Warning-level configuration problems (the deck started anyway).
-        deck.config_warnings = [str(p) for p in problems]  # type: ignore[attr-defined]
+        deck.config_warnings = [str(p) for p in problems]
         deck._resolve_providers()
         deck._register_all(strict=strict)
         if set(manager.failed) & set(required):
@@ -391,28 +395,45 @@ class Deck:
             # Installed packs are kept apart from each other: one broken pack must not stop
             # the deck. The caller's inline plugins (and strict=True) keep failing loudly.
             lenient = not strict and self.plugins.is_entry_point(impl.plugin)
+            register = self._make_register(impl.plugin, pending)
+            refused: list[str] = []
+            if lenient:
+                # A definition register() cannot build (bad options, a function it cannot
+                # describe) leaves out that tool only: the pack goes on with the others.
+                def register(
+                    tool: Any,
+                    /,
+                    _register: Callable[..., Any] = register,
+                    _refused: list[str] = refused,
+                    **options: Any,
+                ) -> Any:
+                    try:
+                        return _register(tool, **options)
+                    except RegistrationError as exc:
+                        _refused.extend(exc.problems)
+                        return tool
+
             try:
-                impl(
-                    register=self._make_register(impl.plugin, pending),
-                    settings=self.config.settings,
-                )
-            except ConfigError:
-                # The user's configuration, not the pack, is wrong (e.g. a [policy] table that
-                # does not parse): never start without the plugin that would have applied it.
-                raise
+                impl(register=register, settings=self.config.settings)
+            except (ConfigError, RegistrationError) as exc:
+                if isinstance(exc, ConfigError):
+                    # The user's configuration, not the pack, is wrong (e.g. a [policy] table
+                    # that does not parse): never start without the plugin that applies it.
+                    raise
+                # Raised by the pack itself: it asks for start-up to stop (e.g. an MCP server
+                # the configuration marks required did not start). Honoured, always.
+                strict_problems.extend(exc.problems)
+                continue
             except Exception as exc:
-                if isinstance(exc, RegistrationError):
-                    lines = list(exc.problems)
-                else:
-                    lines = [
-                        f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
-                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                    ]
+                line = (
+                    f"plugin {impl.plugin!r}: tooldeck_register_tools raised "
+                    f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                )
                 if not lenient:
-                    strict_problems.extend(lines)
+                    strict_problems.append(line)
                     continue
                 # A pack that raised midway is in an unknown state: none of its tools are kept.
-                self.plugins.record_failure(impl.plugin, "register", lines[0], lines)
+                self.plugins.record_failure(impl.plugin, "register", line, [line])
                 continue
             admissible = []
             for definition in pending:
@@ -424,15 +445,16 @@ class Deck:
                     continue
                 admissible.append(definition)
             problems = self._admit(admissible)
-            if not problems:
+            if not problems and not refused:
                 continue
             if not lenient:
                 strict_problems.extend(problems)
                 continue
             # Admit the pack's tools one by one so that only the invalid ones are left out.
-            bad: list[str] = []
-            for definition in admissible:
-                bad.extend(self._admit([definition]))
+            bad: list[str] = list(refused)
+            if problems:
+                for definition in admissible:
+                    bad.extend(self._admit([definition]))
             self.plugins.record_failure(
                 impl.plugin,
                 "tools",

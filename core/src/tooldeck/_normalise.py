@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -41,6 +41,7 @@ def shorten(value: object, limit: int = 200) -> str:
 
 def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
     """Whether ``value`` nests containers deeper than ``limit`` (iterative: never recurses)."""
+    children: Iterable[Any]
     if isinstance(value, Mapping):
         children = value.values()
     elif isinstance(value, list | tuple):
@@ -55,6 +56,7 @@ def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
         item, depth = stack.pop()
         if depth > limit:
             return True
+        items: Iterable[Any]
         if isinstance(item, Mapping):
             items = item.values()
         elif isinstance(item, list | tuple):

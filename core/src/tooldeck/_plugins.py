@@ -25,7 +25,7 @@ from tooldeck_hookspecs import (
 )
 from tooldeck_hookspecs.specs import SPEC_MODULES
 
-__all__ = ["PluginInfo", "HookImpl", "TooldeckPluginManager", "ENTRY_POINT_GROUP"]
+__all__ = ["FailedPlugin", "PluginInfo", "HookImpl", "TooldeckPluginManager", "ENTRY_POINT_GROUP"]
 
 log = logging.getLogger("tooldeck")
 
@@ -42,6 +42,27 @@ class PluginInfo:
     version: str | None
     hooks: tuple[str, ...]
     source: str  # "entry-point" | "inline" | "builtin"
+    #: Why the plugin did not (fully) load, one line; None when it is healthy.
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FailedPlugin:
+    """An entry-point plugin the deck started without (or without some of its tools).
+
+    ``stage`` says when it failed: ``"import"`` (the entry point did not load), ``"hooks"`` (it
+    implements a hook nobody specifies, or with unknown arguments), ``"register"`` (its
+    ``tooldeck_register_tools`` raised: none of its tools are in the catalog, its other hooks
+    still run) or ``"tools"`` (some of its tool definitions are invalid: those are left out).
+    """
+
+    name: str
+    stage: str
+    error: str
+    distribution: str | None = None
+    version: str | None = None
+    #: Every problem, one line each (``error`` is their summary).
+    problems: tuple[str, ...] = ()
 
 
 def _has_hookspecs(obj: object) -> bool:
@@ -97,6 +118,9 @@ class TooldeckPluginManager:
         for module in SPEC_MODULES:
             self.add_hookspecs(module)
         self._origin: dict[str, tuple[str, str | None, str | None]] = {}
+        #: Entry-point plugins that failed, by name (see :class:`FailedPlugin`).
+        self.failed: dict[str, FailedPlugin] = {}
+        self._entry_points: list[importlib.metadata.EntryPoint] | None = None
 
     def add_hookspecs(self, module: types.ModuleType) -> None:
         """Add a module of hook specifications once (re-adding the same module is a no-op)."""
@@ -118,20 +142,26 @@ class TooldeckPluginManager:
         return registered
 
     def load_entry_points(
-        self, allows: Callable[[str], bool], only: Iterable[str] | None = None
+        self,
+        allows: Callable[[str], bool],
+        only: Iterable[str] | None = None,
+        *,
+        strict: bool = True,
     ) -> list[str]:
         """Load every allowed plugin of the ``tooldeck`` entry-point group; return their names.
 
         :param allows: the configuration's verdict on an entry-point name.
         :param only: load just these names (for tests), still subject to ``allows``.
+        :param strict: raise :class:`PluginLoadError` when any entry point fails to import or
+            to register; otherwise each failure is logged as a warning, recorded in
+            :attr:`failed` and the others load (a broken pack must not stop the deck).
         """
         wanted = None if only is None else set(only)
         loaded: list[str] = []
         errors: list[str] = []
+        failures: list[tuple[str, str, str, str | None, str | None]] = []
         seen: set[str] = set()
-        for ep in sorted(
-            importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
-        ):
+        for ep in self._group():
             if ep.name in seen:
                 # Two distributions claiming one name: the first (by sort order) wins, loudly.
                 log.warning("duplicate tooldeck entry point %r ignored (%s)", ep.name, ep.value)
@@ -148,34 +178,140 @@ class TooldeckPluginManager:
             version = ep.dist.version if ep.dist is not None else None
             try:
                 obj = ep.load()
-            except Exception as exc:
-                errors.append(
+            except Exception as exc:  # any import-time error: a broken pack
+                message = (
                     f"entry point {ep.name!r} ({ep.value}, distribution {dist}) failed to import: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{type(exc).__name__}: {_one_line(exc)}"
                 )
+                errors.append(message)
+                failures.append((ep.name, "import", message, dist, version))
                 continue
             if _has_hookspecs(obj):
                 self.add_hookspecs(obj)  # type: ignore[arg-type]
             try:
                 self.pm.register(obj, name=ep.name)
             except (pluggy.PluginValidationError, ValueError) as exc:
-                errors.append(f"entry point {ep.name!r} (distribution {dist}): {exc}")
+                message = f"entry point {ep.name!r} (distribution {dist}): {_one_line(exc)}"
+                errors.append(message)
+                failures.append((ep.name, "hooks", message, dist, version))
+                # pluggy registers hook by hook: a failure midway leaves the earlier ones in.
+                if self.pm.get_plugin(ep.name) is not None:
+                    self.pm.unregister(name=ep.name)
                 continue
             self._origin[ep.name] = ("entry-point", dist, version)
             loaded.append(ep.name)
         if wanted is not None:
             missing = wanted - seen
             if missing:
+                # Naming a plugin explicitly is a request, never a broken install: always fatal.
+                strict = True
                 errors.append(
                     f"requested plugin(s) {sorted(missing)} are not installed "
                     f"(no entry point in group {ENTRY_POINT_GROUP!r})"
                 )
-        if errors:
+        if errors and strict:
             raise PluginLoadError("\n".join(errors))
+        for failure in failures:
+            self._fail(*failure)
         return loaded
 
-    def check_pending(self) -> None:
-        """Fail when a plugin implements a hook that no specification declares (a misspelling)."""
+    def _fail(
+        self,
+        name: str,
+        stage: str,
+        message: str,
+        dist: str | None = None,
+        version: str | None = None,
+        problems: Sequence[str] = (),
+    ) -> None:
+        previous = self.failed.get(name)
+        if previous is not None:
+            dist, version = previous.distribution, previous.version
+            problems = (*previous.problems, *problems)
+        elif name in self._origin:
+            _, dist, version = self._origin[name]
+        self.failed[name] = FailedPlugin(
+            name=name,
+            stage=stage,
+            error=message,
+            distribution=dist,
+            version=version,
+            problems=tuple(problems) or (message,),
+        )
+        # Loud on purpose: the deck runs without (part of) this plugin.
+        log.warning("tooldeck: plugin %r left out (%s): %s", name, stage, message)
+
+    def record_failure(
+        self, name: str, stage: str, message: str, problems: Sequence[str] = ()
+    ) -> None:
+        """Record (and log) that an entry-point plugin's ``stage`` failed; the deck goes on."""
+        self._fail(name, stage, message, problems=problems)
+
+    def is_entry_point(self, name: str) -> bool:
+        """Whether ``name`` was loaded from an entry point (not registered inline)."""
+        return self._origin.get(name, ("inline",))[0] == "entry-point"
+
+    def _group(self) -> list[importlib.metadata.EntryPoint]:
+        # Scanning the installed distributions costs milliseconds: once per manager.
+        if self._entry_points is None:
+            self._entry_points = sorted(
+                importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
+            )
+        return self._entry_points
+
+    def entry_point_names(self) -> set[str]:
+        """Every installed entry-point name of the group, loaded or not."""
+        return {ep.name for ep in self._group()}
+
+    def config_schemas(self) -> tuple[dict[str, list[tuple[str, Any]]], list[str]]:
+        """The configuration schemas plugins contribute: ``{table: [(plugin, schema)]}``.
+
+        Also returns one line per implementation that raised or returned something that is not
+        a mapping of tables to schemas (its tables are then checked only for being tables).
+        """
+        schemas: dict[str, list[tuple[str, Any]]] = {}
+        problems: list[str] = []
+        for impl in self.impls("tooldeck_config_schema"):
+            try:
+                contributed = impl()
+            except Exception as exc:  # a plugin's bug: reported, not fatal
+                problems.append(
+                    f"plugin {impl.plugin!r}: tooldeck_config_schema raised "
+                    f"{type(exc).__name__}: {_one_line(exc)}"
+                )
+                continue
+            if contributed is None:
+                continue
+            if not isinstance(contributed, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Mapping) for k, v in contributed.items()
+            ):
+                problems.append(
+                    f"plugin {impl.plugin!r}: tooldeck_config_schema must return "
+                    "{table_name: JSON Schema}"
+                )
+                continue
+            for table, schema in contributed.items():
+                schemas.setdefault(table, []).append((impl.plugin, schema))
+        return schemas, problems
+
+    def check_pending(self, *, strict: bool = True) -> None:
+        """Fail when a plugin implements a hook that no specification declares (a misspelling).
+
+        :param strict: when False, an *entry-point* plugin with such a hook is unregistered and
+            recorded in :attr:`failed` instead; an inline plugin (the caller's own code) always
+            fails.
+        """
+        if not strict:
+            for name, unknown in self._unknown_hooks().items():
+                if not self.is_entry_point(name):
+                    continue
+                self.pm.unregister(name=name)
+                self._fail(
+                    name,
+                    "hooks",
+                    f"implements unknown hook(s) {', '.join(sorted(unknown))} "
+                    "(a misspelling, or a hookspec module that is not installed)",
+                )
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
@@ -184,19 +320,56 @@ class TooldeckPluginManager:
             )
             raise PluginLoadError(f"{exc}. Known hooks: {', '.join(hooks)}") from exc
 
+    def _unknown_hooks(self) -> dict[str, set[str]]:
+        # pluggy's check_pending, per plugin, so that one plugin can be left out.
+        found: dict[str, set[str]] = {}
+        for hook_name in list(vars(self.pm.hook)):
+            if hook_name.startswith("_"):
+                continue
+            caller = getattr(self.pm.hook, hook_name)
+            if caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if not impl.optionalhook:
+                    found.setdefault(impl.plugin_name, set()).add(hook_name)
+        return found
+
     def plugin_infos(self) -> list[PluginInfo]:
-        """Every registered plugin with its distribution, version and implemented hooks."""
+        """Every registered plugin with its distribution, version and implemented hooks.
+
+        Failed entry-point plugins are included with their ``error`` (and no hooks when they
+        never loaded).
+        """
         infos = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:
                 continue
             hooks = tuple(sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or []))
             source, dist, version = self._origin.get(name, ("inline", None, None))
+            failed = self.failed.get(name)
             infos.append(
                 PluginInfo(
-                    name=name, distribution=dist, version=version, hooks=hooks, source=source
+                    name=name,
+                    distribution=dist,
+                    version=version,
+                    hooks=hooks,
+                    source=source,
+                    error=None if failed is None else failed.error,
                 )
             )
+        listed = {info.name for info in infos}
+        for failed in self.failed.values():
+            if failed.name not in listed:
+                infos.append(
+                    PluginInfo(
+                        name=failed.name,
+                        distribution=failed.distribution,
+                        version=failed.version,
+                        hooks=(),
+                        source="entry-point",
+                        error=failed.error,
+                    )
+                )
         return sorted(infos, key=lambda i: i.name)
 
     def impls(self, hook_name: str) -> list[HookImpl]:
@@ -225,6 +398,12 @@ class TooldeckPluginManager:
             if provider is not None:
                 return provider, impl.plugin
         return None, None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a multi-line message would break the report)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def describe_plugins(infos: Sequence[PluginInfo]) -> list[dict[str, Any]]:

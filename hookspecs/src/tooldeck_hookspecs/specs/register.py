@@ -71,3 +71,34 @@ def tooldeck_catalog_ready(catalog: Catalog) -> None:
 
     :param catalog: read-only view of all registered tools.
     """
+
+
+# -------------------------------------------------------------------------
+# Configuration
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def tooldeck_config_schema() -> Mapping[str, Mapping[str, Any]] | None:
+    """Describe the configuration tables this plugin reads, as JSON Schema, one per table.
+
+    Called once at start-up for every implementation, before any tool is registered; all results
+    are collected, and the whole configuration is validated against them at once (every problem
+    one line naming file, table and key). A plugin that does not implement it keeps working: its
+    table is only checked for being a table. Takes no parameters.
+
+    :return: ``{table_name: schema}``, e.g. ``{"cache": {"type": "object", "properties":
+        {"max_entries": {"type": "integer", "minimum": 1}}, "additionalProperties": False}}``.
+        The core understands ``type``, ``enum``, ``minimum``, ``maximum``, ``exclusiveMinimum``,
+        ``exclusiveMaximum``, ``minLength``, ``pattern``, ``items``, ``minItems``,
+        ``properties``, ``additionalProperties``, ``required`` and ``anyOf``; other keywords are
+        ignored. ``additionalProperties: false`` turns misspelled keys into problems with a
+        "did you mean".
+
+    Example::
+
+        @hookimpl
+        def tooldeck_config_schema():
+            return {"acme": {"type": "object", "properties": {"token_env": {"type": "string"}},
+                             "additionalProperties": False}}
+    """

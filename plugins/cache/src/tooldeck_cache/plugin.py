@@ -20,3 +20,19 @@ def tooldeck_cache(settings: Mapping[str, Any]) -> ResultCache | None:
     if not table.get("enabled", True):
         return None
     return cache_from_settings(settings)
+
+
+@hookimpl
+def tooldeck_config_schema() -> dict[str, Any]:
+    """The ``[cache]`` table, checked by the core at start-up (sizes >= 1, no unknown keys)."""
+    return {
+        "cache": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "max_entries": {"type": "integer", "minimum": 1},
+                "max_bytes": {"type": "integer", "minimum": 1},
+            },
+            "additionalProperties": False,
+        }
+    }

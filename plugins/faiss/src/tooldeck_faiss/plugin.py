@@ -15,3 +15,17 @@ def tooldeck_retriever(settings: Mapping[str, Any]) -> FaissRetriever:
     """A hybrid BM25 + embedding retriever configured from ``settings["faiss"]``."""
     table = settings.get("faiss", {}) if isinstance(settings, Mapping) else {}
     return FaissRetriever(RetrieverSettings.from_mapping(table or {}))
+
+
+@hookimpl
+def tooldeck_config_schema() -> dict[str, Any]:
+    """The ``[faiss]`` table: key names from :class:`RetrieverSettings` (values it checks)."""
+    import attrs
+
+    return {
+        "faiss": {
+            "type": "object",
+            "properties": {field.name: {} for field in attrs.fields(RetrieverSettings)},
+            "additionalProperties": False,
+        }
+    }

@@ -20,3 +20,21 @@ def tooldeck_rate_limiter(settings: Mapping[str, Any]) -> ToolRateLimiter | None
     if not table.get("enabled", True):
         return None
     return limiter_from_settings(settings)
+
+
+@hookimpl
+def tooldeck_config_schema() -> dict[str, Any]:
+    """The ``[ratelimit]`` table, checked by the core at start-up."""
+    return {
+        "ratelimit": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "storage_uri": {"type": "string", "minLength": 1},
+                "global_factor": {"type": "number", "exclusiveMinimum": 0},
+                "global": {"type": "object"},
+                "fail_open": {"type": "boolean"},
+            },
+            "additionalProperties": False,
+        }
+    }
