@@ -19,10 +19,13 @@ async def test_bridge_over_http_to_a_tooldeck_server(workdir: Path) -> None:
         server = DeckMcpServer(served, workdir=str(workdir), session_options={"grants": ()})
         stop = trio.Event()
         url = await nursery.start(
-            lambda task_status: server.run_http("127.0.0.1", 0, shutdown=stop,
-                                                task_status=task_status)
+            lambda task_status: server.run_http("127.0.0.1", 0, token="bridge-token-0123456789",
+                                                shutdown=stop, task_status=task_status)
         )
-        config = {"mcp": {"servers": {"remote": {"url": url, "trust_annotations": True}}}}
+        # The bridge's `headers` carry the served deck's bearer token.
+        remote = {"url": url, "trust_annotations": True,
+                  "headers": {"Authorization": "Bearer bridge-token-0123456789"}}
+        config = {"mcp": {"servers": {"remote": remote}}}
         # Registration blocks until the server answers, and the server runs on this trio loop:
         # load the client deck from a worker thread.
         client = await trio.to_thread.run_sync(

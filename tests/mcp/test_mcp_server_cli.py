@@ -21,7 +21,7 @@ def test_refuses_a_public_address_without_allow_remote(
     quiet_config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert serve_mcp_cli("http", "0.0.0.0", 0) == 2
-    assert "no authentication" in capsys.readouterr().err
+    assert "plain HTTP" in capsys.readouterr().err
 
 
 def test_refuses_bad_transport_and_workdir(

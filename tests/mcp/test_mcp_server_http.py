@@ -16,6 +16,15 @@ from tooldeck import Deck
 from tooldeck.mcp_server import DeckMcpServer
 
 
+def authorized_transport(url: str, token: str) -> Any:
+    """The official client's HTTP transport sending ``Authorization: Bearer <token>``."""
+    import httpx2
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                              timeout=httpx2.Timeout(30, read=300))
+    return streamable_http_client(url, http_client=http)
+
+
 async def test_http_one_deck_session_per_mcp_session(
     workdir: Path, mcp_payload: Any, closed_sessions: tuple[Deck, list[str | None]]
 ) -> None:
@@ -25,7 +34,7 @@ async def test_http_one_deck_session_per_mcp_session(
         stop = trio.Event()
         url = await nursery.start(
             lambda task_status: server.run_http(
-                "127.0.0.1", 0, shutdown=stop, task_status=task_status
+                "127.0.0.1", 0, token=None, shutdown=stop, task_status=task_status
             )
         )
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
@@ -51,10 +60,10 @@ async def test_http_one_deck_session_per_mcp_session(
             clients.start_soon(run, "../secret.txt")
         assert results["notes.txt"]["data"]["content"] == "hello from the workdir\n"
         assert results["../secret.txt"]["error"]["code"] == "PATH_NOT_ALLOWED"
-        # Two MCP sessions (mcp-session-id), two deck sessions.
-        keys = [k for k in server.sessions if k != "default"]
-        assert len(keys) == 2
-        assert len({s.id for s in server.sessions.values()}) == len(server.sessions)
+        # Two MCP sessions (mcp-session-id), two deck sessions, each closed when its client
+        # ended the MCP session (the official client sends DELETE on exit).
+        assert len(set(closed)) == 2
+        assert not [k for k in server.sessions if k != "default"]
 
         # The 2026 stateless protocol works too (no session id: the shared session).
         async with Client(url) as modern:
@@ -62,7 +71,7 @@ async def test_http_one_deck_session_per_mcp_session(
             assert not result.is_error, result
             names = [e["name"] for e in mcp_payload(result)["data"]["entries"]]
             assert "notes.txt" in names
-        opened = {session.id for session in server.sessions.values()}
+        opened = {session.id for session in server.sessions.values()} | set(closed)
         stop.set()
     # Stopping the server ends its deck sessions (packs release per-session resources).
     assert set(closed) == opened and len(opened) == 3
@@ -82,15 +91,17 @@ async def test_http_cli_serves_until_sigterm(
         "--transport", "http", "--port", str(port), "--workdir", str(workdir),
         "--grant", "filesystem",
     )
+    token = "sigterm-test-token-0123456789"
     process = await trio.lowlevel.open_process(
-        command, env=make_server_env(), cwd=str(workdir), stderr=subprocess.DEVNULL
+        command, env=make_server_env(TOOLDECK_MCP_TOKEN=token), cwd=str(workdir),
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         with trio.fail_after(60):
             while True:
                 try:
-                    async with Client(url) as client:
+                    async with Client(authorized_transport(url, token)) as client:
                         listed = await client.list_tools()
                         result = await client.call_tool("file_read", {"path": "notes.txt"})
                         wrote = await client.call_tool(

@@ -1,12 +1,18 @@
 """The ``tooldeck`` command line.
 
-Exit codes: 0 success, 1 a tool error (the ToolResult says which), 2 a usage or start-up error.
+Exit codes: 0 success, 1 a tool error (the ToolResult says which), 2 a usage or start-up error
+(one line per problem, never a traceback). Output is written with ``backslashreplace``: a file
+name that is not valid UTF-8 is shown escaped instead of crashing the command after its work is
+done.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -25,40 +31,52 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+#: Set by the global ``--strict`` option: any failing plugin stops the command.
+_STRICT = False
+
+
 def _load_deck() -> Any:
     from ._deck import Deck
 
-    return Deck.load()
+    return Deck.load(strict=_STRICT)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
+    import attrs
+
     deck = _load_deck()
     infos = deck.plugin_infos()
+    failed = getattr(deck, "failed_plugins", {})
+    warnings = list(getattr(deck, "config_warnings", ()))
     if args.json:
         _print_json(
             {
                 "plugins": [converter.unstructure(i) for i in infos],
+                "failed": [attrs.asdict(f) for f in failed.values()],
                 "providers": deck.providers,
                 "config": deck.config.source,
+                "config_warnings": warnings,
             }
         )
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="tooldeck plugins")
     for column in ("name", "distribution", "version", "hooks"):
         table.add_column(column)
     for info in infos:
-        table.add_row(
-            info.name,
-            info.distribution or f"({info.source})",
-            info.version or "",
-            ", ".join(h.removeprefix("tooldeck_") for h in info.hooks),
-        )
+        hooks = ", ".join(h.removeprefix("tooldeck_") for h in info.hooks)
+        if info.error:
+            hooks = f"[red]FAILED ({failed[info.name].stage if info.name in failed else 'error'})"
+            hooks += f": {escape(info.error)}[/red]"
+        table.add_row(info.name, info.distribution or f"({info.source})", info.version or "", hooks)
     console = Console()
     console.print(table)
     console.print("stages: " + ", ".join(f"{k}={v or 'none'}" for k, v in deck.providers.items()))
+    for line in warnings:
+        console.print(f"[yellow]{escape(line)}[/yellow]")
     return 0
 
 
@@ -106,11 +124,41 @@ async def _terminal_confirm(request: Any) -> bool | str:
     return answer in {"y", "yes"}
 
 
+def _read_arguments(spec: str | None) -> Any:
+    """``ARGS_JSON`` as given: inline JSON, ``-`` for standard input, ``@FILE`` for a file."""
+    if not spec:
+        return {}
+    if spec == "-":
+        text = sys.stdin.read()
+    elif spec.startswith("@"):
+        try:
+            with open(spec[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise _UsageError(f"ARGS_JSON: cannot read {spec[1:]!r}: {reason}") from None
+    else:
+        text = spec
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"ARGS_JSON is not valid JSON: {exc}") from None
+    except RecursionError:
+        # json's C scanner recurses once per nesting level: 10k levels exhaust the stack.
+        raise _UsageError("ARGS_JSON is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise _UsageError(f"ARGS_JSON is not usable JSON: {exc}") from None
+
+
+class _UsageError(Exception):
+    """A mistake in the command's own arguments: one line on stderr, exit 2."""
+
+
 def _cmd_call(args: argparse.Namespace) -> int:
     try:
-        arguments = json.loads(args.args_json) if args.args_json else {}
-    except json.JSONDecodeError as exc:
-        sys.stderr.write(f"tooldeck call: ARGS_JSON is not valid JSON: {exc}\n")
+        arguments = _read_arguments(args.args_json)
+    except _UsageError as exc:
+        sys.stderr.write(f"tooldeck call: {exc}\n")
         return 2
     if not isinstance(arguments, dict):
         sys.stderr.write("tooldeck call: ARGS_JSON must be a JSON object\n")
@@ -208,7 +256,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
 
     return serve_mcp_cli(
-        args.transport, args.host, args.port, workdir=args.workdir, grants=args.grant
+        args.transport,
+        args.host,
+        args.port,
+        workdir=args.workdir,
+        grants=args.grant,
+        no_auth=args.no_auth,
     )
 
 
@@ -254,6 +307,139 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_file(target: str, environ: Any) -> dict[str, Any]:
+    """Validate everything one configuration file says (trusted or not); a report dict."""
+    from ._config import Config, is_trusted, read_config_file
+    from ._config_schema import (
+        ConfigProblem,
+        ConfigValidationError,
+        validate_config,
+    )
+    from ._plugins import TooldeckPluginManager
+
+    named = environ.get("TOOLDECK_CONFIG")
+    explicit = bool(named) and os.path.realpath(named) == os.path.realpath(target)
+    in_store = is_trusted(target, environ)
+    report: dict[str, Any] = {
+        "file": target,
+        "trusted": explicit or in_store,
+        "trust": "named by TOOLDECK_CONFIG" if explicit else ("trust store" if in_store else None),
+        "problems": [],
+        "notes": [],
+    }
+    try:
+        table, prefix = read_config_file(target)
+    except TooldeckError as exc:
+        report["problems"].append(
+            {"file": target, "table": "", "key": "", "message": str(exc), "severity": "error"}
+        )
+        report["lines"] = [str(exc)]
+        return report
+    config = Config.from_mapping(
+        table, source=target, validate=False, table_prefix=prefix
+    ).with_environment(environ)
+    # Every installed plugin's schema, whatever the file enables: check the whole file.
+    manager = TooldeckPluginManager()
+    manager.load_entry_points(lambda _name: True, strict=False)
+    manager.check_pending(strict=False)
+    for failed in manager.failed.values():
+        report["notes"].append(f"plugin {failed.name!r} did not load: {failed.error}")
+    schemas, bugs = manager.config_schemas()
+    report["notes"].extend(bugs)
+    installed = manager.entry_point_names()
+    problems: list[ConfigProblem] = validate_config(
+        config, schemas=schemas, plugin_tables=installed, installed=installed
+    )
+    if not any(p.severity == "error" for p in problems):
+        if report["trusted"]:
+            # Registration-time checks ([tools.NAME] of a tool that does not exist, invalid
+            # definitions). Only for a trusted file: loading runs what the file configures.
+            from ._deck import Deck
+
+            quiet = logging.getLogger("tooldeck")
+            level = quiet.level
+            # The warnings are this command's output: not a second time as log records.
+            quiet.setLevel(logging.ERROR)
+            try:
+                deck = Deck.load(config, strict=_STRICT)
+            except ConfigValidationError as exc:
+                problems.extend(exc.details)
+            except TooldeckError as exc:
+                # A RegistrationError lists its problems; others are one message.
+                lines = getattr(exc, "problems", None) or [" ".join(str(exc).split())]
+                problems.extend(
+                    ConfigProblem(file="", table="", key="", message=str(line)) for line in lines
+                )
+            else:
+                problems.extend(
+                    ConfigProblem(file="", table="", key="", message=w, severity="warning")
+                    for w in getattr(deck, "config_warnings", ())
+                    if w not in {str(p) for p in problems}
+                )
+            finally:
+                quiet.setLevel(level)
+        else:
+            report["notes"].append(
+                "tool names under [tools] are checked against the registered tools once the "
+                "file is trusted"
+            )
+    problems.sort(key=lambda p: p.severity != "error")
+    report["problems"] = [
+        {
+            "file": p.file,
+            "table": p.table,
+            "key": p.key,
+            "message": p.message,
+            "severity": p.severity,
+        }
+        for p in problems
+    ]
+    report["lines"] = [p.message if not p.file and not p.table else str(p) for p in problems]
+    return report
+
+
+def _cmd_config_check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._config import UNTRUSTED_KEYS, find_config_file
+
+    environ = os.environ
+    target = args.file or environ.get("TOOLDECK_CONFIG") or find_config_file(Path.cwd().resolve())
+    if target is None:
+        if args.json:
+            _print_json({"file": None, "trusted": True, "problems": [], "notes": []})
+        else:
+            sys.stdout.write("no configuration file: built-in defaults, nothing to check\n")
+        return 0
+    target = str(target)
+    if not os.path.isfile(target):
+        sys.stderr.write(f"tooldeck config check: {target}: no such file\n")
+        return 2
+    report = _check_file(target, environ)
+    lines = report.pop("lines")
+    errors = sum(p["severity"] == "error" for p in report["problems"])
+    warnings = len(report["problems"]) - errors
+    failed = errors > 0 or (args.strict_check and warnings > 0)
+    if args.json:
+        _print_json({**report, "errors": errors, "warnings": warnings, "ok": not failed})
+        return 2 if failed else 0
+    if report["trusted"]:
+        state = f"trusted ({report['trust']})"
+    else:
+        state = (
+            "NOT trusted: where it is found by the search only "
+            + " and ".join(sorted(UNTRUSTED_KEYS))
+            + " of it apply (`tooldeck config trust` to trust it)"
+        )
+    out = [f"{target}: {state}", *lines]
+    out.extend(f"note: {note}" for note in report["notes"])
+    out.append(
+        f"{errors} error(s), {warnings} warning(s)" if report["problems"] else "no problems found"
+    )
+    sys.stdout.write("\n".join(out) + "\n")
+    return 2 if failed else 0
+
+
 def _cmd_config_trust(args: argparse.Namespace) -> int:
     from ._config import trust_config, trust_store_path
 
@@ -280,48 +466,75 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tooldeck", description="The tools layer of an LLM agent."
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=_version_text(),
+        help="show the versions of tooldeck and tooldeck-hookspecs, and exit",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail when any installed plugin fails to load (default: start without it, loudly)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plugins", help="loaded plugins with distribution, version, hooks")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (failed plugins included)")
     p.set_defaults(func=_cmd_plugins)
 
     p = sub.add_parser("tools", help="registered tools")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--category")
+    p.add_argument("--json", action="store_true", help="print the whole definitions as JSON")
+    p.add_argument("--category", help="only the tools of this category")
     p.set_defaults(func=_cmd_tools)
 
     p = sub.add_parser("export", help="tool schemas for a provider, as a JSON array")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument(
+        "--format", required=True, choices=FORMATS, help="the provider's tool schema format"
+    )
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("call", help="run one tool call through the pipeline")
-    p.add_argument("name")
-    p.add_argument("args_json", nargs="?", default=None, metavar="ARGS_JSON")
-    p.add_argument("--workdir", default=None)
-    p.add_argument("--session", default=None)
-    p.add_argument("--grant", action="append", metavar="CATEGORY")
+    p.add_argument("name", help="the tool's name")
+    p.add_argument(
+        "args_json",
+        nargs="?",
+        default=None,
+        metavar="ARGS_JSON",
+        help="the arguments as a JSON object; '-' reads them from standard input, '@FILE' "
+        "from a file (default: {})",
+    )
+    p.add_argument("--workdir", default=None, help="the session's working directory")
+    p.add_argument("--session", default=None, help="the session id (default: a new one)")
+    p.add_argument(
+        "--grant",
+        action="append",
+        metavar="CATEGORY",
+        help="grant a tool category to the session (repeatable)",
+    )
     p.add_argument("--yes", action="store_true", help="approve calls that need confirmation")
     p.set_defaults(func=_cmd_call)
 
     p = sub.add_parser("select", help="the hand of tools for a task")
-    p.add_argument("query")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--workdir", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("query", help="the task, in words")
+    p.add_argument(
+        "--limit", type=int, default=None, help="tools dealt (default: [hand] limit, 15)"
+    )
+    p.add_argument("--workdir", default=None, help="the session's working directory")
+    p.add_argument("--json", action="store_true", help="print JSON with scores and exclusions")
     p.set_defaults(func=_cmd_select)
 
     p = sub.add_parser("eval", help="measure retrieval on a dataset")
     esub = p.add_subparsers(dest="what", required=True)
     e = esub.add_parser("retrieval", help="R@k, NDCG@10, complete@15 and latency on a dataset")
-    e.add_argument("dataset")
-    e.add_argument("--limit", type=int, default=15)
-    e.add_argument("--queries", type=int, default=None)
-    e.add_argument("--json", action="store_true")
+    e.add_argument("dataset", help="the dataset's name or path")
+    e.add_argument("--limit", type=int, default=15, help="hand size to evaluate (default 15)")
+    e.add_argument("--queries", type=int, default=None, help="evaluate only the first N queries")
+    e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("bench", help="benchmarks, side by side with the alternatives, as ratios")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.set_defaults(func=_cmd_bench)
 
@@ -335,13 +548,28 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
     )
+    m.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="HTTP: no bearer token (any local process could run tools; loopback only)",
+    )
     m.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("config", help="the configuration file in use, and trusting it")
     csub = p.add_subparsers(dest="action", required=True)
     c = csub.add_parser("show", help="which file applies, whether it is trusted, what was ignored")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=_cmd_config_show)
+    c = csub.add_parser(
+        "check",
+        help="validate the whole configuration file: every problem, one line each (exit 2 if any)",
+    )
+    c.add_argument("file", nargs="?", default=None, help="the file (default: the one found)")
+    c.add_argument("--json", action="store_true", help="print the problems as JSON")
+    c.add_argument(
+        "--strict", dest="strict_check", action="store_true", help="warnings fail the check too"
+    )
+    c.set_defaults(func=_cmd_config_check)
     c = csub.add_parser(
         "trust", help="trust a configuration file's current content (found one by default)"
     )
@@ -352,23 +580,89 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_config_untrust)
 
     p = sub.add_parser("demo", help="a one-minute tour of what tooldeck does")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the tour's results as JSON")
     p.set_defaults(func=_cmd_demo)
     return parser
 
 
+_LISTEN_ERRNOS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+def _listen_failure(exc: BaseException) -> OSError | None:
+    """The bind error inside ``exc`` (an OSError, or nested exception groups holding only one)."""
+    if isinstance(exc, OSError):
+        return exc if exc.errno in _LISTEN_ERRNOS else None
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_listen_failure(inner) for inner in exc.exceptions]
+        # Only when the bind error is the whole story: anything else keeps its traceback.
+        if found and all(f is not None for f in found):
+            return found[0]
+    return None
+
+
+def _version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist in ("tooldeck", "tooldeck-hookspecs"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} (not installed)")
+    return ", ".join(parts)
+
+
+def _safe_streams() -> None:
+    # Names from the file system may not be UTF-8 (surrogate escapes): print them escaped
+    # rather than raising UnicodeEncodeError after the work was done.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (already written to)
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tooldeck`` command."""
+    global _STRICT
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _safe_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    _STRICT = bool(args.strict)
     try:
         return int(args.func(args))
     except TooldeckError as exc:
-        sys.stderr.write(f"tooldeck: {exc}\n")
+        problems = getattr(exc, "problems", None)
+        if problems:
+            # One line per problem (a ConfigValidationError or RegistrationError lists them).
+            sys.stderr.write(f"tooldeck: {str(exc).splitlines()[0]}\n")
+            sys.stderr.write("".join(f"tooldeck: {line}\n" for line in problems))
+        else:
+            sys.stderr.write(f"tooldeck: {exc}\n")
         return 2
     except KeyboardInterrupt:
         return 130
+    except (OSError, BaseExceptionGroup) as exc:
+        # A server that cannot listen (busy port, address not ours, privileged port) is a
+        # start-up error: one line, not trio's and hypercorn's nested exception groups.
+        failure = _listen_failure(exc) if hasattr(args, "port") else None
+        if failure is None:
+            raise
+        where = f"{getattr(args, 'host', '')}:{args.port}"
+        command = " ".join(filter(None, (args.command, getattr(args, "protocol", None))))
+        sys.stderr.write(
+            f"tooldeck {command}: cannot listen on {where}: {failure.strerror or failure}"
+            " (pick another --port, or 0 for any free one)\n"
+        )
+        return 2
+    except BrokenPipeError:
+        # `tooldeck tools --json | head`: the reader left; not an error of ours.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # replaces the closed stream for interpreter exit
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,10 @@ bridge, ``tooldeck-mcp``)::
     confirm = "error"        # "elicit": ask the user through the client (MCP elicitation)
     confirm_timeout_s = 120  # how long an elicitation waits for the user
     allow_approvals = false  # offer approve_call (a model approving its own calls: off!)
-    allow_remote = false     # HTTP on a non-loopback address (no auth here: use a proxy)
+    allow_remote = false     # HTTP on a non-loopback address (plain HTTP: put TLS in front)
+    token = ""               # HTTP bearer token (else TOOLDECK_MCP_TOKEN, else generated)
+    max_sessions = 1000      # HTTP: most deck sessions; only idle ones are ever evicted
+    session_idle_timeout_s = 1800  # HTTP: an MCP session with no request for this long ends
 
 Extra tools the server adds: ``search_tools`` (when a retriever is installed) returns the hand
 for a task with full input schemas, so a client facing hundreds of tools can ask for the right
@@ -36,17 +39,37 @@ elicitation, the server asks the user instead (``elicitation/create``, out of th
 accepted, the call runs (once, or for the rest of the session if they tick "always"); declined or
 unanswered, it is ``PERMISSION_DENIED``.
 
+Authentication (HTTP only; stdio belongs to the process that started the server): every
+request must carry ``Authorization: Bearer <token>``. The token is ``mcp.token`` from the
+configuration, else the ``TOOLDECK_MCP_TOKEN`` environment variable, else one generated at
+start-up (``secrets.token_urlsafe(32)``) and printed once to stderr. It is compared in constant
+time (:func:`hmac.compare_digest`); a request without it, or with another one, is answered
+``401`` with ``WWW-Authenticate: Bearer`` before it reaches the MCP layer, so no tool runs.
+``tooldeck serve mcp --transport http --no-auth`` turns this off (with a warning). The SDK's
+Host and Origin checks (DNS rebinding protection) apply as well::
+
+    from mcp.client.streamable_http import streamablehttp_client
+    async with streamablehttp_client(url, headers={"Authorization": f"Bearer {token}"}) as ...
+
+    curl -H "Authorization: Bearer $TOOLDECK_MCP_TOKEN" ...
+
 Sessions: stdio is one connection, one deck session. Streamable HTTP gives each MCP session
-(``mcp-session-id``) its own deck session; requests of the stateless 2026 protocol carry no
-identity and share one session.
+(``mcp-session-id``) its own deck session, closed when the MCP session ends (the client's
+``DELETE``, the idle timeout ``session_idle_timeout_s``, the server's shutdown); requests of the
+stateless 2026 protocol carry no identity and share one session. At ``max_sessions`` deck
+sessions, a new MCP session evicts the least recently used *idle* one (no call in flight, no
+approval pending); when every session is busy, the new one is refused (HTTP 503 at
+``initialize``, ``RATE_LIMIT_EXCEEDED`` for a call) and no running call is ever cancelled.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import math
 import os
+import secrets
 import signal
 import sys
 from collections import OrderedDict
@@ -79,6 +102,10 @@ __all__ = [
     "serve_stdio",
     "serve_http",
     "serve_mcp_cli",
+    "TOKEN_ENV",
+    "SessionsFullError",
+    "resolve_token",
+    "bearer_auth",
 ]
 
 log = logging.getLogger("tooldeck.mcp")
@@ -92,6 +119,16 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 #: Connections without a transport session id (stdio, stateless HTTP) share this session key.
 _DEFAULT_KEY = "default"
+
+#: Environment variable holding the HTTP transport's bearer token.
+TOKEN_ENV = "TOOLDECK_MCP_TOKEN"
+
+#: Shortest token taken from configuration or the environment without a warning.
+_MIN_TOKEN_LENGTH = 16
+
+
+class SessionsFullError(Exception):
+    """Every one of the ``max_sessions`` deck sessions is busy: a new MCP session is refused."""
 
 _SEARCH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -139,11 +176,16 @@ class McpServerSettings:
     #: they accept.
     confirm: Literal["error", "elicit"] = "error"
     confirm_timeout_s: float = 120.0
-    #: Let ``serve mcp --transport http`` bind an address other than loopback. The server has no
-    #: authentication of its own: only behind a proxy that authenticates.
+    #: Let ``serve mcp --transport http`` bind an address other than loopback. The server
+    #: speaks plain HTTP (the bearer token travels in clear): only behind a TLS proxy.
     allow_remote: bool = False
-    #: Most concurrent HTTP sessions kept; the least recently used one is dropped beyond it.
+    #: Most concurrent HTTP deck sessions; beyond it the least recently used *idle* one is
+    #: closed, and a new session is refused when none is idle.
     max_sessions: int = 1000
+    #: The HTTP bearer token from configuration ("" when unset).
+    token: str = attrs.field(default="", repr=False)
+    #: Seconds without any request after which an HTTP MCP session (and its deck session) ends.
+    session_idle_timeout_s: float = 1800.0
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> McpServerSettings:
@@ -171,6 +213,17 @@ class McpServerSettings:
         timeout = table.get("confirm_timeout_s", 120.0)
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"mcp.confirm_timeout_s must be a number > 0, not {timeout!r}")
+        idle = table.get("session_idle_timeout_s", 1800.0)
+        if (
+            not isinstance(idle, int | float)
+            or isinstance(idle, bool)
+            or not math.isfinite(idle)
+            or idle <= 0
+        ):
+            raise ConfigError(f"mcp.session_idle_timeout_s must be a number > 0, not {idle!r}")
+        token = table.get("token", "")
+        if not isinstance(token, str):
+            raise ConfigError("mcp.token must be a string")
         numbers: dict[str, int] = {}
         for key, default in (("search_limit", 15), ("max_sessions", 1000)):
             value = table.get(key, default)
@@ -186,7 +239,87 @@ class McpServerSettings:
             confirm_timeout_s=float(timeout),
             search_limit=numbers["search_limit"],
             max_sessions=numbers["max_sessions"],
+            token=token.strip(),
+            session_idle_timeout_s=float(idle),
         )
+
+
+def resolve_token(
+    settings: McpServerSettings, environ: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """The HTTP bearer token and where it came from (``"config"``, ``"env"``, ``"generated"``).
+
+    ``mcp.token`` wins, then :data:`TOKEN_ENV`; otherwise a fresh ``secrets.token_urlsafe(32)``
+    (about 256 bits) that lives as long as the process.
+    """
+    environ = os.environ if environ is None else environ
+    for token, source in ((settings.token, "config"), (environ.get(TOKEN_ENV, "").strip(), "env")):
+        if token:
+            if len(token) < _MIN_TOKEN_LENGTH:
+                log.warning(
+                    "the MCP bearer token from %s is only %d characters long; use at least %d "
+                    "(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+                    source, len(token), _MIN_TOKEN_LENGTH,
+                )
+            return token, source
+    return secrets.token_urlsafe(32), "generated"
+
+
+def _token_matches(presented: bytes, expected: bytes) -> bool:
+    """Constant-time comparison: how long it takes says nothing about how much matched."""
+    return hmac.compare_digest(presented, expected)
+
+
+def bearer_auth(app: Any, token: str) -> Any:
+    """ASGI middleware: only requests with ``Authorization: Bearer <token>`` reach ``app``.
+
+    Any other HTTP request is answered ``401`` with ``WWW-Authenticate: Bearer`` (RFC 6750) and
+    never reaches the MCP layer. Lifespan events pass through.
+    """
+    expected = token.encode("utf-8")
+    if not expected:
+        raise ValueError("the bearer token must not be empty")
+
+    async def middleware(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await app(scope, receive, send)
+            return
+        presented = b""
+        present = False
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization":
+                scheme, _, credentials = bytes(value).strip().partition(b" ")
+                if scheme.lower() == b"bearer":
+                    present = True
+                    presented = credentials.strip()
+                break
+        # Compared even when absent (against b""): one code path, whatever was sent.
+        if _token_matches(presented, expected) and present:
+            await app(scope, receive, send)
+            return
+        challenge = b'Bearer realm="tooldeck"'
+        if present:
+            challenge += b', error="invalid_token"'
+        body = json.dumps({
+            "error": "invalid_token" if present else "unauthorized",
+            "error_description": (
+                "wrong bearer token" if present else
+                "this MCP server needs the header 'Authorization: Bearer <token>'"
+            ),
+        }).encode()
+        # The body is not read: an unauthenticated client gets nothing for sending one.
+        await send({
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"www-authenticate", challenge),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+    return middleware
 
 
 def _call_result(call: ToolCall, result: ToolResult) -> types.CallToolResult:
@@ -246,6 +379,9 @@ class DeckMcpServer:
         self.settings = settings or McpServerSettings.from_settings(deck.config.settings)
         self._session_options = dict(session_options or {})
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        #: Calls (tools/call, elicitations included) running per session key: a busy session
+        #: is never evicted.
+        self._busy: dict[str, int] = {}
         self._closing: list[Session] = []
         self._scratch: Session | None = None
         if self.settings.list == "hand" and deck.retriever is None:
@@ -267,27 +403,94 @@ class DeckMcpServer:
     def _new_session(self) -> Session:
         return self.deck.session(workdir=self.workdir, **self._session_options)
 
-    def session_for(self, ctx: ServerRequestContext[Any, Any] | None) -> Session:
-        """The deck session of the MCP connection that sent ``ctx``.
-
-        Streamable HTTP connections carry an ``mcp-session-id`` header: one deck session each.
-        stdio is one connection per process; stateless HTTP requests have no identity at all:
-        both use one shared session.
-        """
-        key = _DEFAULT_KEY
+    @staticmethod
+    def _key(ctx: ServerRequestContext[Any, Any] | None) -> str:
         request = getattr(ctx, "request", None) if ctx is not None else None
         headers = getattr(request, "headers", None)
         if headers is not None:
-            key = headers.get("mcp-session-id") or _DEFAULT_KEY
+            return str(headers.get("mcp-session-id") or _DEFAULT_KEY)
+        return _DEFAULT_KEY
+
+    def _idle(self, key: str, session: Session) -> bool:
+        """No call in flight and no approval pending: closing it loses nothing in progress."""
+        return not self._busy.get(key) and not session.pending_approvals()
+
+    def _evictable(self) -> str | None:
+        """The least recently used idle session's key (never the shared default session)."""
+        for key, session in self._sessions.items():  # oldest first
+            if key != _DEFAULT_KEY and self._idle(key, session):
+                return key
+        return None
+
+    def has_room(self) -> bool:
+        """Whether a new MCP session would get a deck session (a free slot or an idle one)."""
+        counted = len(self._sessions) - (_DEFAULT_KEY in self._sessions)
+        return counted < self.settings.max_sessions or self._evictable() is not None
+
+    def session_for(self, ctx: ServerRequestContext[Any, Any] | None) -> Session:
+        """The deck session of the MCP connection that sent ``ctx``.
+
+        Streamable HTTP connections carry an ``mcp-session-id`` header: one deck session each,
+        closed when that MCP session ends. stdio is one connection per process; stateless HTTP
+        requests have no identity at all: both use one shared session (not counted against
+        ``max_sessions``, never evicted).
+
+        :raises SessionsFullError: ``max_sessions`` sessions are open and each has a call in
+            flight or an approval pending (busy sessions are never evicted).
+        """
+        key = self._key(ctx)
         session = self._sessions.get(key)
-        if session is None:
-            session = self._sessions[key] = self._new_session()
-            while len(self._sessions) > self.settings.max_sessions:
-                _, dropped = self._sessions.popitem(last=False)
-                self._closing.append(dropped)
-        else:
+        if session is not None:
             self._sessions.move_to_end(key)
+            return session
+        if key != _DEFAULT_KEY:
+            counted = len(self._sessions) - (_DEFAULT_KEY in self._sessions)
+            if counted >= self.settings.max_sessions:
+                victim = self._evictable()
+                if victim is None:
+                    raise SessionsFullError(
+                        f"all {self.settings.max_sessions} sessions of this MCP server are busy "
+                        "(calls in flight or approvals pending)"
+                    )
+                log.info("MCP session %s evicted (idle, least recently used)", victim[:16])
+                self._closing.append(self._sessions.pop(victim))
+        session = self._sessions[key] = self._new_session()
+        if key != _DEFAULT_KEY:
+            self._close_with_connection(ctx, key, session)
         return session
+
+    def _close_with_connection(
+        self, ctx: ServerRequestContext[Any, Any] | None, key: str, session: Session
+    ) -> None:
+        """Close ``session`` when its MCP session ends (DELETE, idle timeout, shutdown).
+
+        The SDK unwinds a per-connection exit stack however a connection ends; the request
+        context reaches it through the server session. Without it (another SDK layout), a
+        DELETE still ends the deck session (:meth:`end_session`, called by the HTTP layer).
+        """
+        connection = getattr(getattr(ctx, "session", None), "_connection", None)
+        stack = getattr(connection, "exit_stack", None)
+        if stack is None:
+            log.debug("no per-connection exit stack: deck session %s ends on DELETE", session.id)
+            return
+
+        async def ended() -> None:
+            await self.end_session(key, session)
+
+        stack.push_async_callback(ended)
+
+    async def end_session(self, key: str, session: Session | None = None) -> None:
+        """The MCP session ``key`` ended: close its deck session (once; idempotent).
+
+        :param session: close only if this is still the key's session (a callback registered
+            for an evicted session must not close its successor).
+        """
+        current = self._sessions.get(key)
+        if current is None or (session is not None and current is not session):
+            return
+        del self._sessions[key]
+        self._busy.pop(key, None)
+        await current.aclose()
 
     async def _close_dropped(self) -> None:
         while self._closing:
@@ -300,6 +503,7 @@ class DeckMcpServer:
         if self._scratch is not None:
             sessions.append(self._scratch)
         self._sessions.clear()
+        self._busy.clear()
         self._scratch = None
         for session in sessions:
             await session.aclose()
@@ -389,8 +593,16 @@ class DeckMcpServer:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any] | None = None
     ) -> list[types.Tool]:
-        """What ``tools/list`` answers for the connection of ``ctx``."""
-        session = self.session_for(ctx)
+        """What ``tools/list`` answers for the connection of ``ctx``.
+
+        :raises MCPError: every session is busy (see :meth:`session_for`).
+        """
+        try:
+            session = self.session_for(ctx)
+        except SessionsFullError as exc:
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(types.INTERNAL_ERROR, f"{exc}; try again later") from exc
         await self._close_dropped()
         if self._hand_mode:
             tools = await self._default_hand(session)
@@ -413,14 +625,39 @@ class DeckMcpServer:
         ctx: ServerRequestContext[Any, Any] | None = None,
     ) -> types.CallToolResult:
         """Run one ``tools/call`` through the pipeline; never raises for a model's mistake."""
-        session = self.session_for(ctx)
-        await self._close_dropped()
         request_id = getattr(ctx, "request_id", None) if ctx is not None else None
         call = ToolCall(
             name=name,
             arguments=dict(arguments or {}),
             id=f"mcp_{request_id}" if request_id is not None else "",
         )
+        try:
+            session = self.session_for(ctx)
+        except SessionsFullError as exc:
+            return _call_result(call, ToolResult.fail(
+                ErrorCode.RATE_LIMIT_EXCEEDED,
+                f"{exc}: this new MCP session was refused and no call ran",
+                suggestion="Wait a little and call again; another session's calls must finish.",
+                retry_after_s=5.0,
+            ))
+        key = self._key(ctx)
+        # Counted before the first checkpoint: from here on this session is busy, so no other
+        # connection's new session can evict it while the call runs or awaits approval.
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            await self._close_dropped()
+            return await self._call(session, call, ctx)
+        finally:
+            left = self._busy.get(key, 0) - 1
+            if left > 0:
+                self._busy[key] = left
+            else:
+                self._busy.pop(key, None)
+
+    async def _call(
+        self, session: Session, call: ToolCall, ctx: ServerRequestContext[Any, Any] | None
+    ) -> types.CallToolResult:
+        name = call.name
         if name == SEARCH_TOOL and SEARCH_TOOL not in self.deck.catalog:
             if self.deck.retriever is not None:
                 found = await self._search(session, call.arguments)
@@ -596,16 +833,76 @@ class DeckMcpServer:
             with trio.CancelScope(shield=True):
                 await self.aclose()
 
+    def _session_gate(self, app: Any) -> Any:
+        """ASGI middleware: refuse a new MCP session up front when every deck session is busy,
+        and end the deck session of an MCP session the client deleted."""
+        from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+        from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        session_header = MCP_SESSION_ID_HEADER.lower().encode("latin-1")
+        version_header = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
+
+        async def gate(scope: Any, receive: Any, send: Any) -> None:
+            if scope.get("type") != "http":
+                await app(scope, receive, send)
+                return
+            headers = {bytes(k).lower(): bytes(v) for k, v in scope.get("headers", ())}
+            session_id = headers.get(session_header, b"").decode("latin-1")
+            version = headers.get(version_header, b"").decode("latin-1")
+            method = scope.get("method", "")
+            # A stateful (handshake-era) POST without a session id opens a new MCP session;
+            # the stateless 2026 protocol shares the default session and is not counted.
+            opens = (
+                method == "POST" and not session_id
+                and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)
+            )
+            if opens and not self.has_room():
+                body = json.dumps({
+                    "jsonrpc": "2.0", "id": None,
+                    "error": {"code": types.INTERNAL_ERROR, "message": (
+                        f"all {self.settings.max_sessions} sessions of this MCP server are "
+                        "busy (calls in flight or approvals pending); try again later"
+                    )},
+                }).encode()
+                await send({"type": "http.response.start", "status": 503, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"retry-after", b"5"),
+                    (b"content-length", str(len(body)).encode()),
+                ]})
+                await send({"type": "http.response.body", "body": body})
+                return
+
+            async def watch(message: Any) -> None:
+                # The deck session ends before the client hears that its MCP session did.
+                if (
+                    method == "DELETE" and session_id
+                    and message.get("type") == "http.response.start"
+                    and 200 <= int(message.get("status", 0)) < 300
+                ):
+                    with trio.CancelScope(shield=True):
+                        await self.end_session(session_id)
+                await send(message)
+
+            await app(scope, receive, watch if method == "DELETE" else send)
+
+        return gate
+
     async def run_http(
         self,
         host: str = "127.0.0.1",
         port: int = 8765,
         *,
+        token: str | None,
         path: str = "/mcp",
         shutdown: trio.Event | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP at ``http://host:port/mcp`` until ``shutdown`` is set.
+
+        :param token: the bearer token every request must carry (see :func:`bearer_auth`);
+            ``None`` serves without authentication (say so explicitly: any local process can
+            then run tools with this server's grants).
 
         ``task_status.started`` receives the URL actually bound (``port=0`` picks a free port).
         """
@@ -613,7 +910,14 @@ class DeckMcpServer:
         from hypercorn.trio import serve
 
         # Starlette is an ASGI app; Hypercorn's stricter ASGI typing does not see that.
-        app: Any = self.server.streamable_http_app(streamable_http_path=path, host=host)
+        sdk_app: Any = self.server.streamable_http_app(
+            streamable_http_path=path,
+            host=host,
+            session_idle_timeout=self.settings.session_idle_timeout_s,
+        )
+        app: Any = self._session_gate(sdk_app)
+        if token is not None:
+            app = bearer_auth(app, token)
         config = HypercornConfig()
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
@@ -648,11 +952,18 @@ async def serve_http(
     host: str = "127.0.0.1",
     port: int = 8765,
     *,
+    token: str | None,
+    show_token: bool = False,
     workdir: str | None = None,
     session_options: Mapping[str, Any] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``deck`` over streamable HTTP until SIGINT or SIGTERM (enters and closes the deck)."""
+    """Serve ``deck`` over streamable HTTP until SIGINT or SIGTERM (enters and closes the deck).
+
+    :param token: the bearer token requests must carry; ``None``: no authentication.
+    :param show_token: print the token and how to use it to stderr once listening (a token
+        generated at start-up exists nowhere else).
+    """
     async with deck:
         server = DeckMcpServer(deck, workdir=workdir, session_options=session_options)
         stop = trio.Event()
@@ -666,12 +977,26 @@ async def serve_http(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signals)
             url = await nursery.start(lambda task_status: server.run_http(
-                host, port, shutdown=stop, task_status=task_status
+                host, port, token=token, shutdown=stop, task_status=task_status
             ))
             log.warning("tooldeck MCP server on %s", url)
+            if token is not None and show_token:
+                sys.stderr.write(_token_banner(url, token))
+                sys.stderr.flush()
             task_status.started(url)
             await stop.wait()
             nursery.cancel_scope.cancel()
+
+
+def _token_banner(url: str, token: str) -> str:
+    return (
+        f"tooldeck serve mcp: generated bearer token for {url} (valid until the server stops; "
+        f"set {TOKEN_ENV} or mcp.token to choose one):\n"
+        f"  {token}\n"
+        f"Clients send the header 'Authorization: Bearer <token>', e.g.\n"
+        f"  streamablehttp_client(url, headers={{'Authorization': 'Bearer ' + token}})\n"
+        f"  curl -H 'Authorization: Bearer <token>' {url}\n"
+    )
 
 
 def serve_mcp_cli(
@@ -681,12 +1006,15 @@ def serve_mcp_cli(
     *,
     workdir: str | None = None,
     grants: Sequence[str] | None = None,
+    no_auth: bool = False,
 ) -> int:
     """``tooldeck serve mcp``: load the deck from the configuration and serve it.
 
     :param transport: ``stdio`` or ``http`` (streamable HTTP at ``http://host:port/mcp``).
     :param workdir: the sessions' working directory (default: ``[session] workdir``, then cwd).
     :param grants: categories granted to every session (default: ``[session] grants``).
+    :param no_auth: HTTP without the bearer token (see :func:`resolve_token`); a warning says
+        that any local process can then use the server.
     :return: the exit code (0 when the client or a signal ended the server, 2 on a bad
         transport). Start-up errors raise :class:`TooldeckError` (the CLI prints them, exit 2).
     """
@@ -703,17 +1031,36 @@ def serve_mcp_cli(
         sys.stderr.write(f"tooldeck serve mcp: --workdir {workdir!r} is not a directory\n")
         return 2
     deck = Deck.load()
+    settings = McpServerSettings.from_settings(deck.config.settings)
     if transport == "http" and host not in _LOOPBACK:
-        if not McpServerSettings.from_settings(deck.config.settings).allow_remote:
+        if not settings.allow_remote:
             sys.stderr.write(
-                f"tooldeck serve mcp: refusing to listen on {host!r}: the MCP server has no "
-                "authentication; use 127.0.0.1 (or set mcp.allow_remote = true behind an "
-                "authenticating proxy)\n"
+                f"tooldeck serve mcp: refusing to listen on {host!r}: the MCP server speaks "
+                "plain HTTP (its bearer token would travel in clear); use 127.0.0.1 (or set "
+                "mcp.allow_remote = true behind a TLS proxy)\n"
+            )
+            return 2
+        if no_auth:
+            sys.stderr.write(
+                f"tooldeck serve mcp: refusing --no-auth on {host!r}: without a token anyone "
+                "who reaches the port runs tools\n"
             )
             return 2
     options = {"grants": list(grants)} if grants else {}
     if transport == "stdio":
         trio.run(lambda: serve_stdio(deck, workdir=workdir, session_options=options))
+        return 0
+    token: str | None = None
+    source = "disabled"
+    if no_auth:
+        sys.stderr.write(
+            "tooldeck serve mcp: WARNING: --no-auth: any process that can reach the port "
+            "(every local user and program) runs tools with this server's grants\n"
+        )
     else:
-        trio.run(lambda: serve_http(deck, host, port, workdir=workdir, session_options=options))
+        token, source = resolve_token(settings)
+    trio.run(lambda: serve_http(
+        deck, host, port, token=token, show_token=source == "generated",
+        workdir=workdir, session_options=options,
+    ))
     return 0

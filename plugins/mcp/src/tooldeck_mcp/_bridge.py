@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from ._client import RemoteServer
 
-__all__ = ["McpBridge", "definitions_for", "convert_result"]
+__all__ = ["McpBridge", "definitions_for", "convert_result", "time_safe_schema"]
 
 log = logging.getLogger("tooldeck.mcp")
 
@@ -76,8 +76,79 @@ def convert_result(server: str, tool: str, result: types.CallToolResult) -> Tool
     return ToolResult.ok(data, mcp_server=server)
 
 
-def _parameters(schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    parameters = dict(schema or {})
+def _pattern_problem(pattern: str) -> str | None:
+    """Why a remote ``pattern`` cannot be kept (None: RE2 and Python's parser both take it)."""
+    import re
+
+    import re2  # type: ignore[import-untyped]
+
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        re2.compile(pattern, options=options)
+    except Exception as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        return f"RE2 cannot run it ({reason})"
+    try:  # the register stage's metaschema checks `pattern` with Python's parser
+        re.compile(pattern)
+    except re.error as exc:
+        return f"it is not a Python regex ({exc})"
+    return None
+
+
+def time_safe_schema(schema: Any, *, where: str) -> Any:
+    """A copy of a remote schema whose every regex runs on RE2 (linear time).
+
+    The deck checks arguments against a remote tool's schema as a courtesy (the server checks
+    them again) and never lets the remote server make that check hang: a ``pattern`` RE2
+    cannot run (backreferences, lookaround) or that Python cannot parse is dropped with a
+    warning; so is a ``patternProperties`` entry with such a key, together with the object's
+    ``additionalProperties`` (the keys that entry admitted must not turn into unknown fields).
+    Every constraint that stays is enforced on RE2 by the register stage.
+    """
+    if isinstance(schema, list):
+        return [time_safe_schema(item, where=where) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    loosen = False
+    for key, value in schema.items():
+        if key in ("properties", "definitions", "$defs", "dependentSchemas") and isinstance(
+            value, Mapping
+        ):  # names -> schemas (a property may well be called "enum" or "pattern")
+            out[key] = {k: time_safe_schema(v, where=where) for k, v in value.items()}
+        elif key in ("enum", "const", "default", "examples"):
+            out[key] = value  # data, not schema
+        elif key == "pattern" and isinstance(value, str):
+            problem = _pattern_problem(value)
+            if problem is None:
+                out[key] = value
+            else:
+                log.warning("%s: pattern %r dropped: %s", where, value, problem)
+        elif key == "patternProperties" and isinstance(value, Mapping):
+            kept: dict[str, Any] = {}
+            for pattern, sub in value.items():
+                problem = _pattern_problem(str(pattern))
+                if problem is None:
+                    kept[str(pattern)] = time_safe_schema(sub, where=where)
+                else:
+                    loosen = True
+                    log.warning(
+                        "%s: patternProperties %r dropped (and additionalProperties with it): %s",
+                        where, pattern, problem,
+                    )
+            out[key] = kept
+        else:
+            out[key] = time_safe_schema(value, where=where)
+    if loosen:
+        out.pop("additionalProperties", None)
+    return out
+
+
+def _parameters(schema: Mapping[str, Any] | None, *, where: str = "MCP tool") -> dict[str, Any]:
+    parameters = dict(time_safe_schema(dict(schema or {}), where=where))
     parameters.pop("$schema", None)  # a draft marker is not part of the tool's contract
     if parameters.get("type") is None:
         parameters["type"] = "object"
@@ -129,7 +200,10 @@ def definitions_for(
                 name=name,
                 description=description,
                 category=config.category_name,
-                parameters=_parameters(tool.input_schema),
+                parameters=_parameters(
+                    tool.input_schema,
+                    where=f"tool {tool.name!r} of MCP server {config.name!r}",
+                ),
                 security=SecurityConfig(level=level, network=config.transport == "http"),
                 # Never retried by the executor: a remote tool may not be idempotent, and a
                 # crash is the model's to retry (the error says retryable).

@@ -13,6 +13,7 @@ import fastjsonschema
 from tooldeck_hookspecs import ArgumentProblem
 
 from ._compile import compile_schema, plain_json
+from ._regex import safe_regex
 
 __all__ = ["SchemaArgumentValidator", "json_path", "json_type"]
 
@@ -153,7 +154,8 @@ def _explain_one(
         ]
     if rule == "additionalProperties" and isinstance(value, Mapping):
         properties = list(definition.get("properties", {}))
-        patterns = [re.compile(p) for p in definition.get("patternProperties", {})]
+        # The model chose these keys: match them time-safely, as the validator itself did.
+        patterns = [safe_regex(p) for p in definition.get("patternProperties", {})]
         problems = []
         for field in value:
             if field in properties or any(p.search(str(field)) for p in patterns):

@@ -4,6 +4,11 @@ fastjsonschema fetches remote ``$ref`` targets with urllib when no handler is re
 the scheme. A tool's schema must never make the deck reach the network at start-up, so every
 scheme gets a handler that refuses, and remote references are reported as problems before
 compiling.
+
+fastjsonschema also runs ``pattern`` and ``patternProperties`` with Python's backtracking
+``re``: after compiling, every regex of the schema in the generated code's ``REGEX_PATTERNS``
+table is swapped for its time-safe :class:`~tooldeck_schema._regex.SafeRegex` (RE2), so a
+hostile value cannot stall validation (see :mod:`tooldeck_schema._regex`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,15 @@ from typing import Any
 import fastjsonschema
 
 from ._metaschema import DRAFT7_METASCHEMA
+from ._regex import UnsafePatternError, safe_regex
 
-__all__ = ["SchemaCompileError", "compile_schema", "remote_refs", "plain_json", "meta_validate"]
+__all__ = [
+    "SchemaCompileError",
+    "compile_schema",
+    "remote_refs",
+    "plain_json",
+    "meta_validate",
+]
 
 Validator = Callable[[Any], Any]
 
@@ -57,6 +69,42 @@ def _walk_refs(node: Any) -> Iterator[str]:
             yield from _walk_refs(item)
 
 
+# fastjsonschema keeps its own format regexes (date, email, ...) in the same table under these
+# keys: they are the library's, not the schema's, and stay as they are.
+_FORMAT_KEYS = frozenset(
+    f"{name}_re_pattern"
+    for generator in (
+        fastjsonschema.draft04.CodeGeneratorDraft04,
+        fastjsonschema.draft06.CodeGeneratorDraft06,
+        fastjsonschema.draft07.CodeGeneratorDraft07,
+    )
+    for name in getattr(generator, "FORMAT_REGEXS", {})
+)
+
+
+def _make_time_safe(validator: Validator) -> None:
+    """Swap the generated code's ``re`` objects for RE2 ones (see the module docstring).
+
+    Every regex the schema brought (``pattern`` values, ``patternProperties`` keys, wherever
+    they sit, including ``$ref`` targets) is in the generated code's ``REGEX_PATTERNS`` table,
+    keyed by its source text.
+    """
+    function = getattr(validator, "func", validator)  # functools.partial when formats are set
+    namespace = getattr(function, "__globals__", {})
+    table = namespace.get("REGEX_PATTERNS")
+    if table is None:
+        return  # no regex in this schema
+    if not isinstance(table, dict):
+        # A fastjsonschema whose generated code we do not know: fail closed, never run `re`.
+        raise SchemaCompileError(
+            "this fastjsonschema version keeps its regexes where tooldeck cannot make them "
+            "time-safe; install fastjsonschema<3"
+        )
+    for key in list(table):
+        if key not in _FORMAT_KEYS:
+            table[key] = safe_regex(key)
+
+
 def remote_refs(schema: Mapping[str, Any]) -> list[str]:
     """Every ``$ref`` in ``schema`` that does not point inside the schema itself."""
     return [ref for ref in _walk_refs(schema) if not ref.startswith("#")]
@@ -86,6 +134,10 @@ def compile_schema(schema: Mapping[str, Any], *, fast_fail: bool = True) -> Vali
         )
     except Exception as exc:  # fastjsonschema raises several kinds on bad input
         raise SchemaCompileError(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        _make_time_safe(validator)
+    except UnsafePatternError as exc:
+        raise SchemaCompileError(str(exc)) from exc
     with _lock:
         _cache[key] = validator
     return validator
