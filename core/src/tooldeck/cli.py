@@ -541,7 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the deck to other programs")
     ssub = p.add_subparsers(dest="protocol", required=True)
     m = ssub.add_parser("mcp", help="as an MCP server (stdio or streamable HTTP)")
-    m.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    m.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default) or streamable HTTP",
+    )
     m.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
     m.add_argument("--port", type=int, default=8765, help="HTTP: port (0: any free one)")
     m.add_argument("--workdir", default=None, help="the sessions' working directory")
