@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -238,3 +239,52 @@ async def test_warm_shell_exec_latency_is_reported(workdir):
     assert first.success
     print(f"\nshell_exec ['true'] via deck+bwrap: cold {cold_ms:.0f} ms, warm p50 "
           f"{warm[len(warm) // 2]:.1f} ms, p90 {warm[int(len(warm) * 0.9)]:.1f} ms (n={len(warm)})")
+
+
+async def test_protected_paths_stay_read_only_and_new_ones_do_not_survive(workdir):
+    import subprocess
+
+    (workdir / ".git" / "hooks").mkdir(parents=True)
+    (workdir / ".git" / "config").write_text("[core]\n")
+    hook = workdir / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    (workdir / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    marker = workdir.parent / f"{workdir.name}-marker"
+    payload = f"touch {marker}\n"
+    script = (
+        "import sys\n"
+        "path, text = sys.argv[1], sys.argv[2]\n"
+        "try:\n"
+        "    open(path, 'a').write(text)\n"
+        "    print('written')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.strerror)\n"
+    )
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, confirm=_approver([]))
+        for path, text in (
+            (".git/config", "[core]\n\tfsmonitor = " + payload),
+            (".git/hooks/pre-commit", payload),
+            ("pyproject.toml", "[tool.tooldeck]\nplugins = ['evil']\n"),
+        ):
+            result = await session.call("shell_exec", {"command": [PY, "-c", script, path, text]})
+            assert result.success, result.error
+            assert result.data["stdout"] == "refused Read-only file system\n", (path, result.data)
+        created = await session.call(
+            "shell_exec", {"command": [PY, "-c", script, "tooldeck.toml", "[runner]\n"]}
+        )
+        assert not created.success and created.error.code == "PATH_NOT_ALLOWED", created
+        assert "tooldeck.toml" in created.error.message
+        # The sandbox's own check (the call ran, then what it created was removed).
+        assert "was removed" in created.error.message
+        link = ["ln", "-s", "/tmp", "tooldeck.toml"]
+        linked = await session.call("shell_exec", {"command": link})
+        assert not linked.success and linked.error.code == "PATH_NOT_ALLOWED", linked
+    assert not os.path.lexists(workdir / "tooldeck.toml")
+    assert (workdir / ".git" / "config").read_text() == "[core]\n"
+    assert (workdir / "pyproject.toml").read_text() == "[project]\nname = 'demo'\n"
+    # The hook the host would run is untouched: running it does not run the marker command.
+    subprocess.run([str(hook)], check=True, cwd=workdir)
+    assert not marker.exists()
+

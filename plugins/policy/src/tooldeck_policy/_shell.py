@@ -1,120 +1,73 @@
 """The shell guard: one plain command with its arguments, nothing the shell would run besides it.
 
-A command line is parsed with a real shell parser (bashlex). The syntax tree tells what the shell
-would do: chaining (``;``, ``&&``, ``||``, ``&``), pipes, command and process substitution,
-redirections, ``${...}`` expansions, function definitions, grouping and compound commands. The
-simple commands in the tree are then checked for programs that run a string as code (``eval``,
-``exec``, ``sh -c``), for assignments that change what code runs (``LD_PRELOAD=...``), and for known
-destructive commands (``rm -rf /``, ``mkfs``, ``dd of=/dev/sda``, ``curl ... | sh``, fork bombs).
+The guard is a **heuristic in front of the sandbox**, not a boundary: it refuses what it can see
+is more than one plain command and asks about what it can see is destructive, so that the user's
+approval and the model's retries are about the command really run. What a program does once it
+runs (a Makefile, a script, a test suite) is bounded by the sandbox, not by this module.
 
-bashlex does not cover all of bash (arithmetic ``$((...))``, ``[[ ]]``). When it fails, the line
-is split again with :mod:`shlex` in punctuation mode: if that shows any shell operator, or quotes do
-not balance, the line is flagged; a plain list of words passes. A parser failure on something that
-is not a plain word list is suspicious in itself.
+**Fail closed.** A command line is read by a small POSIX-shell tokenizer written for this guard
+(no third-party parser): quotes, backslash escapes, line continuations, ``$NAME`` expansions,
+globs, tilde and brace expansion are modelled exactly for ``sh`` (dash) and bash. Everything a
+plain command does not need is recognised and refused (``injection``) with a reason: operators
+(``;`` ``&&`` ``||`` ``&`` ``|`` unless pipes are allowed, newlines), redirections and
+here-documents, ``$(...)``, backticks, ``${...}``, ``$((...))``, ``$'...'`` and ``$"..."`` (read
+differently by dash and bash), comments, subshells, groups, compound commands, function
+definitions, unbalanced quotes, a trailing backslash, brace expansion (bash expands it, dash does
+not), control characters (NUL, CR, ...), invisible Unicode and look-alike quotes or operators. When
+the tokenizer and a shell could disagree, the command is refused rather than guessed at.
 
-A small quote-aware scan of the raw text adds what parsers drop on the floor: newlines and carriage
-returns (a newline separates commands; bashlex returns one tree per line), backslash escapes such as
-``\\n`` outside quotes (the shell drops the backslash, so it is only there for another decoder) and
-the shellshock prefix ``() {``. Nothing is URL-decoded, but a percent-encoded control character
-(``%0a``) in a word that is not a URL is flagged: it only means something to a decoder that would
-turn it into a command separator.
+**Program position.** A glob (``*``, ``?``, ``[...]``), a tilde or a ``$VAR`` in the place of a
+program is refused: what would run is decided by the file system or the environment, not by the
+text. Program names given by path (``/bin/rm``, ``/usr/bin/../bin/rm``, ``./rm``) are judged by
+their basename.
+
+**Wrappers.** Programs that run another program (``env``, ``sudo``, ``timeout``, ``nice``,
+``xargs``, ``flock``, ``unshare``, ``chroot``, ``find -exec``, ``git`` subcommands, ...) are looked
+through with a table that knows which of their options take values, recursively up to
+:data:`MAX_DEPTH`. Programs that run a *string* (``sh -c``, ``script -c``, ``flock -c``, ``su -c``,
+``watch``, ``env -S``, ``git rebase --exec``) are refused as nested shells, and the string is
+analysed too. Interpreters' inline code (``python -c``, ``perl -e``, ``awk 'BEGIN{...}'``,
+``node -e``) can run anything: inline code that names a way to start a program (``system``,
+``exec``, ``popen``, backticks, ``subprocess``, ``child_process``, ``| getline``) or to hide one
+(``eval``, ``__import__``), and an interpreter reading its code from stdin, are ``destructive``:
+the user must confirm that very call even for an always-allowed tool, and command strings found in
+the code (``system("rm -rf /")``) are analysed too. Other inline code (``python -c 'print(1)'``) is
+left to the tool's tier and the sandbox. A sed script with the ``e`` command or flag, and a shell
+reading its script from stdin, are refused. Assignments of variables that decide which code
+runs (``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are
+refused wherever the guard finds them: before a command, through ``env``/``sudo``, after
+``export``, as ``make`` arguments. ``git -c``
+keys and ``git config`` keys that run programs (``core.fsmonitor``, ``core.sshCommand``,
+``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
+
+**Destructive meaning** (``destructive``: run only once the user confirmed this call): recursive
+``rm`` (or ``find -delete`` / ``find -exec rm``) of the root, a top-level or system directory, a
+home (``~``, ``$HOME``), everything here (``*``, ``.``), or outside the working directory (``..``),
+with paths normalised (``//``, ``/.``, ``/usr/..``) and globs read as what they may match; writes
+to disk devices (``dd of=``, ``cp``/``tee``/``mv`` onto ``/dev/sd*``, ``/dev/nvme*``, ...,
+redirections), ``mkfs*``, ``wipefs``, partitioners, ``shred``, ``truncate`` or copies onto system
+files, ``chmod``/``chown -R`` of the system, fork bombs, shutdown, ``kill -9 -1``, downloads piped
+into a shell, ``nc -e``.
+
+An argv list (``subprocess.run(argv)``, no shell) is not tokenized: its elements are literal bytes.
+The wrapper, interpreter and destructive checks apply to it all the same.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
-import shlex
-from collections.abc import Iterable, Sequence
-from typing import Any
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
-import bashlex  # type: ignore[import-untyped]
-import bashlex.ast  # type: ignore[import-untyped]
 
-__all__ = ["CommandVerdict", "analyze_command"]
+__all__ = ["MAX_COMMAND_CHARS", "MAX_DEPTH", "CommandVerdict", "analyze_command"]
 
-#: Longer command lines are refused unparsed (bashlex is pure Python; keep the guard cheap).
+#: Longer command lines are refused unread (keep the guard cheap and bounded).
 MAX_COMMAND_CHARS = 16_384
-_MAX_DEPTH = 3
-
-_SHELLS = frozenset(
-    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "csh", "tcsh", "fish", "rbash", "busybox"}
-)
-_INTERPRETERS = frozenset(
-    {"python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "tclsh"}
-)
-_DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
-_CODE_RUNNERS = {
-    "eval": "'eval' runs a string as shell code",
-    "exec": "'exec' replaces the shell with another program",
-    "source": "'source' runs a file as shell code",
-    ".": "'.' runs a file as shell code",
-}
-# Programs that run the rest of their arguments as another command.
-_WRAPPERS = frozenset(
-    {
-        "sudo",
-        "doas",
-        "env",
-        "nohup",
-        "nice",
-        "ionice",
-        "timeout",
-        "command",
-        "builtin",
-        "time",
-        "stdbuf",
-        "setsid",
-        "xargs",
-        "chroot",
-        "unbuffer",
-        "strace",
-        "watch",
-    }
-)
-# Variables that decide which code a program loads or runs.
-_CODE_VARIABLES = frozenset(
-    {
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "BASH_ENV",
-        "ENV",
-        "PATH",
-        "IFS",
-        "PS4",
-        "PROMPT_COMMAND",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PERL5OPT",
-        "PERL5LIB",
-        "PYTHONSTARTUP",
-        "PYTHONPATH",
-        "NODE_OPTIONS",
-        "RUBYOPT",
-        "GIT_SSH_COMMAND",
-        "GIT_EXEC_PATH",
-    }
-)
-_SHUTDOWN = frozenset({"shutdown", "reboot", "halt", "poweroff"})
-_DISK_TOOLS = frozenset(
-    {"mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "gdisk", "sgdisk", "parted", "blkdiscard"}
-)
-_DISK_DEVICE = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|loop|mapper/|sr|root)")
-_ODD_PROGRAM = re.compile(r"[\s;&|<>`$()\\'\"]")
-# Line feed, carriage return and NUL, percent-encoded. Only these: '%10s' or '%1d' are printf and
-# date formats.
-_ENCODED_CONTROL = re.compile(r"%0[0ad]", re.IGNORECASE)
-_SHELLSHOCK = re.compile(r"\(\s*\)\s*\{")
-_OPERATORS = {
-    ";": "';' runs a second command",
-    "&&": "'&&' chains a second command",
-    "||": "'||' chains a second command",
-    "&": "'&' runs a command in the background and starts another",
-    "\n": "a newline separates a second command",
-}
+#: Wrappers and nested scripts are followed this deep; deeper nesting is refused.
+MAX_DEPTH = 6
 
 
 def _reasons(values: Iterable[str]) -> tuple[str, ...]:
@@ -139,15 +92,28 @@ class CommandVerdict:
 
 
 class _Findings:
+    """Reasons collected over one analysis; ``sub`` gives a view that prefixes its reasons."""
+
+    __slots__ = ("destructive", "injection", "prefix")
+
     def __init__(self) -> None:
         self.injection: list[str] = []
         self.destructive: list[str] = []
+        self.prefix = ""
+
+    def sub(self, prefix: str) -> _Findings:
+        child = _Findings.__new__(_Findings)
+        child.injection, child.destructive = self.injection, self.destructive
+        child.prefix = self.prefix + prefix
+        return child
 
     def inject(self, reason: str) -> None:
+        reason = self.prefix + reason
         if reason not in self.injection:
             self.injection.append(reason)
 
     def destroy(self, reason: str) -> None:
+        reason = self.prefix + reason
         if reason not in self.destructive:
             self.destructive.append(reason)
 
@@ -155,25 +121,34 @@ class _Findings:
         return CommandVerdict(self.injection, self.destructive)
 
 
+# -------------------------------------------------------------------------
+# entry point
+# -------------------------------------------------------------------------
+
+
 def analyze_command(
     command: str | Sequence[str], allow_pipes: bool = False, *, through_shell: bool = False
 ) -> CommandVerdict:
     """Find shell injection and destructive intent in ``command``.
 
-    ``command`` is a command line (parsed as bash would parse it) or an argv list. An argv list is
-    taken to be executed directly, without a shell (``subprocess.run(argv)``): its elements are
+    ``command`` is a command line (read as ``sh -c`` would read it) or an argv list. An argv list
+    is taken to be executed directly, without a shell (``subprocess.run(argv)``): its elements are
     never re-parsed, so ``;`` or ``|`` inside one is a literal character and not flagged. The list
-    is still checked for NUL bytes, for a program that runs a script string (``bash -c SCRIPT``:
-    nesting is flagged and the script is analysed as a command line), for ``eval``/``exec`` and
-    for destructive commands. Pass ``through_shell=True`` for a tool that joins the list with
-    spaces into a shell command line: the joined line is then analysed as a string.
+    is still checked for NUL bytes, for programs that run a string as code (``bash -c SCRIPT``:
+    nesting is flagged and the script is analysed as a command line), for wrappers, interpreters'
+    inline code and destructive commands. Pass ``through_shell=True`` for a tool that joins the
+    list with spaces into a shell command line: the joined line is then analysed as a string.
 
-    ``allow_pipes`` lets ``|`` through (other chaining stays refused).
+    ``allow_pipes`` lets ``|`` through (other chaining stays refused). Never raises.
     """
     if isinstance(command, str):
         return _analyze_string(command, allow_pipes)
     findings = _Findings()
-    argv = list(command)
+    try:
+        argv = list(command)
+    except TypeError:
+        findings.inject("a command must be a string or a list of strings")
+        return findings.verdict()
     if not all(isinstance(a, str) for a in argv):
         findings.inject("every argument of an argv list must be a string")
         return findings.verdict()
@@ -181,341 +156,1550 @@ def analyze_command(
         return _analyze_string(" ".join(argv), allow_pipes)
     if any("\x00" in a for a in argv):
         findings.inject("an argument contains a NUL byte")
-    _check_simple(argv, [], findings, allow_pipes, depth=0)
+    _check_command([_Word.literal(a) for a in argv], findings, allow_pipes, 0)
     return findings.verdict()
 
 
 @functools.lru_cache(maxsize=2048)
 def _analyze_string(command: str, allow_pipes: bool) -> CommandVerdict:
-    # Cached: agents repeat commands (tests, builds), and the parser is pure Python.
+    # Cached: agents repeat commands (tests, builds), and the tokenizer is pure Python.
     findings = _Findings()
     # A trailing line break ends the one command; it does not start another.
-    _analyze_line(command.rstrip(" \t\n"), allow_pipes, findings, depth=0)
+    _analyze_line(command.rstrip(" \t\n"), allow_pipes, findings, 0)
     return findings.verdict()
+
+
+# -------------------------------------------------------------------------
+# characters the tokenizer will not guess about
+# -------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SHELL_META = frozenset(";&|<>()$`\\\"' \t\n*?[]{}~#=%!")
+# Quotes a reader (or a model) takes for shell quotes; the shell sees plain characters.
+_LOOKALIKE_QUOTES = frozenset(
+    "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u2035\u2036\u00b4\u02b9"
+    "\u02ba\u02bb\u02bc\u02bd\u02c8\u02ca\u02cb\u2039\u203a\u00ab\u00bb\u300c\u300d\u301d"
+    "\u301e\u301f\uff02\uff07\uff40"
+)
+
+
+def _scan_chars(line: str, findings: _Findings) -> None:
+    for match in _CONTROL.finditer(line):
+        char = match.group()
+        if char == "\x00":
+            findings.inject("the command contains a NUL byte")
+        elif char == "\r":
+            findings.inject("a carriage return can hide part of the command or end a line")
+        else:
+            findings.inject(f"the control character U+{ord(char):04X} has no place in a command")
+    if line.isascii():
+        return
+    for char in set(line):
+        if char.isascii():
+            continue
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"):
+            findings.inject(
+                f"the invisible or unusual character U+{ord(char):04X} "
+                f"({unicodedata.name(char, category)}) can make the command read differently "
+                "than it runs"
+            )
+        elif char in _LOOKALIKE_QUOTES or (
+            any(c in _SHELL_META for c in unicodedata.normalize("NFKC", char))
+        ):
+            findings.inject(
+                f"{char!r} (U+{ord(char):04X}) looks like a shell quote or operator, but the shell "
+                "treats it as a plain character; use ASCII quotes"
+            )
+
+
+# -------------------------------------------------------------------------
+# words and the tokenizer
+# -------------------------------------------------------------------------
+
+_GLOB = frozenset("*?[")
+# Quoted glob characters are literal: in the path form of a word they become this placeholder.
+_QUOTED_GLOB = str.maketrans({"*": "\x02", "?": "\x02", "[": "\x02"})
+_UNKNOWN = "\x01"  # a variable's value, unknown to the guard
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+_PLAIN_RUN = re.compile(r"[^ \t\n;&|<>()\\'\"$`*?\[~{}]+")
+_DQ_RUN = re.compile(r'[^"\\$`]+')
+_BRACE_SHAPE = str.maketrans({c: "x" for c in map(chr, range(128)) if c not in "{},."})
+
+
+@attrs.define(slots=True)
+class _Word:
+    """One word as the shell sees it after quote removal.
+
+    ``value``: the text after quote removal (``$NAME`` kept as written); ``path``: the same for
+    path checks, with unquoted glob characters kept, quoted ones neutralised, ``$HOME`` and tilde
+    as ``~`` and other variables as an unknown marker; ``glob``: an unquoted ``*``, ``?`` or
+    ``[``; ``expansion``: the first expansion (``$X``, ``~``) or ""; ``quoted``: some part was
+    quoted or escaped; ``shell``: the word came from a command line (not an argv list).
+    """
+
+    value: str
+    path: str
+    glob: bool = False
+    expansion: str = ""
+    quoted: bool = False
+    shell: bool = False
+    brace: bool = False
+
+    @classmethod
+    def literal(cls, text: str) -> _Word:
+        return cls(text, text.translate(_QUOTED_GLOB))
+
+
+class _Builder:
+    __slots__ = ("bracket", "expansion", "glob", "path", "quoted", "shape", "value")
+
+    def __init__(self) -> None:
+        self.value: list[str] = []
+        self.path: list[str] = []
+        self.shape: list[str] = []
+        self.glob = False
+        self.bracket = False  # an unquoted '[' seen: a later ']' makes the word a glob
+        self.quoted = False
+        self.expansion = ""
+
+    def plain(self, text: str) -> None:
+        self.value.append(text)
+        self.path.append(text)
+        self.shape.append(text.translate(_BRACE_SHAPE))
+        if not self.glob and ("*" in text or "?" in text):
+            self.glob = True
+        if "[" in text:
+            self.bracket = True
+            if "]" in text[text.index("[") :]:
+                self.glob = True
+        elif self.bracket and "]" in text:
+            self.glob = True
+
+    def quote(self, text: str) -> None:
+        self.quoted = True
+        self.value.append(text)
+        self.path.append(text.translate(_QUOTED_GLOB))
+        self.shape.append("x")
+
+    def param(self, name: str, shown: str) -> None:
+        self.value.append(shown)
+        self.path.append("~" if name == "HOME" else _UNKNOWN)
+        self.shape.append("x")
+        self.expansion = self.expansion or shown
+
+    def build(self) -> _Word:
+        shape = "".join(self.shape)
+        return _Word(
+            "".join(self.value),
+            "".join(self.path),
+            glob=self.glob,
+            expansion=self.expansion,
+            quoted=self.quoted,
+            shell=True,
+            brace="{" in shape and _has_brace_expansion(shape),
+        )
+
+
+def _has_brace_expansion(shape: str) -> bool:
+    """``{a,b}`` or ``{1..3}`` with unquoted braces: bash expands it, dash does not.
+
+    One pass: each open brace remembers whether a ',' or '..' appeared at its own level.
+    """
+    stack: list[bool] = []
+    for i, c in enumerate(shape):
+        if c == "{":
+            stack.append(False)
+        elif not stack:
+            continue
+        elif c == "}":
+            if stack.pop():
+                return True
+        elif c == "," or (c == "." and shape.startswith("..", i)):
+            stack[-1] = True
+    return False
+
+
+_OPERATORS = sorted(
+    [";;&", ";;", ";&", ";", "&&", "&>>", "&>", "&", "||", "|&", "|", "<<<", "<<-", "<<", "<>",
+     "<&", "<(", "<", ">>", ">&", ">|", ">(", ">", "(", ")"],
+    key=len,
+    reverse=True,
+)
+_OPERATOR_START = frozenset(";&|<>()")
+_REDIRECTS = frozenset(
+    {"<", ">", ">>", ">|", "<>", "<&", ">&", "&>", "&>>", "<<", "<<-", "<<<"}
+)
+_WRITE_REDIRECTS = frozenset({">", ">>", ">|", "<>", "&>", "&>>", ">&"})
+_SEPARATORS = {
+    ";": "';' runs a second command",
+    "&&": "'&&' chains a second command",
+    "||": "'||' chains a second command",
+    "&": "'&' runs a command in the background and starts another",
+    "\n": "a newline separates a second command",
+    ";;": "';;' belongs to a case statement",
+    ";&": "';&' belongs to a case statement",
+    ";;&": "';;&' belongs to a case statement",
+    "|&": "'|&' pipes output and errors into a second command (bash only)",
+}
+
+
+class _Op(str):
+    """An operator token (a str subclass, so words and operators tell apart by type)."""
+
+
+class _Lexer:
+    """Splits one command line into words and operators; reports what is not a plain word."""
+
+    def __init__(self, line: str, findings: _Findings) -> None:
+        self.line = line
+        self.n = len(line)
+        self.f = findings
+        self.bodies: list[str] = []  # bodies of substitutions, analysed for destructive intent
+        self.broken = False
+
+    def tokens(self) -> list[_Word | _Op]:
+        line, n = self.line, self.n
+        out: list[_Word | _Op] = []
+        i = 0
+        while i < n and not self.broken:
+            c = line[i]
+            if c in " \t":
+                i += 1
+            elif c == "\\" and line.startswith("\n", i + 1):
+                i += 2  # a line continuation disappears before the shell splits words
+            elif c == "\n":
+                out.append(_Op("\n"))
+                i += 1
+            elif c == "#":
+                self.f.inject(
+                    "'#' starts a comment: the shell ignores the rest of the line, which a reader "
+                    "may not notice"
+                )
+                end = line.find("\n", i)
+                i = n if end < 0 else end
+            elif c in _OPERATOR_START:
+                op = next(o for o in _OPERATORS if line.startswith(o, i))
+                # '2>' and '2>&1': a word of digits right before a redirection is its fd.
+                if op[0] in "<>" and out and isinstance(out[-1], _Word):
+                    prev = out[-1]
+                    if prev.value.isdigit() and not prev.quoted and i > 0 and line[i - 1].isdigit():
+                        out.pop()
+                out.append(_Op(op))
+                i += len(op)
+            else:
+                word, i = self.word(i)
+                out.append(word)
+        return out
+
+    def word(self, i: int) -> tuple[_Word, int]:
+        line, n, b = self.line, self.n, _Builder()
+        start = i
+        while i < n:
+            c = line[i]
+            if c in " \t\n" or c in _OPERATOR_START:
+                break
+            if c == "\\":
+                if i + 1 >= n:
+                    self.f.inject("a backslash ends the command; shells differ on what it means")
+                    i += 1
+                    break
+                nxt = line[i + 1]
+                if nxt == "\n":
+                    i += 2
+                    continue
+                if nxt in "nr":
+                    self.f.inject(
+                        f"'\\{nxt}' outside quotes is a line break in disguise (the shell drops "
+                        "the backslash; another decoder would split the command there)"
+                    )
+                b.quote(nxt)
+                i += 2
+            elif c == "'":
+                end = line.find("'", i + 1)
+                if end < 0:
+                    self._unbalanced("a single quote")
+                    return b.build(), n
+                b.quote(line[i + 1 : end])
+                i = end + 1
+            elif c == '"':
+                i = self.double(i + 1, b)
+            elif c == "$":
+                i = self.dollar(i, b, quoted=False)
+            elif c == "`":
+                i = self.backtick(i, b)
+            elif c == "~" and i == start:
+                user = re.match(r"[A-Za-z0-9._-]*", line[i + 1 :])
+                name = user.group() if user else ""
+                b.value.append("~" + name)
+                b.path.append("~" + name)
+                b.shape.append("x")
+                b.expansion = b.expansion or "~"
+                i += 1 + len(name)
+            else:
+                run = _PLAIN_RUN.match(line, i)
+                if run:
+                    b.plain(run.group())
+                    i = run.end()
+                else:  # a glob character, a brace or a tilde inside a word
+                    b.plain(c)
+                    i += 1
+            if self.broken:
+                return b.build(), n
+        return b.build(), i
+
+    def _unbalanced(self, what: str) -> None:
+        self.f.inject(f"{what} is not closed: the command cannot be read the way the shell would")
+        self.broken = True
+
+    def double(self, i: int, b: _Builder) -> int:
+        line, n = self.line, self.n
+        b.quoted = True
+        while i < n:
+            c = line[i]
+            if c == '"':
+                return i + 1
+            if c == "\\":
+                nxt = line[i + 1] if i + 1 < n else ""
+                if nxt == "\n":
+                    i += 2
+                elif nxt and nxt in '$`"\\':
+                    b.quote(nxt)
+                    i += 2
+                else:
+                    b.quote("\\")
+                    i += 1
+            elif c == "$":
+                i = self.dollar(i, b, quoted=True)
+            elif c == "`":
+                i = self.backtick(i, b)
+            else:
+                run = _DQ_RUN.match(line, i)
+                assert run is not None
+                b.quote(run.group())
+                i = run.end()
+            if self.broken:
+                return n
+        self._unbalanced("a double quote")
+        return n
+
+    def dollar(self, i: int, b: _Builder, *, quoted: bool) -> int:
+        line, n = self.line, self.n
+        nxt = line[i + 1] if i + 1 < n else ""
+        if nxt == "(":
+            if line.startswith("((", i + 1):
+                self.f.inject(
+                    f"'{_clip(line[i:])}' is an arithmetic expansion, which can run command "
+                    "substitutions (array subscripts)"
+                )
+            else:
+                self.f.inject(f"'{_clip(line[i:])}' runs a command substitution")
+            end = _find_close(line, i + 2, "(", ")")
+            if end < 0:
+                self._unbalanced("a '$(' substitution")
+                return n
+            self.bodies.append(line[i + 2 : end])
+            b.param("", "$(...)")
+            return end + 1
+        if nxt == "{":
+            self.f.inject(
+                f"'{_clip(line[i:])}' is a parameter expansion, which can hide commands"
+            )
+            end = _find_close(line, i + 2, "{", "}")
+            if end < 0:
+                self._unbalanced("a '${' expansion")
+                return n
+            inner = line[i + 2 : end]
+            b.param(inner if _NAME.fullmatch(inner) else "", line[i : end + 1])
+            return end + 1
+        if nxt == "'" and not quoted:
+            self.f.inject("$'...' (ANSI-C quoting) is read differently by sh (dash) and bash")
+            j = i + 2
+            while j < n and line[j] != "'":
+                j += 2 if line[j] == "\\" else 1
+            if j >= n:
+                self._unbalanced("a $'...' quote")
+                return n
+            b.quote(line[i + 2 : j])
+            return j + 1
+        if nxt == '"' and not quoted:
+            self.f.inject('$"..." (locale translation) is read differently by sh (dash) and bash')
+            return self.double(i + 2, b)
+        if nxt == "[":
+            self.f.inject("'$[' is bash's old arithmetic expansion (dash reads it as text), which "
+                          "evaluates array subscripts that can run commands")
+        match = _NAME.match(line, i + 1)
+        if match:
+            b.param(match.group(), "$" + match.group())
+            return match.end()
+        if nxt and nxt in "0123456789@*#?-$!":
+            b.param(nxt, "$" + nxt)
+            return i + 2
+        (b.quote if quoted else b.plain)("$")
+        return i + 1
+
+    def backtick(self, i: int, b: _Builder) -> int:
+        line, n = self.line, self.n
+        j = i + 1
+        while j < n and line[j] != "`":
+            j += 2 if line[j] == "\\" else 1
+        self.f.inject(f"backticks run a command substitution ('{_clip(line[i : j + 1])}')")
+        if j >= n:
+            self._unbalanced("a backtick substitution")
+            return n
+        self.bodies.append(re.sub(r"\\([$`\\])", r"\1", line[i + 1 : j]))
+        b.param("", "`...`")
+        return j + 1
+
+
+def _find_close(line: str, i: int, opener: str, closer: str) -> int:
+    """Index of the ``closer`` matching an opened ``$(`` or ``${``, quote-aware; -1 if none."""
+    depth, n = 1, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            end = line.find("'", i + 1)
+            if end < 0:
+                return -1
+            i = end + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and line[i] != '"':
+                i += 2 if line[i] == "\\" else 1
+            i += 1
+            continue
+        if c == "`":
+            i += 1
+            while i < n and line[i] != "`":
+                i += 2 if line[i] == "\\" else 1
+            i += 1
+            continue
+        if c == opener:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -------------------------------------------------------------------------
 # command lines
 # -------------------------------------------------------------------------
 
+_RESERVED = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for",
+     "in", "{", "}", "!", "[[", "]]", "function", "select", "coproc"}
+)
+_SHELLSHOCK = re.compile(r"\(\s*\)\s*\{")
+_ENCODED_CONTROL = re.compile(r"%0[0ad]", re.IGNORECASE)
+
 
 def _analyze_line(line: str, allow_pipes: bool, findings: _Findings, depth: int) -> None:
     if len(line) > MAX_COMMAND_CHARS:
         findings.inject(f"the command is longer than {MAX_COMMAND_CHARS} characters")
         return
-    if "\x00" in line:
-        findings.inject("the command contains a NUL byte")
-    _scan_raw(line, findings)
-    try:
-        trees = bashlex.parse(line)
-    except Exception as exc:
-        _fallback(line, str(exc), allow_pipes, findings, depth)
+    if depth > MAX_DEPTH:
+        findings.inject(f"commands are nested more than {MAX_DEPTH} deep; the guard stops there")
         return
-    if len(trees) > 1:
-        findings.inject(_OPERATORS["\n"])
-    for tree in trees:
-        _walk(tree, line, allow_pipes, findings, depth)
-
-
-def _scan_raw(line: str, findings: _Findings) -> None:
-    """Flag what the parsers lose: line breaks, backslash escapes outside quotes, shellshock."""
-    if "\r" in line:
-        findings.inject("a carriage return can hide part of the command or end a line")
+    _scan_chars(line, findings)
     if _SHELLSHOCK.search(line):
         findings.inject("'() {' defines a shell function (the shellshock pattern)")
-    quote: str | None = None
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i]
-        if quote == "'":
-            if c == "'":
-                quote = None
-        elif quote == '"':
-            if c == "\\":
-                i += 2
+    lexer = _Lexer(line, findings)
+    tokens = lexer.tokens()
+    for body in lexer.bodies:
+        inner = _Findings()
+        _analyze_line(body, allow_pipes, inner, depth + 1)
+        for reason in inner.destructive:
+            findings.destroy(f"in a command substitution: {reason}")
+    commands: list[list[_Word]] = [[]]
+    pipelines: list[list[list[_Word]]] = [[commands[0]]]
+    pending: str | None = None
+    functions: list[tuple[str, int]] = []
+    for k, token in enumerate(tokens):
+        if isinstance(token, _Word):
+            if pending is not None:
+                _check_redirect_target(pending, token, findings)
+                pending = None
                 continue
-            if c == '"':
-                quote = None
-        else:
-            if c == "\\":
-                nxt = line[i + 1] if i + 1 < n else ""
-                if nxt in ("n", "r"):
+            if token.brace:
+                findings.inject(
+                    f"'{_clip(token.value)}' is a brace expansion: bash expands it and sh does "
+                    "not; quote it or spell the words out"
+                )
+            if token.quoted is False and token.expansion == "" and "://" not in token.value:
+                if _ENCODED_CONTROL.search(token.value):
                     findings.inject(
-                        f"'\\{nxt}' outside quotes is a line break in disguise (the shell drops "
-                        "the backslash; another decoder would split the command there)"
+                        f"'{_clip(token.value)}' holds a percent-encoded line break or NUL (%0a, "
+                        "%0d, %00), which splits the command once something decodes it"
                     )
-                i += 2
-                continue
-            if c in ("'", '"'):
-                quote = c
-            elif c == "\n":
-                findings.inject(_OPERATORS["\n"])
-        i += 1
-
-
-def _fallback(line: str, error: str, allow_pipes: bool, findings: _Findings, depth: int) -> None:
-    """bashlex could not parse the line: look again with shlex in punctuation mode."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        tokens = list(lexer)
-    except ValueError as exc:
-        findings.inject(f"the command cannot be parsed ({exc}); quotes must balance")
-        return
-    punctuation = [t for t in tokens if t and all(ch in "();<>|&" for ch in t)]
-    for token in dict.fromkeys(punctuation):
-        if token == "|" and allow_pipes:
+            commands[-1].append(token)
             continue
-        findings.inject(f"shell syntax {token!r} in a command the parser rejects ({error})")
-    # Substitutions and expansions inside words, which shlex leaves in place.
-    _check_encoded(tokens, findings)
-    for token in tokens:
-        if "`" in token:
-            findings.inject("backticks run a command substitution")
-        if "$(" in token:
-            findings.inject("'$(' runs a command substitution")
-        if "${" in token:
-            findings.inject("'${' is a parameter expansion, which can hide commands")
-    # Destructive checks per simple command, split at the operators.
-    argv: list[str] = []
-    stages: list[list[str]] = []
-    for token in [*tokens, ";"]:
-        if token in punctuation or token == ";":
-            if argv:
-                stages.append(argv)
-            argv = []
+        op = str(token)
+        if op in _REDIRECTS:
+            if op.startswith("<<"):
+                what = "a here-string" if op == "<<<" else "a here-document"
+                findings.inject(f"'{op}' starts {what}, input the guard does not read")
+            else:
+                findings.inject(f"'{op}' redirects input or output")
+            pending = op if op in _WRITE_REDIRECTS else "<"
+            continue
+        if op in ("<(", ">("):
+            findings.inject(f"'{op} ... )' runs a process substitution")
+        elif op == "(":
+            current = commands[-1]
+            following = tokens[k + 1] if k + 1 < len(tokens) else None
+            if len(current) == 1 and isinstance(following, _Op) and following == ")":
+                name = current[0].value
+                findings.inject(f"'{name}()' defines a shell function")
+                functions.append((name, k + 2))
+            else:
+                findings.inject("'( ... )' runs commands in a subshell")
+        elif op == ")":
+            pass
+        elif op == "|":
+            if not allow_pipes:
+                findings.inject("'|' pipes the output into a second command")
+            commands.append([])
+            pipelines[-1].append(commands[-1])
+            continue
         else:
-            argv.append(token)
-    for stage in stages:
-        lead = 0
-        while lead < len(stage) and _is_assignment(stage[lead]):
-            lead += 1
-        _check_simple(stage[lead:], stage[:lead], findings, allow_pipes, depth)
-    programs = [os.path.basename(_unwrap(s)[0]) if _unwrap(s) else "" for s in stages]
-    _check_download_pipe(programs, findings, "|" in punctuation)
+            findings.inject(_SEPARATORS.get(op, f"operator {op!r} chains commands"))
+        commands.append([])
+        pipelines.append([commands[-1]])
+    if pending is not None:
+        findings.inject("a redirection has no target")
+    for command in commands:
+        if command and command[0].value == "function" and not command[0].quoted:
+            findings.inject("'function' defines a shell function")
+            if len(command) > 1:
+                functions.append((command[1].value, tokens.index(command[1]) + 1))
+    _check_fork_bomb(functions, tokens, findings)
+    for command in commands:
+        if command:
+            _check_command(command, findings, allow_pipes, depth, first=True)
+    for pipeline in pipelines:
+        stages = [c for c in pipeline if c]
+        if len(stages) > 1:
+            _check_download_pipe([_program_name(s) for s in stages], findings)
 
 
-def _is_assignment(word: str) -> bool:
-    return bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word))
-
-
-# -------------------------------------------------------------------------
-# syntax tree
-# -------------------------------------------------------------------------
-
-
-def _children(node: Any) -> Iterable[Any]:
-    for attr in ("parts", "list"):
-        for child in getattr(node, attr, None) or ():
-            yield child
-    for attr in ("command", "output", "heredoc"):
-        child = getattr(node, attr, None)
-        if isinstance(child, bashlex.ast.node):
-            yield child
-
-
-def _walk(node: Any, line: str, allow_pipes: bool, findings: _Findings, depth: int) -> None:
-    kind = node.kind
-    if kind == "operator":
-        op = node.op
-        findings.inject(_OPERATORS.get(op, f"operator {op!r} chains commands"))
-    elif kind == "pipe":
-        if not allow_pipes:
-            findings.inject(f"'{node.pipe}' pipes the output into a second command")
-    elif kind == "pipeline":
-        programs = [_program(p) for p in node.parts if p.kind == "command"]
-        _check_download_pipe(programs, findings, True)
-    elif kind == "redirect":
-        findings.inject(f"'{_text(node, line)}' redirects input or output")
-        target = getattr(node, "output", None)
-        if (
-            isinstance(target, bashlex.ast.node)
-            and target.kind == "word"
-            and _DISK_DEVICE.match(target.word)
-            and node.type in (">", ">>", ">|", "&>")
-        ):
-            findings.destroy(f"writing to {target.word} overwrites a disk device")
-    elif kind == "commandsubstitution":
-        text = _text(node, line)
-        findings.inject(f"'{_clip(text)}' runs a command substitution")
-    elif kind == "processsubstitution":
-        findings.inject(f"'{_clip(_text(node, line))}' runs a process substitution")
-    elif kind == "parameter":
-        if line.startswith("${", node.pos[0]):
-            findings.inject(
-                f"'{_clip(_text(node, line))}' is a parameter expansion, which can hide commands"
-            )
-    elif kind == "function":
-        name = node.name.word
-        findings.inject(f"'{name}()' defines a shell function")
-        if name in _programs_in(node.body):
-            findings.destroy(f"function '{name}' calls itself (a fork bomb)")
-    elif kind == "compound":
-        opening = node.list[0].word if node.list and node.list[0].kind == "reservedword" else ""
-        if opening == "(":
-            findings.inject("'( ... )' runs commands in a subshell")
-        elif opening == "{":
-            findings.inject("'{ ...; }' groups several commands")
-    elif kind in ("if", "for", "while", "until", "case"):
-        findings.inject(f"'{kind}' is a compound command that runs several commands")
-    elif kind == "command":
-        words = [p.word for p in node.parts if p.kind == "word"]
-        assignments = [p.word for p in node.parts if p.kind == "assignment"]
-        first = next((p for p in node.parts if p.kind == "word"), None)
-        if first is not None and any(
-            getattr(p, "kind", "") in ("parameter", "commandsubstitution") for p in first.parts
-        ):
-            findings.inject("the program name comes from an expansion, so what runs is hidden")
-        # Quoted words are left alone: 'printf "%0d"' is a format, not an encoded separator.
-        raw = [_text(p, line) for p in node.parts if p.kind == "word"]
-        _check_encoded([w for w in raw if "'" not in w and '"' not in w], findings)
-        _check_simple(words, assignments, findings, allow_pipes, depth)
-    for child in _children(node):
-        _walk(child, line, allow_pipes, findings, depth)
-
-
-def _text(node: Any, line: str) -> str:
-    start, end = node.pos
-    return str(line[start:end])
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _program(node: Any) -> str:
-    words = [p.word for p in node.parts if p.kind == "word"]
-    words = _unwrap(words)
-    return os.path.basename(words[0]) if words else ""
-
-
-def _programs_in(node: Any) -> set[str]:
-    found: set[str] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current.kind == "command":
-            found.add(_program(current))
-        stack.extend(_children(current))
-    return found
-
-
-def _check_download_pipe(programs: Sequence[str], findings: _Findings, piped: bool) -> None:
-    if not piped:
+def _check_redirect_target(op: str, target: _Word, findings: _Findings) -> None:
+    if op == "<":
         return
+    if _is_device(target.path):
+        findings.destroy(f"'{op} {target.value}' overwrites a disk device")
+    elif _is_system_path(target.path):
+        findings.destroy(f"'{op} {target.value}' overwrites a system file")
+
+
+def _check_fork_bomb(
+    functions: list[tuple[str, int]], tokens: list[_Word | _Op], findings: _Findings
+) -> None:
+    for name, start in functions[:16]:  # a bound on the work; more are refused regardless
+        # The body: from the first token after the definition to the matching '}' or ')'.
+        depth, body = 0, []
+        for token in tokens[start:]:
+            if isinstance(token, _Word):
+                if token.value == "{" and not token.quoted:
+                    depth += 1
+                elif token.value == "}" and not token.quoted:
+                    depth -= 1
+                    if depth <= 0:
+                        break
+                else:
+                    body.append(token.value)
+            elif token == "(":
+                depth += 1
+            elif token == ")":
+                depth -= 1
+                if depth <= 0:
+                    break
+        if name in body:
+            findings.destroy(f"function '{name}' calls itself (a fork bomb)")
+
+
+_DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https", "lwp-request"})
+
+
+def _check_download_pipe(programs: Sequence[str], findings: _Findings) -> None:
     for i, program in enumerate(programs):
         if program in _DOWNLOADERS:
-            runner = next((p for p in programs[i + 1 :] if p in _SHELLS | _INTERPRETERS), None)
+            runner = next(
+                (p for p in programs[i + 1 :] if p in _SHELLS or _family(p) in _INTERPRETERS),
+                None,
+            )
             if runner:
                 findings.destroy(f"'{program} ... | {runner}' downloads code and runs it unseen")
 
 
+def _program_name(words: Sequence[_Word]) -> str:
+    """The program a pipeline stage really runs, wrappers and assignments skipped."""
+    argv = list(words)
+    for _ in range(MAX_DEPTH):
+        while argv and _ASSIGNMENT.match(argv[0].value):
+            argv = argv[1:]
+        if not argv:
+            return ""
+        name = _basename(argv[0].value)
+        spec = _WRAPPERS.get(name)
+        if spec is None:
+            return name
+        inner = _wrapped(name, spec, argv[1:], _Findings(), [])
+        if not inner:
+            return name
+        argv = inner
+    return ""
+
+
 # -------------------------------------------------------------------------
-# simple commands
+# one command (argv), wrappers, interpreters
 # -------------------------------------------------------------------------
 
-
-def _unwrap(words: Sequence[str], assignments: list[str] | None = None) -> list[str]:
-    """Drop wrappers (``sudo -u x``, ``env A=1``, ``timeout 5``, ``nice -n 5``) before the program.
-
-    Assignments made through ``env`` are appended to ``assignments`` when given.
-    """
-    words = list(words)
-    for _ in range(8):
-        if not words:
-            return words
-        name = os.path.basename(words[0])
-        if name not in _WRAPPERS:
-            return words
-        rest = words[1:]
-        # Options and their values, assignments, and a leading duration (timeout) go.
-        while rest and (rest[0].startswith("-") or _is_assignment(rest[0])):
-            option = rest.pop(0)
-            if _is_assignment(option):
-                if assignments is not None:
-                    assignments.append(option)
-            elif option in _VALUE_OPTIONS and name in _OPTION_TAKERS and rest:
-                rest.pop(0)
-        if name == "timeout" and rest and re.match(r"^[0-9.]+[smhd]?$", rest[0]):
-            rest.pop(0)
-        if name == "chroot" and rest:
-            rest.pop(0)
-        words = rest
-    return words
+_ODD_PROGRAM = re.compile(r"[\s;&|<>`$()\\'\"]")
 
 
-_VALUE_OPTIONS = frozenset({"-u", "-g", "-n", "-c", "-s", "-k", "-C", "-o", "-e", "-i", "-p"})
-_OPTION_TAKERS = frozenset({"sudo", "doas", "nice", "timeout", "ionice", "stdbuf", "xargs"})
+def _basename(value: str) -> str:
+    base = value.rsplit("/", 1)[-1]
+    return base or value
 
 
-def _check_encoded(words: Iterable[str], findings: _Findings) -> None:
-    for word in words:
-        if "://" not in word and _ENCODED_CONTROL.search(word):
-            findings.inject(
-                f"'{_clip(word)}' holds a percent-encoded line break or NUL (%0a, %0d, %00), "
-                "which splits the command once something decodes it"
-            )
+_VERSIONED = re.compile(
+    r"^(python|pypy|perl|ruby|node|nodejs|php|lua|luajit|tclsh|wish|Rscript|bash|zsh|ksh|"
+    r"gawk|mawk|nawk|awk)[0-9.]*(?:-[0-9.]+)?$"
+)
 
 
-def _check_simple(
-    words: Sequence[str],
-    assignments: Sequence[str],
+def _family(name: str) -> str:
+    match = _VERSIONED.match(name)
+    return match.group(1) if match else name
+
+
+_SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "csh", "tcsh", "fish", "rbash", "yash",
+     "posh", "ksh93", "pdksh", "oksh", "elvish", "xonsh", "nu"}
+)
+_CODE_RUNNERS = {
+    "eval": "'eval' runs a string as shell code",
+    "exec": "'exec' replaces the shell with another program",
+    "source": "'source' runs a file as shell code",
+    ".": "'.' runs a file as shell code",
+    "trap": "'trap' registers shell code to run later",
+    "alias": "'alias' defines shell code run under another name",
+}
+# Variables that decide which code a program loads or runs.
+_CODE_VARIABLES = frozenset(
+    {
+        "PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
+        "CDPATH", "GLOBIGNORE", "PERL5OPT", "PERL5LIB", "PERLLIB", "PYTHONSTARTUP",
+        "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE", "NODE_OPTIONS",
+        "NODE_PATH", "RUBYOPT", "RUBYLIB", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXEC_PATH",
+        "GIT_CONFIG_PARAMETERS", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_COUNT", "GIT_PROXY_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR", "GIT_PAGER", "GIT_EXTERNAL_DIFF", "GIT_TEMPLATE_DIR", "GIT_DIR",
+        "GIT_ALLOW_PROTOCOL", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "LESSOPEN", "LESSCLOSE",
+        "BROWSER", "GCONV_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "LOCPATH", "HOSTALIASES",
+        "XDG_CONFIG_HOME", "ZDOTDIR", "TAR_OPTIONS",
+    }
+)
+_CODE_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+_SUBSCRIPT_BUILTINS = frozenset(
+    {"let", "declare", "typeset", "local", "readonly", "export", "printf", "test", "[", "unset",
+     "read", "mapfile", "readarray", "wait", "shift", "return", "exit", "source", ".", "eval"}
+)
+_DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly", "set", "setenv"})
+# Build tools that pass VAR=value arguments into the environment of the commands they run.
+_ENV_ARGUMENT_TAKERS = frozenset({"make", "gmake", "bmake", "ninja"})
+
+
+def _check_assignment(text: str, findings: _Findings, how: str = "") -> None:
+    name = text.split("=", 1)[0].rstrip("+")
+    if name in _CODE_VARIABLES or name.startswith(_CODE_PREFIXES):
+        findings.inject(f"setting {name}{how} changes which code the command runs")
+
+
+def _check_command(
+    words: Sequence[_Word],
     findings: _Findings,
     allow_pipes: bool,
     depth: int,
+    *,
+    first: bool = False,
 ) -> None:
-    all_assignments = list(assignments)
-    argv = _unwrap(words, all_assignments)
-    for assignment in all_assignments:
-        name = assignment.split("=", 1)[0]
-        if name in _CODE_VARIABLES:
-            findings.inject(f"setting {name} changes which code the command runs")
+    """Check one command: assignments, the program position, wrappers, destructive meaning."""
+    if depth > MAX_DEPTH:
+        findings.inject(
+            f"commands are wrapped or nested more than {MAX_DEPTH} deep; the guard stops there"
+        )
+        return
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i].value):
+        _check_assignment(words[i].value, findings)
+        i += 1
+    argv = list(words[i:])
     if not argv:
         return
-    if _ODD_PROGRAM.search(argv[0]):
+    program = argv[0]
+    if program.shell:
+        if first and not program.quoted and program.value in _RESERVED:
+            findings.inject(f"'{program.value}' is shell syntax for a compound command or group")
+            return
+        if program.glob:
+            findings.inject(
+                f"the program {program.value!r} is a glob pattern: what runs depends on the "
+                "files that match it"
+            )
+        if program.expansion:
+            findings.inject(
+                f"the program name comes from an expansion ({program.expansion}), so what runs "
+                "is hidden"
+            )
+        if program.brace:
+            findings.inject(f"the program {program.value!r} is a brace expansion")
+    if _ODD_PROGRAM.search(program.value.replace("$(...)", "").replace("`...`", "")):
         # No program is named like this: it is a fragment made to close a quote of a command
         # template ('";id;"') and run what follows.
         findings.inject(
-            f"the program name {_clip(argv[0])!r} holds shell syntax or spaces; it looks like a "
-            "fragment meant to break out of quotes"
+            f"the program name {_clip(program.value)!r} holds shell syntax or spaces; it looks "
+            "like a fragment meant to break out of quotes"
         )
-    program = os.path.basename(argv[0])
+    name = _basename(program.value)
     args = argv[1:]
-    if program in _CODE_RUNNERS:
-        findings.inject(_CODE_RUNNERS[program])
-    if program == "busybox" and args:
-        program, args = os.path.basename(args[0]), args[1:]
-    if program in _SHELLS:
-        script = _shell_script(args)
-        if script is not None:
-            findings.inject(f"'{program} -c' runs a nested shell")
-            if depth < _MAX_DEPTH:
-                inner = _Findings()
-                _analyze_line(script, allow_pipes, inner, depth + 1)
-                for reason in inner.injection:
-                    findings.inject(f"in the nested script: {reason}")
-                for reason in inner.destructive:
-                    findings.destroy(f"in the nested script: {reason}")
-    _check_destructive(program, args, findings)
+    values = [a.value for a in args]
+    if name in ("busybox", "toybox") and args:
+        _check_command(args, findings, allow_pipes, depth + 1)
+        return
+    if name in _CODE_RUNNERS:
+        findings.inject(_CODE_RUNNERS[name])
+        if name == "eval" and args:
+            _nested_line(" ".join(values), "eval", findings, allow_pipes, depth)
+        elif name == "exec" and args:
+            j = _skip_options(values, "a", frozenset())
+            _check_command(args[j:], findings, allow_pipes, depth + 1)
+        return
+    if name in _SUBSCRIPT_BUILTINS and any(
+        "[" in v and ("$(" in v or "`" in v or "$[" in v) for v in values
+    ):
+        # bash evaluates array subscripts in these builtins' arguments, quoted or not:
+        # let 'a[$(id)]' runs id.
+        findings.inject(f"'{name}' evaluates array subscripts in its arguments, and a "
+                        "subscript here holds a command substitution")
+    if name in _DECLARERS:
+        for value in values:
+            if "=" in value:
+                _check_assignment(value, findings, f" through '{name}'")
+    if name in _ENV_ARGUMENT_TAKERS:
+        for value in values:
+            if _ASSIGNMENT.match(value):
+                _check_assignment(value, findings, f" as a '{name}' argument")
+    if name in _SHELLS:
+        _check_shell(name, args, findings, allow_pipes, depth)
+        return
+    family = _family(name)
+    if family in _INTERPRETERS:
+        _check_interpreter(family, name, values, findings)
+    special = _SPECIAL.get(name)
+    if special is not None:
+        special(name, args, findings, allow_pipes, depth)
+    spec = _WRAPPERS.get(name)
+    if spec is not None:
+        strings: list[str] = []
+        inner = _wrapped(name, spec, args, findings, strings)
+        for string in strings:
+            findings.inject(f"'{name}' runs a string as a shell command")
+            _nested_line(string, name, findings, allow_pipes, depth)
+        if inner:
+            _check_command(inner, findings.sub(""), allow_pipes, depth + 1)
+            if name == "xargs":
+                _check_xargs_input(inner, findings)
+        return
+    _check_destructive(name, args, findings)
 
 
-def _shell_script(args: Sequence[str]) -> str | None:
-    """The script of ``sh -c SCRIPT`` (also ``-lc``, ``-ec``), or None."""
-    for i, arg in enumerate(args):
+def _nested_line(
+    script: str, via: str, findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    """Analyse a string some program runs as shell code; its reasons are prefixed."""
+    if depth + 1 > MAX_DEPTH:
+        findings.inject(f"commands are nested more than {MAX_DEPTH} deep; the guard stops there")
+        return
+    _analyze_line(script, allow_pipes, findings.sub(f"in the script run by '{via}': "), depth + 1)
+
+
+# --- options ---------------------------------------------------------------
+
+
+def _skip_options(
+    values: Sequence[str],
+    short_values: str,
+    long_values: frozenset[str],
+    short_optional: str = "",
+    collect: dict[str, list[str]] | None = None,
+) -> int:
+    """Index of the first operand after GNU-style options (stops at the first operand).
+
+    ``short_values``: short options that take a value (attached or the next argument);
+    ``short_optional``: short options whose value can only be attached; ``long_values``: long
+    options that take the next argument when not written ``--opt=value``. Option values are
+    appended to ``collect[option]`` when given.
+    """
+    i, n = 0, len(values)
+    while i < n:
+        arg = values[i]
         if arg == "--":
-            return None
-        if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
-            # The first non-option argument after the flags is the script.
-            for later in args[i + 1 :]:
-                if not later.startswith("-"):
-                    return later
-            return ""
+            return i + 1
+        if not arg.startswith("-") or arg == "-":
+            return i
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            if not eq and key in long_values and i + 1 < n:
+                value = values[i + 1]
+                i += 1
+            if collect is not None:
+                collect.setdefault(key, []).append(value)
+            i += 1
+            continue
+        j = 1
+        while j < len(arg):
+            letter = arg[j]
+            if letter in short_values:
+                value = arg[j + 1 :]
+                if not value and i + 1 < n:
+                    i += 1
+                    value = values[i]
+                if collect is not None:
+                    collect.setdefault("-" + letter, []).append(value)
+                break
+            if letter in short_optional:
+                if collect is not None:
+                    collect.setdefault("-" + letter, []).append(arg[j + 1 :])
+                break
+            if collect is not None:
+                collect.setdefault("-" + letter, []).append("")
+            j += 1
+        i += 1
+    return n
+
+
+@attrs.frozen
+class _Wrapper:
+    """How to find the command a wrapper runs: its options, operands before the command, and
+    options whose value is a shell string (``-c``) or an assignment (``-E X=1``)."""
+
+    short_values: str = ""
+    long_values: frozenset[str] = frozenset()
+    short_optional: str = ""
+    operands: int = 0  # operands before the command (timeout's duration, chroot's root)
+    assignments: bool = False  # NAME=value words between the options and the command
+    string_options: tuple[str, ...] = ()  # options whose value is run as a shell command
+    env_options: tuple[str, ...] = ()  # options whose value is NAME=value for the command
+    no_command_options: tuple[str, ...] = ()  # with these, nothing is run (command -v)
+
+
+def _w(
+    short: str = "",
+    long: Iterable[str] = (),
+    optional: str = "",
+    operands: int = 0,
+    assignments: bool = False,
+    strings: tuple[str, ...] = (),
+    env: tuple[str, ...] = (),
+    no_command: tuple[str, ...] = (),
+) -> _Wrapper:
+    return _Wrapper(short, frozenset(long), optional, operands, assignments, strings, env,
+                    no_command)
+
+
+_WRAPPERS: dict[str, _Wrapper] = {
+    "env": _w("uCS", ("--unset", "--chdir", "--split-string"), assignments=True,
+              strings=("-S", "--split-string")),
+    "sudo": _w("ugCDprtUTh", ("--user", "--group", "--close-from", "--chdir", "--prompt",
+                               "--role", "--type", "--other-user", "--command-timeout",
+                               "--host"), assignments=True, no_command=("-l", "-v", "-k", "-K",
+                                                                        "--list", "--validate")),
+    "doas": _w("uC"),
+    "pkexec": _w("", ("--user",)),
+    "nice": _w("n", ("--adjustment",)),
+    "ionice": _w("cnpPu", ("--class", "--classdata", "--pid", "--pgid", "--uid")),
+    "nohup": _w(),
+    "setsid": _w(),
+    "unbuffer": _w("p"),
+    "timeout": _w("sk", ("--signal", "--kill-after"), operands=1),
+    "stdbuf": _w("ioe", ("--input", "--output", "--error")),
+    "chrt": _w("TPD", ("--sched-runtime", "--sched-period", "--sched-deadline"), operands=1),
+    "taskset": _w("", (), operands=1),
+    "unshare": _w("SGRwl", ("--setuid", "--setgid", "--root", "--wd", "--map-user",
+                            "--map-group", "--map-users", "--map-groups", "--propagation",
+                            "--load-interp", "--owner")),
+    "nsenter": _w("tSG", ("--target", "--setuid", "--setgid", "--env")),
+    "chroot": _w("", ("--userspec", "--groups"), operands=1),
+    "xargs": _w("adEILnPs", ("--arg-file", "--delimiter", "--max-args", "--max-procs",
+                             "--max-chars", "--process-slot-var"), optional="eil"),
+    "time": _w("fo", ("--format", "--output")),
+    "command": _w("", (), no_command=("-v", "-V")),
+    "builtin": _w(),
+    "strace": _w("oeEpPsSuaIbXU", ("--output", "--expr", "--env", "--attach", "--user"),
+                 env=("-E", "--env")),
+    "ltrace": _w("oeEpsSuaAnlLx", ("--output",)),
+    "gosu": _w("", (), operands=1),
+    "su-exec": _w("", (), operands=1),
+    "runuser": _w("cugGs", ("--user", "--group", "--supp-group", "--shell", "--command"),
+                  strings=("-c", "--command")),
+    "su": _w("cgGsw", ("--group", "--supp-group", "--shell", "--command",
+                       "--whitelist-environment"), strings=("-c", "--command")),
+    "sg": _w("", (), operands=1),
+    "flock": _w("wEc", ("--timeout", "--wait", "--conflict-exit-code", "--command"),
+                operands=1, strings=("-c", "--command")),
+    "script": _w("cTIOBEom", ("--command", "--log-timing", "--log-in", "--log-out",
+                              "--log-io", "--echo", "--output-limit", "--logging-format"),
+                 optional="t", strings=("-c", "--command")),
+    "watch": _w("nqd", ("--interval", "--differences", "--equexit", "--chgexit")),
+    "cgexec": _w("g", ()),
+    "prlimit": _w("p", ("--pid",)),
+    "setpriv": _w("", ()),
+    "numactl": _w("CNmipP", ()),
+    "firejail": _w(),
+    "fakeroot": _w("lsi", ("--lib", "--faked")),
+    "systemd-run": _w("upEMH", ("--unit", "--property", "--setenv", "--machine", "--host",
+                                "--description", "--slice", "--uid", "--gid", "--nice",
+                                "--working-directory"), env=("-E", "--setenv")),
+    "dbus-run-session": _w(),
+    "nocache": _w(),
+    "catchsegv": _w(),
+    "valgrind": _w(),
+    "caffeinate": _w(),
+}
+
+
+def _wrapped(
+    name: str,
+    spec: _Wrapper,
+    args: Sequence[_Word],
+    findings: _Findings,
+    strings: list[str],
+) -> list[_Word]:
+    """The command a wrapper runs (may be empty); shell strings it runs go to ``strings``."""
+    values = [a.value for a in args]
+    options: dict[str, list[str]] = {}
+    j = _skip_options(values, spec.short_values, spec.long_values, spec.short_optional, options)
+    for option in spec.string_options:
+        for value in options.get(option, ()):
+            if name == "env":
+                # 'env -S STRING' splits STRING into the command and its arguments.
+                value = " ".join([value, *values[j:]])
+                j = len(values)
+            strings.append(value)
+    for option in spec.env_options:
+        for value in options.get(option, ()):
+            _check_assignment(value, findings, f" through '{name} {option}'")
+    if any(option in options for option in spec.no_command_options):
+        return []
+    if name == "flock":
+        # 'flock FILE -c STRING', 'flock FILE CMD ...' or 'flock FD' (nothing to run).
+        if j < len(values) and values[j].isdigit():
+            return []
+        rest = values[j + 1 :]
+        if rest[:1] and rest[0] in ("-c", "--command"):
+            strings.append(" ".join(rest[1:2]))
+            return []
+    if name in ("su", "runuser") and not strings:
+        # GNU getopt permutes: 'su root -c STRING' has its -c after the operand.
+        for k, value in enumerate(values):
+            if value in ("-c", "--command") and k + 1 < len(values):
+                strings.append(values[k + 1])
+            elif value.startswith("--command="):
+                strings.append(value.split("=", 1)[1])
+    if name == "su" or name == "sg":
+        if name == "sg" and j + 1 < len(values):
+            strings.append(" ".join(values[j + 1 :]))
+        return []  # su runs a login shell or its -c string, never an argv
+    if name == "runuser" and "-u" not in options and "--user" not in options:
+        return []
+    if name == "script":
+        return []  # script runs its -c string (or a shell reading input)
+    if name == "watch":
+        rest = values[j:]
+        if "-x" in options or "--exec" in options:
+            return list(args[j:])
+        if rest:
+            strings.append(" ".join(rest))  # watch joins its arguments and runs them by sh -c
+        return []
+    j += spec.operands
+    if spec.assignments:
+        while j < len(values) and _ASSIGNMENT.match(values[j]):
+            _check_assignment(values[j], findings, f" through '{name}'")
+            j += 1
+    return list(args[j:])
+
+
+def _check_xargs_input(inner: Sequence[_Word], findings: _Findings) -> None:
+    name = _basename(inner[0].value) if inner else ""
+    flags, operands = _flags([a.value for a in inner[1:]])
+    if name == "rm" and flags & {"r", "R", "--recursive"}:
+        findings.destroy("'xargs rm -r' deletes whatever its input names, which the guard "
+                         "does not see")
+    if name in ("shred", "wipefs") or name.startswith("mkfs"):
+        findings.destroy(f"'xargs {name}' destroys whatever its input names")
+
+
+# --- shells and interpreters --------------------------------------------
+
+
+def _check_shell(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    command_mode = stdin_mode = False
+    i = 0
+    while i < len(values):
+        arg = values[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in ("--rcfile", "--init-file", "-o", "+o", "-O", "+O"):
+            i += 2
+            continue
+        if arg.startswith("--"):
+            i += 1
+            continue
+        if len(arg) > 1 and arg[0] in "-+":
+            letters = arg[1:]
+            if arg[0] == "-" and "c" in letters:
+                command_mode = True
+            if arg[0] == "-" and "s" in letters:
+                stdin_mode = True
+            if "o" in letters or "O" in letters:
+                i += 1  # '-eo pipefail': the option name follows
+            i += 1
+            continue
+        break
+    operands = values[i:]
+    if command_mode:
+        findings.inject(f"'{name} -c' runs a nested shell")
+        if operands:
+            _nested_line(operands[0], f"{name} -c", findings, allow_pipes, depth)
+        return
+    if stdin_mode or not operands or operands[0] == "-":
+        findings.inject(
+            f"'{name}' with no script reads its commands from standard input, which the guard "
+            "does not see"
+        )
+        return
+    # 'bash script.sh': a file; it runs in the sandbox like any program.
+
+
+@attrs.frozen
+class _Interpreter:
+    code: str  # short options whose value is inline code
+    long_code: tuple[str, ...]
+    values: str  # short options that take a value that is not code
+    ends: str  # short options after which the rest belongs to the program (python -m)
+    first_operand_is_code: bool = False
+    source_options: str = ""  # short options naming a program file or module (-f, -m, -r)
+
+
+_INTERPRETERS: dict[str, _Interpreter] = {
+    "python": _Interpreter("c", (), "WXQ", "m", source_options="m"),
+    "pypy": _Interpreter("c", (), "WXQ", "m", source_options="m"),
+    "perl": _Interpreter("eE", (), "IMmxdDCi", ""),
+    "ruby": _Interpreter("e", (), "IrCEFx", ""),
+    "node": _Interpreter("ep", ("--eval", "--print"), "r", "", source_options="r"),
+    "nodejs": _Interpreter("ep", ("--eval", "--print"), "r", "", source_options="r"),
+    "deno": _Interpreter("", (), "", ""),
+    "php": _Interpreter("rBRE", (), "dcz", "", source_options="f"),
+    "lua": _Interpreter("e", (), "l", ""),
+    "luajit": _Interpreter("e", (), "lj", ""),
+    "Rscript": _Interpreter("e", (), "", ""),
+    "tclsh": _Interpreter("", (), "", ""),
+    "awk": _Interpreter("e", ("--source",), "vFf", "", True, "f"),
+    "gawk": _Interpreter("e", ("--source",), "vFf", "", True, "f"),
+    "mawk": _Interpreter("", (), "vFf", "", True, "f"),
+    "nawk": _Interpreter("", (), "vFf", "", True, "f"),
+    "sed": _Interpreter("e", ("--expression",), "fl", "", True, "f"),
+}
+_SPAWN = re.compile(
+    r"\b(?:system|exec(?:l|lp|le|v|vp|ve|vpe|lpe|_command)?(?=\s*[(\s'\"])|popen\w*|spawn\w*"
+    r"|fork\w*|subprocess|child_process|pty|__import__|importlib|eval|compile|getattr|"
+    r"globals|builtins|ctypes|cffi|Open3|IO\s*\.\s*popen|Kernel|syscall|proc_open|shell_exec|"
+    r"passthru|pcntl_\w+|os\s*\.\s*execute|io\s*\.\s*popen|require|Function|Deno\s*\.\s*"
+    r"(?:run|Command)|Bun\s*\.\s*spawn|process\s*\.\s*binding|getline|qx)\b"
+    r"|`|%x[({\[<|!/]|\bimport\s*\(|\|\s*[\"']|[\"']\s*\|"
+)
+_DEVICE_TEXT = re.compile(
+    r"/dev/+(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|mapper/|disk/|sr|mtd|nbd|rbd|zd|mem\b|"
+    r"kmem\b|port\b)"
+)
+
+
+# The command string of system("..."), popen('...'), `...` and the like in inline code.
+_SPAWNED_STRING = re.compile(
+    r"(?:system|popen|exec\w*|spawn\w*|check_output|check_call|getoutput|run|call|qx|"
+    r"shell_exec|passthru|execute)\s*\(?\s*([\"'])([^\n]{1,1024}?)(?<!\\)\1"
+)
+# A deleting call with the root, a home, '..' or a root glob as a literal argument.
+_DELETE_CODE = re.compile(
+    r"\b(?:rmtree|unlink|rm_rf|rm_r|remove_dir_all|rmdir|remove|rimraf|rmSync|rm|"
+    r"deleteSync|removedirs)\b[^;\n]{0,80}?[\"'](?:/+\.?/*\*?|~/?\*?|\.\./?|\$HOME/?)[\"']"
+)
+
+
+_SED_SUBST = re.compile(r"([sy])([^\w\s\\])((?:\\.|(?!\2).)*)\2((?:\\.|(?!\2).)*)\2([a-zA-Z0-9]*)")
+_SED_ADDRESS = re.compile(r"/(?:\\.|[^/\\])*/|\\(.)(?:\\.|(?!\1).)*\1")
+_SED_EXEC = re.compile(r"(?:^|[;\n{}!,$0-9/])\s*e(?:\s|;|$)")
+
+
+def _sed_runs(script: str) -> bool:
+    """GNU sed's 'e' command and the 'e' flag of 's' run shell commands.
+
+    Patterns, replacements and addresses are blanked first, so an 'e' inside them is text.
+    """
+    runs = False
+
+    def blank(match: re.Match[str]) -> str:
+        nonlocal runs
+        if match.group(1) == "s" and "e" in match.group(5):
+            runs = True
+        return match.group(1) + "//" + match.group(5)
+
+    skeleton = _SED_SUBST.sub(blank, script)
+    skeleton = _SED_ADDRESS.sub("/", skeleton)
+    return runs or bool(_SED_EXEC.search(skeleton))
+
+
+def _check_interpreter(family: str, name: str, values: Sequence[str], findings: _Findings) -> None:
+    spec = _INTERPRETERS[family]
+    codes: list[str] = []
+    has_source = False
+    i, n = 0, len(values)
+    while i < n:
+        arg = values[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            if key in spec.long_code:
+                if not eq and i + 1 < n:
+                    i += 1
+                    value = values[i]
+                codes.append(value)
+            i += 1
+            continue
+        j, stop = 1, False
+        while j < len(arg):
+            letter = arg[j]
+            if letter in spec.code or letter in spec.values or letter in spec.ends:
+                value = arg[j + 1 :]
+                if not value and i + 1 < n:
+                    i += 1
+                    value = values[i]
+                if letter in spec.code:
+                    codes.append(value)
+                    # python -c: everything after the code is its arguments.
+                    stop = family in ("python", "pypy")
+                if letter in spec.source_options:
+                    has_source = True
+                if letter in spec.ends:
+                    stop = True
+                break
+            j += 1
+        i += 1
+        if stop:
+            break
+    else:
+        pass
+    operands = values[i:] if i <= n else []
+    if not codes and spec.first_operand_is_code and operands and not has_source:
+        codes.append(operands[0])
+    elif not codes and not has_source and operands and not spec.first_operand_is_code:
+        has_source = operands[0] != "-"
+    if not codes and not has_source and not spec.first_operand_is_code:
+        # The code is unseen, and inline code can run anything: the user must see this call.
+        findings.destroy(
+            f"'{name}' with no program reads its code from standard input, which the guard "
+            "does not see: the user must confirm this exact call"
+        )
+    for code in codes:
+        if len(code) > MAX_COMMAND_CHARS:
+            # The scans below are regular expressions: keep their cost bounded.
+            findings.destroy(
+                f"inline {family} code is longer than {MAX_COMMAND_CHARS} characters, too long "
+                "for the guard to read: the user must confirm this exact call"
+            )
+            continue
+        if family == "sed":
+            if _sed_runs(code):
+                findings.inject(
+                    "a sed script with the 'e' command or flag runs shell commands, out of the "
+                    "guard's sight; run that command directly instead"
+                )
+        else:
+            spawn = _SPAWN.search(code)
+            if spawn:
+                # Interpreters' inline code can run anything: it is not refused (python -c is an
+                # everyday tool), but it needs the user's confirmation of this very call, even
+                # for an always-allowed tool.
+                findings.destroy(
+                    f"inline {family} code can start other programs ({spawn.group()!r}) out of "
+                    "the guard's sight: the user must confirm this exact call"
+                )
+            for literal in _SPAWNED_STRING.finditer(code):
+                inner = _Findings()
+                _analyze_line(literal.group(2), False, inner, MAX_DEPTH)
+                for reason in inner.destructive:
+                    findings.destroy(f"in the command the inline {family} code runs: {reason}")
+        if _DEVICE_TEXT.search(code):
+            findings.destroy(f"inline {family} code names a disk device")
+        if _DELETE_CODE.search(code):
+            findings.destroy(f"inline {family} code deletes the root, a home or a parent tree")
+
+
+# --- programs with their own ways to run commands ---------------------------
+
+_GIT_CODE_KEYS = re.compile(
+    r"^(?:core\.(?:fsmonitor|sshcommand|pager|editor|askpass|hookspath|gitproxy|"
+    r"alternaterefscommand|worktree)|sequence\.editor|diff\.external|diff\..+\.(?:textconv|"
+    r"command)|merge\..+\.driver|(?:diff|merge)tool\..+\.(?:cmd|path)|filter\..+|"
+    r"credential(?:\..+)?\.helper|gpg(?:\..+)?\.program|uploadpack\.packobjectshook|"
+    r"include(?:if\..+)?\.path|pager\..+|alias\..+|protocol(?:\..+)?\.allow|url\..+|"
+    r"remote\..+\.(?:uploadpack|receivepack|proxy|vcs)|submodule\..+\.update|"
+    r"init\.templatedir|(?:web|browser|man|instaweb)\..*|sendemail\..+|"
+    r"trailer\..+\.(?:command|cmd)|interactive\.difffilter|ssh\.variant|http\..*proxy.*|"
+    r"core\.fsmonitorhookversion|safe\.bareRepository|receive\.procreceiverefs|"
+    r"notes\.rewritemode|gc\..*hook.*|maintenance\..+)$",
+    re.IGNORECASE,
+)
+
+
+def _git_key(findings: _Findings, pair: str, how: str) -> None:
+    key = pair.split("=", 1)[0].strip()
+    if _GIT_CODE_KEYS.match(key):
+        findings.inject(f"{how} {key} makes git run a program (or load configuration) of the "
+                        "caller's choosing")
+
+
+def _check_git(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    i, n = 0, len(values)
+    while i < n:
+        arg = values[i]
+        if arg == "-c" and i + 1 < n:
+            _git_key(findings, values[i + 1], "'git -c'")
+            i += 2
+        elif arg.startswith("-c") and not arg.startswith("--"):
+            _git_key(findings, arg[2:], "'git -c'")  # not a git spelling today: fail closed
+            i += 1
+        elif arg.startswith("--config-env"):
+            findings.inject("'git --config-env' takes configuration from an environment "
+                            "variable, out of the guard's sight")
+            i += 1 if "=" in arg else 2
+        elif arg in ("-C", "--work-tree", "--namespace", "--super-prefix", "--list-cmds",
+                     "--attr-source"):
+            i += 2
+        elif arg == "--git-dir" or arg.startswith("--git-dir="):
+            findings.inject("'git --git-dir' reads configuration and hooks from a directory the "
+                            "guard cannot vouch for")
+            i += 1 if "=" in arg else 2
+        elif arg.startswith("--exec-path="):
+            findings.inject("'git --exec-path=DIR' runs git commands from DIR")
+            i += 1
+        elif arg.startswith("-"):
+            i += 1
+        else:
+            break
+    if i >= n:
+        return
+    sub, rest, words = values[i], values[i + 1 :], args[i + 1 :]
+    for value in rest:
+        if value.startswith("ext::") or "::" in value.split("/", 1)[0] and "ext::" in value:
+            findings.inject("an 'ext::' URL makes git run a command")
+    if sub == "config":
+        operands = [v for v in rest if not v.startswith("-")]
+        if operands[:1] and operands[0] in ("set", "add", "replace-all"):
+            operands = operands[1:]
+        if operands and (len(operands) >= 2 or any("=" in o for o in operands[:1])):
+            _git_key(findings, operands[0], "'git config'")
+    elif sub in ("clone", "fetch", "pull", "ls-remote", "archive", "push", "remote", "submodule",
+                 "fetch-pack", "send-pack"):
+        for k, value in enumerate(rest):
+            key = value.split("=", 1)[0]
+            if key in ("--upload-pack", "--receive-pack", "--exec") or (
+                value == "-u" and sub in ("clone", "ls-remote", "fetch-pack")
+            ):
+                findings.inject(f"'git {sub} {key}' runs a program of the caller's choosing")
+            if key in ("-c", "--config") and sub in ("clone", "submodule"):
+                pair = value.split("=", 1)[1] if "=" in value and key == "--config" else (
+                    rest[k + 1] if k + 1 < len(rest) else "")
+                _git_key(findings, pair, f"'git {sub} {key}'")
+        if sub == "submodule" and "foreach" in rest:
+            findings.inject("'git submodule foreach' runs a shell command")
+            after = rest[rest.index("foreach") + 1 :]
+            after = [v for v in after if v != "--recursive"]
+            if after:
+                _nested_line(" ".join(after), "git submodule foreach", findings, allow_pipes,
+                             depth)
+    elif sub == "rebase":
+        for k, value in enumerate(rest):
+            if value in ("-x", "--exec") and k + 1 < len(rest):
+                findings.inject(f"'git rebase {value}' runs a shell command")
+                _nested_line(rest[k + 1], "git rebase --exec", findings, allow_pipes, depth)
+            elif value.startswith("--exec=") or (value.startswith("-x") and len(value) > 2):
+                script = value.split("=", 1)[1] if "=" in value else value[2:]
+                findings.inject("'git rebase --exec' runs a shell command")
+                _nested_line(script, "git rebase --exec", findings, allow_pipes, depth)
+    elif sub == "bisect" and rest[:1] == ["run"]:
+        _check_command(words[1:], findings, allow_pipes, depth + 1)
+    elif sub in ("difftool", "mergetool"):
+        if any(v in ("-x", "--extcmd") or v.startswith(("--extcmd=", "-x")) for v in rest):
+            findings.inject(f"'git {sub} --extcmd' runs a program of the caller's choosing")
+    elif sub == "filter-branch":
+        findings.inject("'git filter-branch' runs its filters as shell commands")
+    elif sub == "grep":
+        if any(v in ("-O", "--open-files-in-pager") or v.startswith(("-O", "--open-files-in"))
+               for v in rest):
+            findings.inject("'git grep -O' runs a pager program of the caller's choosing")
+    elif sub == "send-email":
+        if any(v.startswith(("--smtp-server=/", "--to-cmd", "--cc-cmd", "--header-cmd",
+                             "--sendmail-cmd")) for v in rest):
+            findings.inject("'git send-email' would run a program of the caller's choosing")
+
+
+def _check_find(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    i, n = 0, len(values)
+    while i < n and values[i] in ("-H", "-L", "-P") or (i < n and values[i].startswith("-O")):
+        i += 1
+    if i < n and values[i] == "-D":
+        i += 2
+    roots: list[_Word] = []
+    while i < n and not values[i].startswith(("-", "(", "!", ",")) and values[i] != ")":
+        roots.append(args[i])
+        i += 1
+    expression = values[i:]
+    deletes = "-delete" in expression
+    restricted = False
+    k = i
+    while k < n:
+        value = values[k]
+        if value in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = k + 1
+            while end < n and values[end] not in (";", "+"):
+                end += 1
+            inner = list(args[k + 1 : end])
+            if inner:
+                _check_command(inner, findings, allow_pipes, depth + 1)
+                program = _basename(inner[0].value)
+                if program in ("rm", "shred", "unlink", "rmdir", "srm", "wipe"):
+                    deletes = True
+            k = end + 1
+            continue
+        if value in _FIND_RESTRICTING and k + 1 < n:
+            if values[k + 1].strip("*") or value not in ("-name", "-iname", "-path", "-ipath",
+                                                         "-wholename", "-iwholename"):
+                restricted = True
+            k += 2
+            continue
+        if value in ("-fprint", "-fprint0", "-fprintf", "-fls") and k + 1 < n:
+            if _is_device(args[k + 1].path):
+                findings.destroy(f"'find {value} {values[k + 1]}' overwrites a disk device")
+            k += 2
+            continue
+        k += 1
+    if not deletes:
+        return
+    for root in roots or [_Word.literal(".")]:
+        danger = _target_danger(root.path)
+        if danger is None:
+            continue
+        if danger == _HERE and restricted:
+            continue
+        findings.destroy(f"'find {root.value} ... -delete' deletes {danger}")
+
+
+_FIND_RESTRICTING = frozenset(
+    {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
+     "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-user",
+     "-group", "-perm", "-lname", "-ilname", "-inum", "-samefile", "-links", "-uid", "-gid",
+     "-newermt", "-empty"}
+)
+
+
+def _check_remote_shells(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    for k, value in enumerate(values):
+        nxt = values[k + 1] if k + 1 < len(values) else ""
+        if name in ("ssh", "scp", "sftp", "autossh"):
+            option = value[2:] if value.startswith("-o") and len(value) > 2 else (
+                nxt if value == "-o" else "")
+            if re.match(r"(?i)\s*(proxycommand|localcommand|permitlocalcommand|knownhostscommand"
+                        r"|match\s+exec)", option):
+                findings.inject(f"'{name} -o {option.split('=')[0]}' runs a local command")
+            if value == "-F" or (value.startswith("-F") and len(value) > 2):
+                findings.inject(f"'{name} -F' reads a configuration that can run commands")
+            if name in ("scp", "sftp") and (value == "-S" or value.startswith("-S")):
+                findings.inject(f"'{name} -S' runs a program of the caller's choosing")
+        elif name == "rsync":
+            if value in ("-e", "--rsh") or value.startswith(("--rsh=", "--rsync-path")) or (
+                value.startswith("-") and not value.startswith("--") and "e" in value[1:]
+                and value[1:].isalpha() and value.endswith("e")
+            ):
+                findings.inject("'rsync -e/--rsh/--rsync-path' runs a command of the caller's "
+                                "choosing")
+        elif name in ("tar", "bsdtar", "gtar"):
+            if value.startswith(("--to-command", "--checkpoint-action", "--use-compress-program",
+                                 "--info-script", "--new-volume-script", "--rsh-command")) or (
+                value in ("-I", "-F")
+            ):
+                findings.inject(f"'{name} {value.split('=')[0]}' runs a program of the caller's "
+                                "choosing")
+        elif name in ("zip",):
+            if value in ("-TT", "--unzip-command") or value.startswith("--unzip-command="):
+                findings.inject("'zip -TT' runs a command of the caller's choosing")
+        elif name in ("vim", "vi", "nvim", "ex", "view", "vimdiff", "gvim"):
+            if value in ("-c", "--cmd", "-S") or value.startswith("+"):
+                findings.inject(f"'{name} {value}' runs editor commands, which can run programs")
+        elif name in ("gdb", "lldb"):
+            if value in ("-ex", "-x", "-iex", "-ix", "--eval-command", "--command", "-batch",
+                         "-o", "--one-line") or value.startswith(("--eval-command=", "--command=")):
+                findings.inject(f"'{name} {value}' runs debugger commands, which can run programs")
+        elif name in ("at", "batch", "crontab"):
+            if not (name == "crontab" and value in ("-l", "-r", "-e")):
+                findings.inject(f"'{name}' schedules shell commands to run later")
+                break
+        elif name in ("parallel",):
+            findings.inject("'parallel' runs its arguments as shell commands")
+            break
+    if name in ("at", "batch") and not values:
+        findings.inject(f"'{name}' schedules shell commands to run later")
+
+
+_SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
+    "git": _check_git,
+    "find": _check_find,
+    **{name: _check_remote_shells for name in (
+        "ssh", "scp", "sftp", "autossh", "rsync", "tar", "bsdtar", "gtar", "zip", "vim", "vi",
+        "nvim", "ex", "view", "vimdiff", "gvim", "gdb", "lldb", "at", "batch", "crontab",
+        "parallel")},
+}
+
+
+# -------------------------------------------------------------------------
+# destructive meaning
+# -------------------------------------------------------------------------
+
+_HERE = "everything in the working directory"
+_SYSTEM_DIRS = frozenset(
+    {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "var",
+     "root", "sys", "proc", "opt", "srv", "snap", "efi"}
+)
+_DEVICE = re.compile(
+    r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk/|md|dm-|loop|mapper/|sr|root|mtd|nbd|rbd|zd|ubi|"
+    r"mem$|kmem$|port$)|^/proc/sysrq-trigger$|^/sys/(?:block|class/block|firmware)/"
+)
+_SAFE_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/zero", "/dev/tty"})
+
+
+def _components(path: str) -> tuple[bool, list[str], int]:
+    """(absolute, normalised components, how many '..' climb above the start)."""
+    absolute = path.startswith("/")
+    out: list[str] = []
+    above = 0
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            elif not absolute:
+                above += 1
+            continue
+        out.append(part)
+    return absolute, out, above
+
+
+def _normal(path: str) -> str:
+    """The path with '//', '.' and '..' resolved lexically, markers shown as '*' and '$?'."""
+    absolute, parts, above = _components(path)
+    text = ("/" if absolute else "") + "/".join([".."] * above + parts)
+    return text.replace("\x02", "*").replace(_UNKNOWN, "$?")
+
+
+def _globby(part: str) -> bool:
+    return any(c in _GLOB for c in part)
+
+
+def _matches_all(part: str) -> bool:
+    """A pattern that matches every name in a directory (``*``, ``.*``, ``?*``, ``*.*``...)."""
+    return "*" in part and all(c in "*?." for c in part)
+
+
+def _target_danger(path: str) -> str | None:
+    """What deleting (or changing) ``path`` recursively would hit, or None if nothing vital."""
+    if path.startswith(_UNKNOWN):
+        return "a path taken from a variable, which may be empty or '/'"
+    if path.startswith("~"):
+        head, _, rest = path.partition("/")
+        _, parts, above = _components(rest)
+        if above or not parts or _matches_all(parts[0]):
+            return "a home directory" if head == "~" else f"the home of {head[1:]!r}"
+        return None
+    absolute, parts, above = _components(path)
+    if absolute:
+        if not parts:
+            return "the whole system ('/')"
+        top = parts[0]
+        if _globby(top):
+            return f"whatever '/{top}' matches at the root of the system"
+        if top in _SYSTEM_DIRS:
+            return f"system files ({_normal(path)})"
+        if top in ("home", "Users") and (len(parts) == 1 or len(parts) == 2
+                                         or _globby(parts[1])):
+            return "users' home directories"
+        if len(parts) == 1 and top != "tmp":
+            return f"a top-level directory ({_normal(path)})"
+        if len(parts) >= 2 and _globby(parts[1]) and top != "tmp":
+            return f"whatever {_normal(path)} matches near the root"
+        return None
+    if above:
+        return "files outside the working directory ('..')"
+    if not parts or _matches_all(parts[0]):
+        return _HERE
     return None
 
 
+def _is_device(path: str) -> bool:
+    if not path.startswith("/"):
+        return False
+    normal = _normal(path)
+    return normal not in _SAFE_DEVICES and bool(_DEVICE.match(normal))
+
+
+def _is_system_path(path: str) -> bool:
+    absolute, parts, _ = _components(path)
+    return absolute and bool(parts) and parts[0] in _SYSTEM_DIRS - {"dev", "proc", "sys"}
+
+
 def _flags(args: Sequence[str]) -> tuple[set[str], list[str]]:
-    """Short flags (letters) and long options, and the operands, GNU style."""
+    """Short flags (letters) and long options, and the operands, GNU style (options anywhere)."""
     flags: set[str] = set()
     operands: list[str] = []
     options_done = False
@@ -525,83 +1709,122 @@ def _flags(args: Sequence[str]) -> tuple[set[str], list[str]]:
         elif arg == "--":
             options_done = True
         elif arg.startswith("--"):
-            flags.add(arg)
+            flags.add(arg.split("=", 1)[0])
         else:
             flags.update(arg[1:])
     return flags, operands
 
 
-def _is_sweeping(target: str) -> bool:
-    """A target whose recursive removal or mode change wrecks the system or the user's home."""
-    if target in (
-        "*",
-        ".",
-        "..",
-        "./*",
-        ".*",
-        "~",
-        "~/",
-        "~/*",
-        "$HOME",
-        "${HOME}",
-        "$HOME/",
-        "$HOME/*",
-        "${HOME}/",
-        "${HOME}/*",
-        "/*",
-    ):
-        return True
-    if target.startswith("/"):
-        normalized = os.path.normpath(target.rstrip("*"))
-        # The root itself or a directory directly below it (/etc, /usr, /home, ...).
-        return normalized.count("/") <= 1 and not normalized.startswith("/tmp")
-    return False
+def _operand_words(args: Sequence[_Word]) -> list[_Word]:
+    out, done = [], False
+    for word in args:
+        if done or not word.value.startswith("-") or word.value == "-":
+            out.append(word)
+        elif word.value == "--":
+            done = True
+    return out
 
 
-def _check_destructive(program: str, args: Sequence[str], findings: _Findings) -> None:
-    flags, operands = _flags(args)
-    if program == "rm":
+_SHUTDOWN = frozenset({"shutdown", "reboot", "halt", "poweroff"})
+_DISK_TOOLS = frozenset(
+    {"mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "gdisk", "sgdisk", "parted", "blkdiscard",
+     "mke2fs", "badblocks", "hdparm", "dmsetup", "cryptsetup", "zpool", "lvremove", "vgremove",
+     "pvremove", "mdadm"}
+)
+
+
+def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) -> None:
+    values = [a.value for a in args]
+    flags, operands = _flags(values)
+    words = _operand_words(args)
+    if name == "rm":
         if "--no-preserve-root" in flags:
             findings.destroy("'rm --no-preserve-root' lifts the protection of /")
-        recursive = bool(flags & {"r", "R", "--recursive"})
-        sweeping = [t for t in operands if _is_sweeping(t)]
-        if recursive and sweeping:
-            findings.destroy(
-                f"'rm -r {' '.join(sweeping)}' deletes the system, a home, or everything here"
-            )
-    elif program in ("chmod", "chown", "chgrp"):
+        if flags & {"r", "R", "--recursive"}:
+            for word in words:
+                danger = _target_danger(word.path)
+                if danger:
+                    findings.destroy(f"'rm -r {word.value}' deletes {danger}")
+    elif name in ("chmod", "chown", "chgrp", "setfacl", "chattr", "chcon"):
         recursive = bool(flags & {"R", "--recursive"})
-        targets = operands[1:] if operands else []
-        sweeping = [t for t in targets if _is_sweeping(t) and t not in ("*", ".", "./*", ".*")]
-        if sweeping and (recursive or "/" in sweeping):
-            findings.destroy(f"'{program} -R' on {' '.join(sweeping)} changes the whole system")
-    elif program.startswith("mkfs") or program == "mke2fs" or program in _DISK_TOOLS:
-        findings.destroy(f"'{program}' formats or repartitions a disk")
-    elif program == "dd":
-        for arg in args:
-            if arg.startswith("of=/dev/") and arg[3:] not in (
-                "/dev/null",
-                "/dev/stdout",
-                "/dev/stderr",
-            ):
-                findings.destroy(f"'dd {arg}' overwrites a device")
-    elif program == "shred":
-        if any(t.startswith("/dev/") for t in operands):
-            findings.destroy("'shred' on a device destroys the disk")
-    elif program in _SHUTDOWN:
-        findings.destroy(f"'{program}' stops or restarts the machine")
-    elif program in ("init", "telinit") and operands[:1] in (["0"], ["6"]):
-        findings.destroy(f"'{program} {operands[0]}' stops or restarts the machine")
-    elif program == "systemctl" and set(operands) & {"poweroff", "reboot", "halt", "kexec"}:
+        reference = any(v.startswith("--reference") for v in values)
+        targets = words if reference or name in ("setfacl", "chattr") else words[1:]
+        for word in targets:
+            danger = _target_danger(word.path)
+            if danger is None or danger == _HERE:
+                continue
+            _, parts, _ = _components(word.path)
+            if recursive or len(parts) <= 1:
+                findings.destroy(f"'{name} -R {word.value}' changes {danger}")
+    elif name.startswith("mkfs") or name in _DISK_TOOLS:
+        if name == "hdparm" and not any("security-erase" in v or "trim-sector" in v
+                                        for v in values):
+            return
+        findings.destroy(f"'{name}' formats, erases or repartitions a disk")
+    elif name == "dd":
+        for word in args:
+            if word.value.startswith("of="):
+                target = word.path[3:]
+                if _is_device(target):
+                    findings.destroy(f"'dd {word.value}' overwrites a disk device")
+                elif _is_system_path(target):
+                    findings.destroy(f"'dd {word.value}' overwrites a system file")
+    elif name == "shred":
+        findings.destroy("'shred' destroys data beyond recovery")
+    elif name == "truncate":
+        for word in words:
+            if _is_system_path(word.path) or _is_device(word.path):
+                findings.destroy(f"'truncate {word.value}' empties a system file or device")
+    elif name in ("cp", "mv", "install", "tee", "ln", "rsync", "pv", "cat", "sponge"):
+        _check_writes(name, args, values, words, flags, findings)
+    elif name in _SHUTDOWN:
+        findings.destroy(f"'{name}' stops or restarts the machine")
+    elif name in ("init", "telinit") and operands[:1] in (["0"], ["6"]):
+        findings.destroy(f"'{name} {operands[0]}' stops or restarts the machine")
+    elif name == "systemctl" and set(operands) & {"poweroff", "reboot", "halt", "kexec",
+                                                  "emergency", "rescue"}:
         findings.destroy("'systemctl' stops or restarts the machine")
-    elif program == "kill":
+    elif name in ("kill", "pkill", "killall"):
         # 'kill -9 -1' and 'kill -- -1' signal every process; 'kill 1' signals init.
         # ('kill -1 123' is SIGHUP to 123: -1 is only a target when it comes last.)
-        if (len(args) >= 2 and args[-1] == "-1") or (args and args[-1] == "1"):
+        if name == "kill" and ((len(values) >= 2 and values[-1] == "-1")
+                               or (values and values[-1] == "1")):
             findings.destroy("'kill' would signal every process, or init")
-    elif program in ("nc", "ncat", "netcat") and flags & {"e", "c"}:
-        findings.destroy(f"'{program} -e' attaches a shell or program to a network socket")
-    elif program == "find":
-        root = args[0] if args and not args[0].startswith("-") else "."
-        if "-delete" in args and _is_sweeping(root) and root not in (".", "*"):
-            findings.destroy(f"'find {root} -delete' deletes a whole tree")
+    elif name in ("nc", "ncat", "netcat") and flags & {"e", "c"}:
+        findings.destroy(f"'{name} -e' attaches a shell or program to a network socket")
+
+
+def _check_writes(
+    name: str,
+    args: Sequence[_Word],
+    values: Sequence[str],
+    words: Sequence[_Word],
+    flags: set[str],
+    findings: _Findings,
+) -> None:
+    if name in ("tee", "sponge"):
+        targets = list(words)
+    elif name in ("cat", "pv"):
+        return  # they write to stdout; a redirection is judged on its own
+    else:
+        target_dir = next((args[k + 1] for k, v in enumerate(values[:-1]) if v in ("-t",
+                           "--target-directory")), None)
+        target_dir = target_dir or next((_Word.literal(v.split("=", 1)[1]) for v in values
+                                         if v.startswith("--target-directory=")), None)
+        targets = [target_dir] if target_dir else list(words[-1:])
+        sources = list(words) if target_dir else list(words[:-1])
+        if name == "mv":
+            for word in sources:
+                danger = _target_danger(word.path)
+                if danger and danger != _HERE:
+                    findings.destroy(f"'mv {word.value}' moves away {danger}")
+        if name == "rsync" and any(f.startswith("--delete") for f in flags):
+            for word in targets:
+                danger = _target_danger(word.path)
+                if danger:
+                    findings.destroy(f"'rsync --delete' into {word.value} deletes {danger}")
+    for word in targets:
+        if _is_device(word.path):
+            findings.destroy(f"'{name}' onto {word.value} overwrites a disk device")
+        elif _is_system_path(word.path) and name != "rsync":
+            findings.destroy(f"'{name}' onto {word.value} overwrites system files")
