@@ -493,3 +493,30 @@ async def test_run_tool_calls_answers_deep_argument_strings():
     first, second = (json.loads(block["content"]) for block in messages[0]["content"])
     assert first["error"]["code"] == "INVALID_ARGUMENTS" and "deeper" in first["error"]["message"]
     assert second == {"ok": True, "data": 2}
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"x" * 10_000_000: 1},
+        {"value": {"y" * 5_000_000: 1}, "z" * 3_000_000: 2},
+    ],
+    ids=["unknown-name", "nested-and-unknown"],
+)
+async def test_huge_unknown_argument_names_are_shortened_in_every_part_of_the_error(arguments):
+    @tool(category="demo")
+    def strict(value: int = 0) -> int:
+        """Take a number.
+
+        Args:
+            value: a number
+        """
+        return value
+
+    async with _deck(tools=[strict]) as deck:
+        result = await deck.session().call("strict", arguments)
+    assert result.error.code is ErrorCode.INVALID_ARGUMENTS
+    echoed = len(result.error.message) + len(result.error.suggestion or "") + len(
+        json.dumps(result.error.details)
+    )
+    assert echoed < 20_000 and "chars]" in result.error.message

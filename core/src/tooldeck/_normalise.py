@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from tooldeck_hookspecs import shorten
+
 __all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "json_size", "shorten", "too_deep"]
 
 #: Deeper arguments are refused with INVALID_ARGUMENTS. JSON Schemas of real tools nest a few
@@ -28,15 +30,6 @@ MAX_ARGUMENT_DEPTH = 64
 _MAX_RESULT_DEPTH = 200
 
 _SCALARS = (str, int, bool, type(None))
-
-
-def shorten(value: object, limit: int = 200) -> str:
-    """``value`` as text of at most about ``limit`` characters, with a marker saying how much
-    was cut (echoing a 10 MB argument name back to the model helps nobody)."""
-    text = value if isinstance(value, str) else _safe_str(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…[+{len(text) - limit} chars]"
 
 
 def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:

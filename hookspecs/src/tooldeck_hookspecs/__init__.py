@@ -10,6 +10,7 @@ from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
 from ._suspends import NONBLOCKING_ATTR, is_nonblocking, never_suspends, nonblocking
+from ._text import shorten
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
 from .exceptions import (
     ConfigError,
@@ -65,6 +66,7 @@ from .protocols import (
 )
 
 __all__ = [
+    "shorten",
     "NONBLOCKING_ATTR",
     "is_nonblocking",
     "never_suspends",

@@ -10,7 +10,7 @@ from typing import Any
 
 import fastjsonschema
 
-from tooldeck_hookspecs import ArgumentProblem
+from tooldeck_hookspecs import ArgumentProblem, shorten
 
 from ._compile import compile_schema, plain_json
 from ._regex import safe_regex
@@ -45,7 +45,9 @@ def json_path(segments: Sequence[str | int]) -> str:
     for seg in segments:
         if isinstance(seg, int):
             out.append(f"[{seg}]")
-        elif _IDENT_RE.match(seg):
+            continue
+        seg = shorten(seg, 100)  # a key the model made up may be megabytes long
+        if _IDENT_RE.match(seg):
             out.append(f".{seg}")
         else:
             out.append(f"[{json.dumps(seg, ensure_ascii=False)}]")
@@ -109,6 +111,8 @@ def _type_text(schema: Any) -> str | None:
 
 
 def _closest(word: str, options: Sequence[str]) -> str | None:
+    if len(word) > 128:  # difflib is quadratic; no real field name is this long
+        return None
     matches = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return matches[0] if matches else None
 
@@ -129,8 +133,8 @@ def _explain_one(
                                 expected=expected)]
     if rule == "enum":
         allowed = definition.get("enum", [])
-        message = (f"must be one of {json.dumps(allowed, ensure_ascii=False)}, got "
-                   f"{json.dumps(value, ensure_ascii=False, default=str)}")
+        message = (f"must be one of {shorten(json.dumps(allowed, ensure_ascii=False), 500)}, got "
+                   f"{shorten(json.dumps(value, ensure_ascii=False, default=str))}")
         if isinstance(value, str):
             guess = _closest(value, [a for a in allowed if isinstance(a, str)])
             if guess is not None:
@@ -164,8 +168,10 @@ def _explain_one(
             hint = f"; did you mean {guess!r}?" if guess else (
                 f"; known fields: {', '.join(properties)}" if properties else ""
             )
-            problems.append(ArgumentProblem(path=json_path([*segments, str(field)]),
-                                            message=f"unknown field {field!r}{hint}",
+            # The model chose the name: echo a bounded piece of it, never all of it.
+            shown = shorten(str(field), 100)
+            problems.append(ArgumentProblem(path=json_path([*segments, shown]),
+                                            message=f"unknown field {shown!r}{hint}",
                                             expected=properties))
         if problems:
             return problems
