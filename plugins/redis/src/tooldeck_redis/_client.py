@@ -76,7 +76,12 @@ class RedisConnection:
         """
         if time.monotonic() < self._down_until:
             raise RedisUnavailable(self.url, what, f"not retried after {self._last_error}")
-        return await trio.to_thread.run_sync(self._call, what, function, limiter=self._limiter)
+        # abandon_on_cancel: a call whose deadline passes returns at once (the deck answers it
+        # TIMEOUT) instead of waiting for the socket timeout of a hung server; the command's
+        # thread finishes on its own, keeping its connection slot until then.
+        return await trio.to_thread.run_sync(
+            self._call, what, function, limiter=self._limiter, abandon_on_cancel=True
+        )
 
     def _call(self, what: str, function: Callable[[redis.Redis], T]) -> T:
         recovering = self._down_until != 0.0
