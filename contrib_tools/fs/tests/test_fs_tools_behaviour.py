@@ -5,9 +5,6 @@ from __future__ import annotations
 import base64
 import errno
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from tooldeck_tools_fs import (
@@ -177,41 +174,7 @@ def test_write_keeps_file_mode(sandbox):
     assert target.stat().st_mode & 0o777 == 0o750
 
 
-_CRASH_CHILD = textwrap.dedent("""
-    import os, signal, sys
-    from tooldeck_hookspecs import ToolContext
-    from tooldeck_tools_fs import file_write
-    allowed, where = sys.argv[1], sys.argv[2]
-    ctx = ToolContext(session_id="crash", workdir=allowed, allowed_paths=(allowed,))
-    real_write = os.write
-    def dying_write(fd, data):
-        # Write half of the new content, then die as a power cut or OOM kill would.
-        real_write(fd, bytes(data[: len(data) // 2]))
-        os.kill(os.getpid(), signal.SIGKILL)
-    def dying_fsync(fd):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if where == "write":
-        os.write = dying_write
-    else:
-        os.fsync = dying_fsync
-    file_write({"path": "data.txt", "content": "NEW" * 100000}, ctx)
-    print("not reached")
-""")
-
-
-@pytest.mark.parametrize("where", ["write", "fsync"])
-def test_killed_mid_write_leaves_old_content(sandbox, resolve_mode, where):
-    target = sandbox.allowed / "data.txt"
-    target.write_text("OLD CONTENT")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-c", _CRASH_CHILD, str(sandbox.allowed), where],
-                          capture_output=True, text=True, env=env, check=False, timeout=60)
-    assert proc.returncode == -9, proc.stderr
-    assert target.read_text() == "OLD CONTENT"
-    # A killed process cannot clean up: what it leaves is a hidden temp file, never a half file.
-    leftovers = _temp_files(sandbox.allowed)
-    assert len(leftovers) == 1
-    assert sorted(os.listdir(sandbox.allowed)) == sorted(["data.txt", *leftovers])
+# Killing a write (SIGKILL at every stage, and from outside): test_fs_tempfiles.py.
 
 
 # --- symlinks and containment --------------------------------------------------------------

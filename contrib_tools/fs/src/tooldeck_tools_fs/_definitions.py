@@ -6,8 +6,10 @@ from tooldeck_hookspecs import ExecutionConfig, SecurityConfig, SecurityLevel, T
 
 from . import tools
 from .tools import (
+    DEFAULT_LIST_DEPTH,
     DEFAULT_LIST_ENTRIES,
     DEFAULT_READ_BYTES,
+    MAX_LIST_DEPTH,
     MAX_LIST_ENTRIES,
     MAX_READ_BYTES,
     MAX_WRITE_BYTES,
@@ -75,7 +77,9 @@ FILE_WRITE = ToolDefinition(
         "code, notes, configuration or generated output. The write is atomic: the file holds "
         "either the old or the new content, never a mix. Set create_dirs to true to create "
         "missing parent folders. For binary data send base64 with encoding: 'base64'. At most "
-        f"{MAX_WRITE_BYTES // (1024 * 1024)} MiB per call."
+        f"{MAX_WRITE_BYTES // (1024 * 1024)} MiB per call. tooldeck.toml, pyproject.toml, "
+        ".git/ and other host configuration files are protected and cannot be written; "
+        "read-only files are not replaced."
     ),
     parameters={
         "type": "object",
@@ -107,7 +111,8 @@ LIST_DIR = ToolDefinition(
         "List the files and folders in a directory of the working directory, with each "
         "entry's type (file, dir, symlink) and size in bytes. Use it to explore a project or "
         "to find the exact name of a file before reading it. Set recursive to true to include "
-        "subfolders. Long listings are cut at max_entries and say truncated: true."
+        "subfolders (up to max_depth levels). Long listings are cut at max_entries or max_depth "
+        "and say truncated: true with truncated_by giving the reason."
     ),
     parameters={
         "type": "object",
@@ -120,6 +125,10 @@ LIST_DIR = ToolDefinition(
             "max_entries": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_ENTRIES,
                             "default": DEFAULT_LIST_ENTRIES,
                             "description": "Stop after this many entries."},
+            "max_depth": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_DEPTH,
+                          "default": DEFAULT_LIST_DEPTH,
+                          "description": "With recursive: how many folder levels to list "
+                          "(1 = only the entries of path itself)."},
         },
         "additionalProperties": False,
     },

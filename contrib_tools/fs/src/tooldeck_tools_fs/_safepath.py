@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -34,6 +34,7 @@ __all__ = [
     "MODE",
     "STATS",
     "Target",
+    "clip",
     "locate",
     "open_beneath",
     "open_parent",
@@ -104,9 +105,31 @@ def openat2_available() -> bool:
     return _openat2_ok
 
 
+#: Echoed values longer than this are cut in messages (a 10 MB path must not make a 10 MB error).
+CLIP_CHARS = 200
+
+
+def clip(value: Any, limit: int = CLIP_CHARS) -> str:
+    """``value`` as text, cut to ``limit`` characters with a ``…[+N chars]`` marker.
+
+    Every message that echoes something the model sent goes through this, so the size of an
+    error stays bounded whatever the size of the argument.
+    """
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[+{len(text) - limit} chars]"
+
+
 def _refuse(path: Any, why: str) -> ToolFailure:
-    return ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"path {path!r} is not allowed: {why}",
+    return ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"path {clip(path)!r} is not allowed: {why}",
                        suggestion=_SUGGESTION)
+
+
+#: Called as ``guard(dirfd, name)`` before ``create_dirs`` makes directory ``name`` in ``dirfd``;
+#: raises (``ToolFailure``) to refuse it. file_write uses it so that no protected folder
+#: (``.git``, ``.vscode``...) is ever created on the way to a file.
+MkdirGuard = Callable[[int, str], None]
 
 
 @attrs.frozen
@@ -147,7 +170,7 @@ def locate(path: Any, workdir: str, allowed_paths: Sequence[str] = ()) -> Target
     """
     if not isinstance(path, str):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
-                          f"path must be a string, got {type(path).__name__}")
+                          f"path must be a string, got {clip(type(path).__name__)}")
     if "\x00" in path:
         raise _refuse(path, "it contains a NUL byte")
     if not workdir or not os.path.isabs(workdir):
@@ -179,8 +202,9 @@ def _readlink_or_raise(name: str, dirfd: int, original: OSError) -> str:
 class _Walk:
     """Resolve components one at a time on a stack of directory fds (the fallback)."""
 
-    def __init__(self, target: Target, root_fd: int) -> None:
+    def __init__(self, target: Target, root_fd: int, guard: MkdirGuard | None = None) -> None:
         self.target = target
+        self.guard = guard
         self.root_parts = _parts(target.root)
         self.stack = [os.dup(root_fd)]
         self.names: list[str] = []
@@ -218,6 +242,8 @@ class _Walk:
                     self._splice(_readlink_or_raise(name, self.stack[-1], exc))
                     return False
                 if exc.errno == errno.ENOENT and create:
+                    if self.guard is not None:
+                        self.guard(self.stack[-1], name)
                     try:
                         os.mkdir(name, 0o777, dir_fd=self.stack[-1])
                     except FileExistsError:
@@ -265,7 +291,8 @@ class _Walk:
             name = self._next()
             if name is None:
                 raise ToolFailure(ErrorCode.EXECUTION_ERROR,
-                                  f"path {self.target.display!r} names a directory, not a file")
+                                  f"path {clip(self.target.display)!r} names a directory, not a "
+                                  "file")
             if any(p not in ("", ".") for p in self.queue):
                 self._enter(name, create=create_dirs)
                 continue
@@ -334,17 +361,19 @@ def open_beneath(target: Target, flags: int, mode: int = 0o666) -> int:
         os.close(root_fd)
 
 
-def open_parent(target: Target, *, create_dirs: bool = False) -> tuple[int, str]:
+def open_parent(target: Target, *, create_dirs: bool = False,
+                guard: MkdirGuard | None = None) -> tuple[int, str]:
     """The directory fd and final name to create or replace ``target`` in.
 
     The name is not a symlink (a symlink at the end is followed, and must stay inside the root),
     so a rename onto it replaces a file inside the root. With ``create_dirs`` missing parent
-    directories are created, each inside the one before.
+    directories are created, each inside the one before, after ``guard(dirfd, name)`` (if
+    given) agreed to each.
     """
     rel = target.rel
     if not rel or rel[-1] == "..":
         raise ToolFailure(ErrorCode.EXECUTION_ERROR,
-                          f"path {target.display!r} names a directory, not a file")
+                          f"path {clip(target.display)!r} names a directory, not a file")
     root_fd = os.open(target.root, _DIR_FLAGS)
     try:
         if _use_openat2():
@@ -366,7 +395,7 @@ def open_parent(target: Target, *, create_dirs: bool = False) -> tuple[int, str]
                     return parent, rel[-1]
                 os.close(parent)  # a symlink at the end: the walk resolves it
         STATS["walk"] += 1
-        walk = _Walk(target, root_fd)
+        walk = _Walk(target, root_fd, guard)
         try:
             return walk.parent(create_dirs)
         finally:

@@ -12,21 +12,24 @@ import base64
 import binascii
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Mapping
 from typing import Any
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
-from ._safepath import Target, locate, open_beneath, open_parent
+from . import _atomic
+from ._protect import Guard
+from ._safepath import Target, clip, locate, open_beneath, open_parent
 
 __all__ = [
     "DEFAULT_READ_BYTES",
     "MAX_READ_BYTES",
     "MAX_WRITE_BYTES",
     "DEFAULT_LIST_ENTRIES",
+    "DEFAULT_LIST_DEPTH",
     "MAX_LIST_ENTRIES",
+    "MAX_LIST_DEPTH",
     "file_read",
     "file_write",
     "list_dir",
@@ -40,6 +43,15 @@ MAX_READ_BYTES = 8 * 1024 * 1024
 MAX_WRITE_BYTES = 10 * 1024 * 1024
 DEFAULT_LIST_ENTRIES = 1000
 MAX_LIST_ENTRIES = 10_000
+#: A recursive ``list_dir`` descends this many folder levels below ``path`` unless asked...
+DEFAULT_LIST_DEPTH = 20
+#: ...and never more (the listing also holds one open fd per level).
+MAX_LIST_DEPTH = 100
+#: One directory with more names than this is listed from its first names only (unsorted order).
+MAX_DIR_SCAN = 100_000
+#: The ``path`` echoed in a successful result is cut here (a path the kernel accepted is shorter,
+#: but '././.'-padding that normalises away is not).
+_RESULT_PATH_CHARS = 4096
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
@@ -49,27 +61,28 @@ def _fail_os(exc: OSError, path: str) -> ToolFailure:
     """An OSError from the file system, as an answer the model can act on."""
     code = exc.errno
     if code == errno.ENOENT:
-        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{path!r} does not exist",
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(path)!r} does not exist",
                            suggestion="Check the name with list_dir, or create the file with "
                            "file_write (create_dirs=true creates missing folders).")
     if code == errno.ENOTDIR:
-        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"a part of {path!r} is a file, not a "
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"a part of {clip(path)!r} is a file, not a "
                            "directory", suggestion="Check the path with list_dir.")
     if code == errno.EISDIR:
-        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{path!r} is a directory",
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(path)!r} is a directory",
                            suggestion="Use list_dir to see what it contains.")
     if code in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ToolFailure(ErrorCode.EXECUTION_ERROR, f"the file system refused access to "
-                           f"{path!r} ({os.strerror(code)})",
+                           f"{clip(path)!r} ({os.strerror(code)})",
                            suggestion="Choose another file; this one cannot be accessed.")
     if code == errno.ELOOP:
-        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{path!r} has too many levels of "
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(path)!r} has too many levels of "
                            "symbolic links", suggestion="Use the real path of the file.")
     if code == errno.ENOSPC:
         return ToolFailure(ErrorCode.EXECUTION_ERROR, "no space left on the device; nothing "
                            "was changed", suggestion="Write less data, or tell the user.")
-    return ToolFailure(ErrorCode.EXECUTION_ERROR,
-                       f"cannot access {path!r}: {os.strerror(code) if code else exc}")
+    # strerror only: str(exc) carries the file name, which may be the model's huge path.
+    reason = os.strerror(code) if code else clip(exc.strerror or type(exc).__name__)
+    return ToolFailure(ErrorCode.EXECUTION_ERROR, f"cannot access {clip(path)!r}: {reason}")
 
 
 def _target(arguments: Mapping[str, Any], context: ToolContext, default: str | None = None
@@ -90,7 +103,8 @@ def _int_arg(arguments: Mapping[str, Any], name: str, default: int, low: int, hi
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
-                          f"{name} must be an integer from {low} to {high}, got {value!r}")
+                          f"{name} must be an integer from {low} to {high}, "
+                          f"got {clip(repr(value))}")
     return value
 
 
@@ -101,7 +115,7 @@ def _choice(arguments: Mapping[str, Any], name: str, default: str, allowed: tupl
         return default
     if value not in allowed:
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
-                          f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+                          f"{name} must be one of {', '.join(allowed)}, got {clip(repr(value))}")
     return str(value)
 
 
@@ -154,8 +168,8 @@ def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, A
         if stat.S_ISDIR(st.st_mode):
             raise _fail_os(OSError(errno.EISDIR, "is a directory"), target.display)
         if not stat.S_ISREG(st.st_mode):
-            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{target.display!r} is not a regular "
-                              "file (a device, FIFO or socket)",
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is not a "
+                              "regular file (a device, FIFO or socket)",
                               suggestion="Only regular files can be read.")
         data = _pread_all(fd, max_bytes + 1, offset)
     except OSError as exc:
@@ -168,11 +182,11 @@ def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, A
     if encoding != "base64":
         data, text = _decode(data, truncated)
         if text is None and encoding == "utf-8":
-            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{target.display!r} is not UTF-8 "
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is not UTF-8 "
                               "text", suggestion="Call file_read again with encoding 'base64' "
                               "(or 'auto') to get the bytes.")
     result: dict[str, Any] = {
-        "path": target.display,
+        "path": clip(target.display, _RESULT_PATH_CHARS),
         "content": text if text is not None else base64.b64encode(data).decode("ascii"),
         "encoding": "utf-8" if text is not None else "base64",
         "size": st.st_size,
@@ -193,7 +207,7 @@ def _content_bytes(arguments: Mapping[str, Any]) -> bytes:
     content = arguments.get("content")
     if not isinstance(content, str):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
-                          f"content must be a string, got {type(content).__name__}")
+                          f"content must be a string, got {clip(type(content).__name__)}")
     encoding = _choice(arguments, "encoding", "utf-8", ("utf-8", "base64"))
     # Cheap bounds first, so that a huge string is refused before it is encoded or decoded.
     estimate = len(content) * 3 // 4 if encoding == "base64" else len(content)
@@ -203,7 +217,8 @@ def _content_bytes(arguments: Mapping[str, Any]) -> bytes:
         try:
             data = base64.b64decode(content, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, f"content is not valid base64 ({exc})",
+            raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
+                              f"content is not valid base64 ({clip(str(exc))})",
                               suggestion="Send the bytes base64-encoded, or use encoding "
                               "'utf-8' for text.") from None
     else:
@@ -226,71 +241,74 @@ def _too_large(size: int) -> ToolFailure:
                        details={"limit_bytes": MAX_WRITE_BYTES, "size_bytes": size})
 
 
-def _write_atomically(parent: int, name: str, data: bytes) -> bool:
-    """Replace ``name`` in directory fd ``parent`` with ``data``; True if it was created.
-
-    Temp file in the same directory (same file system, so the rename is atomic), created with
-    O_EXCL | O_NOFOLLOW inside the already-contained directory fd, fsynced before the rename: a
-    crash leaves the old content or the new one, never a mix.
-    """
+def _replaced_file(parent: int, name: str, display: str) -> os.stat_result | None:
+    """The file ``name`` will replace (None: it will be created); refuses what must stay."""
     try:
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode):
         raise OSError(errno.EISDIR, "is a directory")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise ToolFailure(ErrorCode.EXECUTION_ERROR, "the target is not a regular file (a "
-                          "device, FIFO or socket); it was left alone")
-    temp = f".tooldeck-{secrets.token_hex(8)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC,
-                 0o666, dir_fd=parent)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if st is not None:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # keep the file's permissions
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        try:
-            os.unlink(temp, dir_fd=parent)
-        except OSError:
-            pass
-        raise
-    try:
-        os.fsync(parent)  # make the rename itself durable
-    except OSError:
-        pass  # some file systems cannot fsync a directory; the data is already safe
-    return st is None
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(display)!r} is not a regular file "
+                          "(a device, FIFO or socket); it was left alone",
+                          suggestion="Write to a regular file instead.")
+    # Root may rename over anything: honour the owner's own "read-only" instead of the kernel's
+    # permission check, and never chmod the file to get round it.
+    if not st.st_mode & stat.S_IWUSR:
+        raise ToolFailure(ErrorCode.PERMISSION_DENIED, f"{clip(display)!r} is read-only (mode "
+                          f"{stat.S_IMODE(st.st_mode):o}); it was not changed",
+                          suggestion="Write to another file, or ask the user to make this one "
+                          "writable.", details={"mode": oct(stat.S_IMODE(st.st_mode))})
+    return st
 
 
 def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Create or replace a file inside the working directory, atomically.
 
-    ``content`` is UTF-8 text, or base64 with ``encoding: "base64"``. The file is written to a
-    temporary file next to it and renamed over it, so readers see the old or the new content.
+    ``content`` is UTF-8 text, or base64 with ``encoding: "base64"``. The data is written to an
+    anonymous file in the target's folder and then given the target's name (renamed over it),
+    so readers see the old or the new content and a killed write leaves nothing behind.
+    Protected paths (``context.protected_paths``: tooldeck.toml, pyproject.toml, .git/...) are
+    refused with ``PATH_NOT_ALLOWED`` wherever the spelling or its symlinks lead; read-only files
+    with ``PERMISSION_DENIED``. A replaced file keeps its mode and owner, never set-user-ID or
+    set-group-ID bits.
     """
     target = _target(arguments, context)
     data = _content_bytes(arguments)
     create_dirs = arguments.get("create_dirs", False)
     if not isinstance(create_dirs, bool):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "create_dirs must be true or false")
+    guard = Guard(target, context)
+    guard.check_lexical()  # before anything is opened or created
+    if target.rel and _atomic.is_temp_name(target.rel[-1]):
+        raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"{clip(target.display)!r} is not allowed: "
+                          "names like .tooldeck-*.tmp are reserved for file_write's temp files",
+                          suggestion="Choose another file name.")
     try:
-        parent, name = open_parent(target, create_dirs=create_dirs)
+        parent, name = open_parent(target, create_dirs=create_dirs, guard=guard)
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
     try:
-        created = _write_atomically(parent, name, data)
+        # Where the write really lands: the symlinks followed and '..' resolved by the open.
+        guard.check_resolved(parent, name)
+        if _atomic.is_temp_name(name):
+            raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"{clip(target.display)!r} is not "
+                              "allowed: it leads to a name reserved for file_write's temp files",
+                              suggestion="Choose another file name.")
+        old = _replaced_file(parent, name, target.display)
+        created = _atomic.write_replace(
+            parent, name, data,
+            mode=None if old is None else stat.S_IMODE(old.st_mode),
+            owner=None if old is None else (old.st_uid, old.st_gid),
+            # Again just before the name appears: a folder moved meanwhile is caught too.
+            publish_check=lambda: guard.check_resolved(parent, name))
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
     finally:
         os.close(parent)
-    return {"path": target.display, "bytes_written": len(data), "created": created}
+    return {"path": clip(target.display, _RESULT_PATH_CHARS), "bytes_written": len(data),
+            "created": created}
 
 
 def _display_name(name: str) -> tuple[str, bool]:
@@ -313,66 +331,123 @@ def _entry_type(mode: int) -> str:
     return "other"
 
 
-def _list(fd: int, prefix: str, recursive: bool, limit: int, out: list[dict[str, Any]]) -> bool:
-    """Append entries of directory ``fd``; True when ``limit`` cut the listing short."""
+_LIST_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
+
+
+def _scan(fd: int, reasons: set[str]) -> list[str]:
+    """The names in directory ``fd``, sorted; temp files of file_write left out."""
+    names: list[str] = []
     with os.scandir(fd) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        if len(out) >= limit:
-            return True
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue  # vanished between listing and stat
-        kind = _entry_type(st.st_mode)
-        name, escaped = _display_name(prefix + entry.name)
-        item: dict[str, Any] = {"name": name, "type": kind,
-                                "size": st.st_size if kind == "file" else None}
-        if escaped:
-            item["name_not_utf8"] = True
-        out.append(item)
-        if recursive and kind == "dir":
+        for entry in it:
+            if len(names) >= MAX_DIR_SCAN:
+                reasons.add("directory_size")
+                break
+            if not _atomic.is_temp_name(entry.name):
+                names.append(entry.name)
+    names.sort()
+    return names
+
+
+def _list(root_fd: int, recursive: bool, limit: int, max_depth: int,
+          out: list[dict[str, Any]]) -> set[str]:
+    """Append the entries under ``root_fd`` in depth-first order; why it stopped short, if it did.
+
+    Iterative on an explicit stack of (fd, prefix, names, next index): a tree thousands of
+    levels deep costs one frame per level of *data*, never of Python recursion, and ``max_depth``
+    bounds the open fds.
+    """
+    reasons: set[str] = set()
+    stack: list[tuple[int, str, list[str], int]] = [(root_fd, "", _scan(root_fd, reasons), 0)]
+    try:
+        while stack:
+            fd, prefix, names, index = stack[-1]
+            if index >= len(names):
+                stack.pop()
+                if fd != root_fd:
+                    os.close(fd)
+                continue
+            stack[-1] = (fd, prefix, names, index + 1)
+            if len(out) >= limit:
+                reasons.add("max_entries")
+                break
+            name = names[index]
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # vanished between listing and stat
+            kind = _entry_type(st.st_mode)
+            shown, escaped = _display_name(prefix + name)
+            item: dict[str, Any] = {"name": shown, "type": kind,
+                                    "size": st.st_size if kind == "file" else None}
+            if escaped:
+                item["name_not_utf8"] = True
+            out.append(item)
+            if not recursive or kind != "dir":
+                continue
+            if len(stack) >= max_depth:  # its entries would be one level too deep
+                reasons.add("max_depth")
+                continue
             try:
                 # O_NOFOLLOW: a directory swapped for a symlink after the stat is not entered.
-                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                                | _O_CLOEXEC, dir_fd=fd)
+                child = os.open(name, _LIST_DIR_FLAGS, dir_fd=fd)
             except OSError:
                 continue
             try:
-                if _list(child, prefix + entry.name + "/", recursive, limit, out):
-                    return True
-            finally:
+                child_names = _scan(child, reasons)
+            except OSError:
                 os.close(child)
-    return False
+                continue
+            stack.append((child, prefix + name + "/", child_names, 0))
+    finally:
+        for fd, *_rest in stack:
+            if fd != root_fd:
+                os.close(fd)
+    return reasons
+
+
+_NOTES = {
+    "max_entries": "only the first {limit} entries are listed (raise max_entries, up to "
+                   f"{MAX_LIST_ENTRIES}, or list a subfolder)",
+    "max_depth": "folders deeper than max_depth={depth} levels were not entered (list one of "
+                 "the deepest folders listed to go on)",
+    "directory_size": f"a folder with more than {MAX_DIR_SCAN} entries was listed from its "
+                      "first entries only",
+}
 
 
 def list_dir(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """List a directory inside the working directory: name, type and size of each entry.
 
-    Symlinks are listed as ``symlink`` and never followed when listing recursively.
+    Symlinks are listed as ``symlink`` and never followed when listing recursively. The listing
+    is bounded by ``max_entries`` and (recursive) ``max_depth``; ``truncated`` and
+    ``truncated_by`` say when and why it stopped short. file_write's temp files are not shown.
     """
     target = _target(arguments, context, default=".")
     recursive = arguments.get("recursive", False)
     if not isinstance(recursive, bool):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "recursive must be true or false")
     limit = _int_arg(arguments, "max_entries", DEFAULT_LIST_ENTRIES, 1, MAX_LIST_ENTRIES)
+    max_depth = _int_arg(arguments, "max_depth", DEFAULT_LIST_DEPTH, 1, MAX_LIST_DEPTH)
     try:
         fd = open_beneath(target, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
-            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{target.display!r} is a file, not a "
-                              "directory", suggestion="Use file_read to read it.") from None
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is a file, "
+                              "not a directory", suggestion="Use file_read to read it.") from None
         raise _fail_os(exc, target.display) from None
     entries: list[dict[str, Any]] = []
     try:
-        truncated = _list(fd, "", recursive, limit, entries)
+        reasons = _list(fd, recursive, limit, max_depth, entries)
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
     finally:
         os.close(fd)
-    result: dict[str, Any] = {"path": target.display, "entries": entries,
-                              "count": len(entries), "truncated": truncated}
-    if truncated:
-        result["note"] = (f"Only the first {limit} entries are listed. List a subdirectory, "
-                          "or raise max_entries, to see more.")
+    truncated_by = sorted(reasons)
+    result: dict[str, Any] = {"path": clip(target.display, _RESULT_PATH_CHARS),
+                              "entries": entries, "count": len(entries),
+                              "truncated": bool(truncated_by)}
+    if truncated_by:
+        result["truncated_by"] = truncated_by
+        result["note"] = "Listing cut short: " + "; ".join(
+            _NOTES[r].format(limit=limit, depth=max_depth) for r in truncated_by) + "."
     return result
