@@ -119,7 +119,7 @@ socket.create_connection(("127.0.0.1", {loopback_server}), timeout=2)
         assert result.success, result.error
         data = result.data
         assert host_secret not in data["stdout"] + data["stderr"]
-        assert "TOOLDECK_TEST_HOST_SECRET" not in data["stdout"]
+        assert "TOOLDECK_TEST_HOST_MARKER" not in data["stdout"]
         assert "1,2" in data["stdout"] and "write refused: 30" in data["stdout"]  # EROFS
         assert data["exit_code"] == 1
         assert "ConnectionRefusedError" in data["stderr"] or "unreachable" in data["stderr"]

@@ -185,7 +185,7 @@ async def test_no_network_and_no_host_secrets_inside(workdir, loopback_server, h
         env = await session.call("shell_exec", {"command": ["env"], "env": {"MY_FLAG": "1"}})
         assert env.success and "MY_FLAG=1" in env.data["stdout"]
         assert host_secret not in env.data["stdout"]
-        assert "TOOLDECK_TEST_HOST_SECRET" not in env.data["stdout"]
+        assert "TOOLDECK_TEST_HOST_MARKER" not in env.data["stdout"]
         # Not through the process tree either: the sandbox's first process is a clean worker.
         init = await session.call("shell_exec", {"command": ["cat", "/proc/1/environ"]})
         assert host_secret not in init.data["stdout"] + init.data["stderr"]

@@ -137,7 +137,7 @@ async def test_degraded_mode_without_bubblewrap_still_scrubs_the_environment(
 ):
     from tooldeck.testing import make_deck
 
-    monkeypatch.setenv("TOOLDECK_TEST_HOST_SECRET", "degraded-secret-value")
+    monkeypatch.setenv("TOOLDECK_TEST_HOST_MARKER", "degraded-secret-value")
     deck = make_deck(load_entry_points=["schema", "runner", "policy", "shell"],
                      config={"runner": {"sandbox": "process"}})
     async with deck:
@@ -146,3 +146,4 @@ async def test_degraded_mode_without_bubblewrap_still_scrubs_the_environment(
         result = await session.call("shell_exec", {"command": ["env"]})
     assert result.success and result.metadata["isolation"] == "process (degraded isolation)"
     assert "degraded-secret-value" not in result.data["stdout"]
+    assert "TOOLDECK_TEST_HOST_MARKER" not in result.data["stdout"]

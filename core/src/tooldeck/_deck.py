@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from tooldeck_hookspecs import (
+    CALL_DEADLINE,
     EVENT_KINDS_ATTR,
     LEVEL_ORDER,
     ArgumentProblem,
@@ -229,6 +230,9 @@ class Deck:
         # Threads of policy hooks that may block: their own pool, so that hung hooks can never
         # take the thread tokens sync tools need (and the other way round).
         self._policy_threads = trio.CapacityLimiter(32)
+        # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
+        # their own for the same reason.
+        self._result_threads = trio.CapacityLimiter(8)
         #: Installed plugins left out at start-up, by name (see ``Deck.load(strict=...)``).
         self.failed_plugins: dict[str, FailedPlugin] = {}
         #: Warning-level configuration problems found at start-up, one line each.
@@ -702,6 +706,14 @@ class Deck:
             scores[candidate] = max(scores.get(candidate, 0.0), ratio)
         return sorted(scores, key=lambda c: (-scores[c], c))[:n]
 
+
+@attrs.frozen
+class _Withheld:
+    """A result processor gave up (deadline, cancellation): ``result`` replaces the tool's."""
+
+    result: ToolResult
+
+
 class Session:
     """One conversation: grants, the current hand, sticky tools, approvals, in-flight calls.
 
@@ -1046,7 +1058,7 @@ class Session:
                 if self.hand is None:
                     self._admitted[tool.name] = current
         if type(call.arguments) is not dict and not isinstance(call.arguments, Mapping):
-            return self._finish(
+            return await self._finish(
                 call,
                 tool,
                 self._invalid(
@@ -1054,7 +1066,7 @@ class Session:
                 ),
             )
         if too_deep(call.arguments):
-            return self._finish(
+            return await self._finish(
                 call,
                 tool,
                 self._invalid(
@@ -1074,7 +1086,7 @@ class Session:
             except Exception as exc:
                 return self._plugin_error("argument validator", exc)
             if problems:
-                return self._finish(call, tool, self._invalid(problems))
+                return await self._finish(call, tool, self._invalid(problems))
         info = self.info()
         security = tool.security
         inline, threaded = deck._authorize_impls()
@@ -1092,7 +1104,7 @@ class Session:
         else:
             refusal = None  # nobody objects, and _combine's baseline has nothing to add
         if refusal is not None:
-            return self._finish(call, tool, refusal)
+            return await self._finish(call, tool, refusal)
         if self._generation != generation:
             # cancel() came while policy or the user's confirmation was being asked.
             return self._cancelled_before_start(call)
@@ -1125,7 +1137,7 @@ class Session:
             except Exception as exc:
                 return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
-                return self._finish(
+                return await self._finish(
                     call,
                     tool,
                     ToolResult.fail(
@@ -1157,7 +1169,7 @@ class Session:
             result = await self._execute_scoped(call, tool)
         self._used(tool.name)
         result = _normalised(result, tool.execution.max_output_bytes)
-        result = self._finish(call, tool, result)
+        result = await self._finish(call, tool, result)
         if deck._cache is not None and result.success:
             try:
                 stalls = deck._may_stall
@@ -1473,10 +1485,14 @@ class Session:
                 return self._provider_timeout("approval store", tool)
         except Exception as exc:  # fail closed: the call neither runs nor waits
             return self._plugin_error("approval store", exc)
-        if len(self._pending) >= 256:
-            self._prune_pending()
-            while len(self._pending) >= _MAX_PENDING:  # oldest first, as the store does
-                del self._pending[next(iter(self._pending))]
+        # Entries share one TTL and are kept in insertion order: expired ones are at the front,
+        # so dropping them as each new one comes keeps the map bounded by expiry at O(1) a call.
+        now = time.monotonic()
+        pending = self._pending
+        while pending and next(iter(pending.values()))[1] <= now:
+            del pending[next(iter(pending))]
+        while len(pending) >= _MAX_PENDING:  # oldest first, as the store does
+            del pending[next(iter(pending))]
         self._pending[new_id] = (call, time.monotonic() + self.deck._approval_ttl_s)
         return ToolResult.fail(
             ErrorCode.CONFIRMATION_REQUIRED,
@@ -1611,11 +1627,24 @@ class Session:
         )
         return os.path.realpath(expanded)
 
-    def _finish(self, call: ToolCall, tool: ToolDefinition, result: ToolResult) -> ToolResult:
-        """Run the ``tooldeck_process_result`` chain (redaction) over any result of a known tool."""
+    async def _finish(
+        self, call: ToolCall, tool: ToolDefinition, result: ToolResult
+    ) -> ToolResult:
+        """Run the ``tooldeck_process_result`` chain (redaction) over any result of a known tool.
+
+        A hook whose function carries a ``tooldeck_offload`` predicate that holds for the result
+        (the policy's redaction, for big results) runs in a worker thread under the call's
+        deadline, so one huge output never stalls the other sessions on the event loop.
+        """
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
-                changed = impl.call_in_order(call, tool, result)
+                offload = getattr(impl.function, "tooldeck_offload", None)
+                if offload is not None and offload(result):
+                    changed = await self._process_in_thread(impl, call, tool, result)
+                    if isinstance(changed, _Withheld):
+                        return changed.result
+                else:
+                    changed = impl.call_in_order(call, tool, result)
             except Exception as exc:
                 log.exception("plugin %r: tooldeck_process_result raised", impl.plugin)
                 return ToolResult.fail(
@@ -1626,3 +1655,54 @@ class Session:
             if changed is not None:
                 result = changed
         return result
+
+    async def _process_in_thread(
+        self, impl: HookImpl, call: ToolCall, tool: ToolDefinition, result: ToolResult
+    ) -> ToolResult | None | _Withheld:
+        """One ``tooldeck_process_result`` hook in a worker thread, under the tool's timeout.
+
+        Past the deadline the thread is abandoned (the hook sees ``call_deadline()`` and stops
+        on its own) and the result is withheld: an unredacted result never goes out.
+        """
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        token = CALL_DEADLINE.set(time.monotonic() + timeout)
+        done = False
+        changed: ToolResult | None = None
+        try:
+            with scope:
+                changed = await trio.to_thread.run_sync(
+                    impl.call_in_order,
+                    call,
+                    tool,
+                    result,
+                    abandon_on_cancel=True,
+                    limiter=self.deck._result_threads,
+                )
+                done = True
+        finally:
+            CALL_DEADLINE.reset(token)
+            self._scopes.discard(scope)
+        if done:
+            return changed
+        if scope.deadline > trio.current_time():  # the session cancelled the call meanwhile
+            return _Withheld(
+                ToolResult.fail(
+                    ErrorCode.CANCELLED,
+                    f"the call of {tool.name!r} was cancelled by the session while its result "
+                    "was being processed; the result was withheld",
+                )
+            )
+        log.error(
+            "plugin %r: tooldeck_process_result took longer than %g s", impl.plugin, timeout
+        )
+        return _Withheld(
+            ToolResult.fail(
+                ErrorCode.TIMEOUT,
+                f"processing the result of {tool.name!r} (plugin {impl.plugin!r}: redaction) "
+                f"took longer than the call's {timeout:g} s timeout; the result was withheld",
+                suggestion="Ask for less output (a smaller file, a narrower command) and try "
+                "again.",
+            )
+        )

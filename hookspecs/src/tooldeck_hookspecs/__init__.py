@@ -6,6 +6,7 @@ Plugin authors write ``from tooldeck_hookspecs import hookimpl`` and implement h
 
 from __future__ import annotations
 
+from ._deadline import CALL_DEADLINE, call_deadline, seconds_left
 from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
@@ -66,6 +67,9 @@ from .protocols import (
 )
 
 __all__ = [
+    "CALL_DEADLINE",
+    "call_deadline",
+    "seconds_left",
     "shorten",
     "NONBLOCKING_ATTR",
     "is_nonblocking",

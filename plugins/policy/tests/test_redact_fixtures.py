@@ -103,24 +103,23 @@ def test_non_secrets_in_fixtures_survive(name: str, kept: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "line"),
+    ("name", "secret"),
     [
-        ("config.ini", "password = 12345678901234  # pragma: allowlist secret"),
-        (
-            "config.yaml",
-            "test_agent::allowlisted_api_key: 'ToCynx5Se4e2PtoZxEhW7lUJcOX15c54'"
-            "  # pragma: allowlist secret",
-        ),
-        (
-            "file_with_secrets.py.txt",
-            "VERY_SECRET_TOO = 'f6CGV4aMM9zedoh3OUNbSakBymo7yplB'  # pragma: allowlist secret",
-        ),
+        ("config.ini", "12345678901234"),
+        ("config.yaml", "ToCynx5Se4e2PtoZxEhW7lUJcOX15c54"),
+        ("file_with_secrets.py.txt", "f6CGV4aMM9zedoh3OUNbSakBymo7yplB"),
     ],
 )
-def test_pragma_allowlist_secret_is_honoured(name: str, line: str) -> None:
+def test_pragma_allowlist_secret_in_tool_output_is_not_honoured(name: str, secret: str) -> None:
+    # In a repository the pragma is the author's word; in tool output it is the data's, and a
+    # command can append it to every line. The fixture's own pragma lines are redacted too.
     text = read(DS / name)
-    assert line in text
-    assert line in redact_text(text)
+    assert any(secret in line and "pragma: allowlist secret" in line for line in text.splitlines())
+    redacted = redact_text(text).splitlines()
+    pragma_lines = [line for line in redacted if "pragma: allowlist secret" in line]
+    assert pragma_lines  # the comment stays, only the secret goes
+    assert not any(secret in line for line in pragma_lines)
+    assert any("[REDACTED:" in line for line in pragma_lines)
 
 
 def test_private_key_block_is_removed_whole() -> None:

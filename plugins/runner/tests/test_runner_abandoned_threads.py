@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import trio
+from tooldeck_runner import RunnerExecutor
 
 from tooldeck_hookspecs import ErrorCode, ExecutionConfig, ToolCall, ToolContext, ToolDefinition
-from tooldeck_runner import RunnerExecutor
 
 RELEASE = threading.Event()
 

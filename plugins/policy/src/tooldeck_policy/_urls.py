@@ -68,7 +68,10 @@ _DNS_CACHE_LOCK = threading.Lock()
 _DNS_CACHE_TTL_S = 30.0
 
 
-_PORTED = re.compile(r"^\[(?P<bracketed>[^\]]+)\](?::(?P<port1>\d+|\*))?$|^(?P<plain>[^:\[\]]+):(?P<port2>\d+|\*)$")
+_PORTED = re.compile(
+    r"^\[(?P<bracketed>[^\]]+)\](?::(?P<port1>\d+|\*))?$"
+    r"|^(?P<plain>[^:\[\]]+):(?P<port2>\d+|\*)$"
+)
 
 
 def split_allow_entry(entry: Any) -> tuple[str, int | None]:

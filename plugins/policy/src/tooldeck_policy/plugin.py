@@ -2,14 +2,17 @@
 
 Three hooks: authorization of each call (tiers, grants, path, shell and URL guards), rule filters
 on the hand (excluded categories, maximum level, workdir and environment boosts) and redaction of
-results.
+results. A fourth, ``tooldeck_register_tools``, registers no tool: it is the start-up hook that
+sees the configuration, and reads the ``[policy]`` table's known secrets from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tooldeck_hookspecs import (
+    ConfigError,
     Decision,
     Exclusion,
     Preference,
@@ -18,16 +21,26 @@ from tooldeck_hookspecs import (
     ToolDefinition,
     ToolResult,
     hookimpl,
+    nonblocking,
 )
 
 from ._authorize import authorize
 from ._filters import rule_filter
-from .redact import redact_result
+from .redact import configure, install_log_redaction, needs_offload, redact_result
 
-__all__ = ["tooldeck_authorize_call", "tooldeck_filter_tools", "tooldeck_process_result"]
+__all__ = [
+    "tooldeck_authorize_call",
+    "tooldeck_filter_tools",
+    "tooldeck_process_result",
+    "tooldeck_register_tools",
+]
+
+# tooldeck's own log records (tracebacks included) are redacted as soon as the policy loads.
+install_log_redaction()
 
 
 @hookimpl
+@nonblocking  # pure checks; the URL guard's DNS look-ups go to a thread (tool.security.url_params)
 def tooldeck_authorize_call(
     call: ToolCall, tool: ToolDefinition, session: SessionInfo
 ) -> Decision | None:
@@ -44,8 +57,31 @@ def tooldeck_filter_tools(
 
 
 @hookimpl
+def tooldeck_register_tools(register: Any, settings: Mapping[str, Any]) -> None:
+    """Register no tool; read ``[policy] secrets`` / ``secret_env`` and the environment again.
+
+    Raises :class:`ConfigError` for a malformed table, which fails the deck's start-up.
+    """
+    table = settings.get("policy", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("'policy' must be a table")
+    try:
+        configure(table)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+@hookimpl
 def tooldeck_process_result(
     call: ToolCall, tool: ToolDefinition, result: ToolResult
 ) -> ToolResult | None:
-    """Redact secrets from the result (``tooldeck_policy.redact``)."""
+    """Redact secrets from the result (``tooldeck_policy.redact``).
+
+    Linear in the result's size and thread-safe. Carries ``tooldeck_offload``: a predicate the
+    core may use to run this hook in a worker thread for big results (see the README).
+    """
     return redact_result(result)
+
+
+# Read by the core: results for which this hook should run off the event loop.
+tooldeck_process_result.tooldeck_offload = needs_offload  # type: ignore[attr-defined]

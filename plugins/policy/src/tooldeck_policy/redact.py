@@ -1,13 +1,19 @@
-"""Secret redaction for tool results: gitleaks' rules plus a few detectors of our own.
+"""Secret redaction for tool results and tooldeck's logs.
 
 Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
 
+- ``known-secret``: values the deck knows, matched exactly wherever they appear and in their
+  encodings (JSON-escaped, percent-encoded, hex, base64 in both alphabets with or without
+  padding and at the three byte alignments inside a longer blob): the host environment's
+  secret-looking variables (``*TOKEN*``, ``*SECRET*``, ``*_KEY``, ``*PASSWORD*``, ``*_PAT``,
+  ``AWS_*``, any URL with a password, ...; values under 8 characters or that are paths are
+  skipped) and the configured ``[policy] secrets`` / ``secret_env``. One Aho-Corasick automaton
+  holds every form of every value, so the scan costs the same for 1 or 1000 secrets;
 - the gitleaks default rule set (``rules/gitleaks_rules.json``, built by
   ``scripts/compile_gitleaks.py``), run the way gitleaks runs it: a rule is tried only when one of
   its keywords occurs in the lowercased text; the secret is the rule's ``secretGroup`` (or the first
   non-empty group); it must be more random than the rule's ``entropy`` (Shannon, bits per
-  character); the rule's and the global allowlists (regexes on the secret, the match or the line,
-  stopwords) let placeholders through;
+  character); the rule's and the global allowlists let placeholders through;
 - ``private-key``: whole ``-----BEGIN ... PRIVATE KEY-----`` blocks through their END line
   (through the last key line when the END line was cut off); markers alone, as in code that
   looks for keys, are left;
@@ -21,27 +27,49 @@ Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
 - ``high-entropy-assignment``: a random-looking base64-alphabet value assigned to any name
   (detect-secrets' 4.5 bits per character), except names that say it is an id or a hash.
 
-Lines carrying ``pragma: allowlist secret`` (detect-secrets) or ``gitleaks:allow`` are left alone:
-both tools use them to mark fixtures that are known not to be live secrets. UUIDs and bare hex
-strings (git SHAs, digests) are never redacted on their own.
+The output cannot opt out. Tool output is data the model may have shaped (a command can append
+anything to every line), so no inline marker is honoured (``gitleaks:allow``, ``pragma:
+allowlist secret``, ``nosec``, ...), and every allowlist only excuses what it explains itself: a
+regex on the secret must match all of it; a regex on the match or the line must cover the start
+of the rule's match (the name it fired on), not text added around it; a stopword excuses a
+secret only when what is left once the stopwords are cut out is not random; an entropy threshold
+is met by the whole secret or by any 16/32/64-character window of it (padding a key with
+``aaaa...`` does not hide it); placeholders (``${VAR}``, ``<password>``, ``hf_...``, ``%s``) must
+be the whole value; gitleaks' right-hand token boundaries are optional after a provider token
+(``ghp_...example``) and accept punctuation that no token contains after a generic value
+(``password=...#gitleaks:allow``). UUIDs and bare hex strings (git SHAs, digests) are never
+redacted on their own.
 
-Speed: one Aho-Corasick pass (``pyahocorasick`` when installed, ``str.find`` otherwise) finds every
-keyword occurrence; rules then run only around those occurrences, anchored at them when the rule's
-pattern starts with its keyword. 1 MB of mixed text takes about 40 ms without secrets and
-50-80 ms with ~600 of them (2-core machine); the rules compile once, on first use (~0.15 s).
+Speed: linear in the input. One Aho-Corasick pass (``pyahocorasick`` when installed, ``str.find``
+otherwise) finds every keyword occurrence; rules then run only around those occurrences, anchored
+at them when the rule's pattern starts with its keyword; every look around a finding is bounded
+(512 characters for a line-level allowlist, 96 for a name), so a finding costs the same on a
+1 MB line as on a short one. 1 MB of mixed text takes about 50 ms with ~600 secrets; a 1 MB line
+holding 19,000 ``aws_secret=...`` findings about 2 s (46 s before; 2-core machine). The rules
+compile once, on first use (~0.15 s). :func:`redact_result` is thread-safe and accepts a
+deadline; :func:`needs_offload` tells the core when a result is big enough to redact in a worker
+thread.
 
 A string value under a credential-like key of a mapping (``{"password": ...}``, HTTP header
 dicts with ``Authorization`` or ``Cookie``) is replaced whole by :func:`redact_value`, whatever it
-looks like.
+looks like. :func:`install_log_redaction` (run when the plugin loads) redacts every record of the
+``tooldeck*`` loggers; :class:`RedactingFilter` does the same for any handler.
 """
 
 from __future__ import annotations
 
+import base64
+import contextvars
 import functools
 import json
+import logging
 import math
+import os
 import re
 import string
+import threading
+import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
@@ -49,7 +77,7 @@ from typing import Any
 
 import attrs
 
-from tooldeck_hookspecs import ToolResult
+from tooldeck_hookspecs import ToolResult, call_deadline
 
 try:  # An optional accelerator: one C pass for all keywords instead of one scan per keyword.
     import ahocorasick as _ahocorasick  # type: ignore[import-not-found,unused-ignore]
@@ -57,13 +85,26 @@ except ImportError:  # pragma: no cover - exercised only where pyahocorasick is 
     _ahocorasick = None
 
 __all__ = [
-    "Finding",
+    "KNOWN_SECRET_RULE",
+    "OFFLOAD_CHARS",
     "REDACTION_FORMAT",
+    "Finding",
+    "RedactingFilter",
+    "RedactionTimeout",
+    "add_known_secrets",
+    "configure",
+    "encoded_forms",
     "find_secrets",
+    "install_log_redaction",
+    "needs_offload",
+    "redact_record",
     "redact_result",
     "redact_text",
     "redact_value",
+    "refresh_known_secrets",
+    "result_size",
     "rule_ids",
+    "secret_env_name",
     "secret_name",
     "shannon_entropy",
 ]
@@ -78,8 +119,10 @@ _WINDOW_BEFORE = 512
 _WINDOW_AFTER = 4096
 _WINDOW_SLACK = 1024
 
-_PRAGMAS = ("pragma: allowlist secret", "gitleaks:allow")
+# How far around a match a line-level allowlist looks (lines of tool output can be 8 MiB long).
+_LINE_CONTEXT = 512
 _REDACTED_RE = re.compile(r"\[REDACTED:[\w.-]+\]")
+_REDACTED_MAX = 96
 
 # gitleaks' generic rule template starts with an identifier, then one of the rule's names. The
 # identifier part only widens the match to the left (the secret is a later group); in Python's
@@ -98,18 +141,25 @@ class Finding:
     end: int
 
 
+# c * log2(c), precomputed for :func:`shannon_entropy` and the sliding windows of
+# :func:`_entropic`.
+_CLOG = [0.0] + [c * math.log2(c) for c in range(1, 257)]
+
+
 def shannon_entropy(value: str) -> float:
     """Bits of Shannon entropy per character of ``value`` (0 for the empty string)."""
     if not value:
         return 0.0
     n = len(value)
+    if n < len(_CLOG):  # H = log2(n) - sum(c * log2 c) / n, from a table
+        return math.log2(n) - sum(map(_CLOG.__getitem__, Counter(value).values())) / n
     return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
 
 
-def _line_of(text: str, start: int, end: int) -> str:
-    lo = text.rfind("\n", 0, start) + 1
-    hi = text.find("\n", end)
-    return text[lo : len(text) if hi == -1 else hi]
+def _scoped(regex: str) -> str:
+    """``regex`` with a leading global flag group made scoped, so that it can be alternated."""
+    m = re.match(r"\(\?([aiLmsux]+)\)", regex)
+    return f"(?{m.group(1)}:{regex[m.end() :]})" if m else regex
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,55 +169,170 @@ def _line_of(text: str, start: int, end: int) -> str:
 
 @attrs.frozen
 class _Allowlist:
+    """One gitleaks allowlist, applied so that the text being redacted cannot steer it.
+
+    gitleaks reads allowlists as "this finding is a known false positive". In tool output the
+    text is the attacker's: a model can have a command append words to every line. So each
+    condition only excuses what it explains itself: a regex on the secret must match all of it
+    (``(?i)^true|false|null$`` then means what it says, not "contains false"); a regex on the
+    match or the line must cover the start of the rule's match, i.e. the name the rule fired on,
+    not text added around it; a stopword excuses only when what is left of the secret once every
+    stopword is cut out holds nothing random enough for the rule.
+    """
+
     condition: str
     target: str
     regexes: tuple[re.Pattern[str], ...]
     stopwords: tuple[str, ...]
     has_paths: bool
+    stopword_automaton: Any = None
+    #: The secret-target regexes as one alternation: any of them matching all of the secret.
+    combined: re.Pattern[str] | None = None
 
     @classmethod
     def load(cls, raw: Mapping[str, Any]) -> _Allowlist:
+        stopwords = tuple(raw.get("stopwords", ()))
+        automaton: Any = None
+        if stopwords and _ahocorasick is not None:
+            automaton = _ahocorasick.Automaton()
+            for word in stopwords:
+                automaton.add_word(word, len(word))
+            automaton.make_automaton()
+        sources = [str(rx) for rx in raw.get("regexes", ())]
+        # One pass instead of one per regex; a leading global flag becomes a scoped group.
+        combined = re.compile("|".join(f"(?:{_scoped(rx)})" for rx in sources)) if sources else None
         return cls(
             condition=str(raw.get("condition", "OR")).upper(),
             target=str(raw.get("regex_target", "secret")),
-            regexes=tuple(re.compile(rx) for rx in raw.get("regexes", ())),
-            stopwords=tuple(raw.get("stopwords", ())),
+            regexes=tuple(re.compile(rx) for rx in sources),
+            combined=combined,
+            stopwords=stopwords,
             has_paths=bool(raw.get("paths")),
+            stopword_automaton=automaton,
         )
 
-    def allows(self, secret: str, match: Callable[[], str], line: Callable[[], str]) -> bool:
+    def allows(self, secret: str, entropy: float, context: Callable[[], tuple[str, int]]) -> bool:
+        """Whether this allowlist excuses ``secret`` (found by a rule demanding ``entropy``).
+
+        ``context`` gives the text a match/line regex looks at and the offset in it of the start
+        of the rule's match (computed only when a regex needs it).
+        """
         checks: list[bool] = []
         if self.has_paths:
             checks.append(False)  # tool output has no file path to match
         if self.regexes:
-            target = (
-                secret if self.target == "secret" else match() if self.target == "match" else line()
-            )
-            checks.append(any(rx.search(target) for rx in self.regexes))
+            if self.target == "secret":
+                checks.append(self.combined is not None and bool(self.combined.fullmatch(secret)))
+            else:
+                where, anchor = context()
+                checks.append(any(_covers(rx, where, anchor) for rx in self.regexes))
         if self.stopwords:
-            lowered = secret.lower()
-            checks.append(any(word in lowered for word in self.stopwords))
+            checks.append(self._stopwords_explain(secret, entropy))
         if not checks:
             return False
         return all(checks) if self.condition == "AND" else any(checks)
+
+    def _stopwords_explain(self, secret: str, entropy: float) -> bool:
+        lowered = secret.lower()
+        spans: list[tuple[int, int]] = []
+        if self.stopword_automaton is not None:
+            for end, length in self.stopword_automaton.iter(lowered):
+                spans.append((end - length + 1, end + 1))
+        else:  # pragma: no cover - exercised only where pyahocorasick is missing
+            for word in self.stopwords:
+                p = lowered.find(word)
+                while p != -1:
+                    spans.append((p, p + len(word)))
+                    p = lowered.find(word, p + 1)
+        if not spans:
+            return False
+        # What the stopwords do not cover must not look like the secret the rule wants: a
+        # stopword pasted next to a real key leaves the key whole in one of these segments.
+        spans.sort()
+        cursor, threshold = 0, max(entropy, _STOPWORD_REST_ENTROPY)
+        for start, end in spans:
+            if start > cursor and _segment_is_secret(secret[cursor:start], threshold):
+                return False
+            cursor = max(cursor, end)
+        return not _segment_is_secret(secret[cursor:], threshold)
+
+
+def _covers(rx: re.Pattern[str], where: str, anchor: int) -> bool:
+    """Whether a match of ``rx`` in ``where`` spans the offset ``anchor``."""
+    for hit in rx.finditer(where, 0, len(where)):
+        if hit.start() > anchor:
+            return False  # later hits start later still
+        if hit.end() > anchor:
+            return True
+    return False
+
+
+# A segment left beside a stopword counts as a secret from this many characters and above this
+# entropy (or the rule's, when higher): gitleaks' generic rule wants 10+ characters at 3.5 bits.
+_STOPWORD_REST_MIN = 8
+_STOPWORD_REST_ENTROPY = 3.0
+
+
+def _segment_is_secret(segment: str, threshold: float) -> bool:
+    segment = segment.strip("_.-=/ \t")
+    return len(segment) >= _STOPWORD_REST_MIN and _entropic(segment, threshold)
+
+
+_ENTROPY_WINDOWS = (16, 32, 64)
+
+
+def _entropic(value: str, threshold: float) -> bool:
+    """Whether ``value``, or any 16/32/64-character window of it, has more than ``threshold``.
+
+    gitleaks measures the entropy of the whole secret. A secret whose pattern allows a longer
+    value can be padded by the output itself (``KEY=<real key>aaaaaaaa...``) until the whole
+    falls under the threshold; the random part still stands out in a window.
+    """
+    if shannon_entropy(value) > threshold:
+        return True
+    n = len(value)
+    for w in _ENTROPY_WINDOWS:
+        if w >= n:
+            break
+        if math.log2(w) <= threshold:
+            continue  # no window this short can exceed the threshold
+        counts: Counter[str] = Counter(value[:w])
+        acc = sum(_CLOG[c] for c in counts.values())
+        limit = (math.log2(w) - threshold) * w  # H > t  <=>  acc < (log2 w - t) * w
+        if acc < limit:
+            return True
+        for i in range(w, n):
+            out, inc = value[i - w], value[i]
+            if out == inc:
+                continue
+            co = counts[out]
+            acc += _CLOG[co - 1] - _CLOG[co]
+            counts[out] = co - 1
+            ci = counts[inc]
+            acc += _CLOG[ci + 1] - _CLOG[ci]
+            counts[inc] = ci + 1
+            if acc < limit - 1e-9:
+                return True
+    return False
 
 
 # Placeholders that no detector of ours reports: template variables, masks, type names, literals.
 _PLACEHOLDER_RE = re.compile(
     r"""^(?:
-        \$\{?[\w.:-]*\}?                  # $VAR, ${VAR}, ${VAR:-x}
-      | \$\(.*\)                          # $(command)
-      | \{\{.*\}\}                        # {{ template }}
+        \$(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_]*)  # $VAR, $var (not "$ecr3t": mixed case)
+      | \$\{[^{}]*\}                      # ${VAR}, ${VAR:-x}
+      | \$\([^()]*\)                      # $(command)
+      | \{\{[^{}]*\}\}                    # {{ template }}
       | <[^<>]*>                          # <password>
-      | %[\w()]*%?[sd]?                   # %s, %(name)s, %VAR%
+      | %\w+%|%\(\w+\)[sd]|%[sd]          # %VAR%, %(name)s, %s
       | [*xX.•#_-]+                       # ****, xxxx, ...
       | @\w+@                             # @VAR@
-      | .*(?:\.\.\.|…).*                  # hf_..., sk-…
-      | .*(?:%[sdr]|%\(\w+\)[sdr]|\{\w*\}).*  # a format string: "Bearer %s", "token {}"
+      | [\w-]{0,8}(?:\.\.\.|…)[\w-]{0,8}  # hf_..., sk-…, ghp_...abcd: a shortened token
+      | (?:[A-Za-z]+[ \t]+)?(?:%[sdr]|%\(\w+\)[sdr]|\{\w*\})  # "Bearer %s", "{}", "%(pw)s"
       | [A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+     # the name of an environment variable
       | (?i:none|null|nil|true|false|undefined|empty|required|optional|str|string|bytes|int|bool
           |secret|password|passwd|pass|pwd|token|changeme|redacted|hidden|masked|example|dummy
-          |test|(?:your|my|the)[_\s-][\w\s-]*)
+          |test|(?:your|my|the)[_\s-][A-Za-z_\s-]*)
     )$""",
     re.VERBOSE,
 )
@@ -178,7 +343,9 @@ _HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 
 
 def _is_placeholder(value: str) -> bool:
-    return bool(_PLACEHOLDER_RE.match(value) or _REDACTED_RE.search(value))
+    # Whole-value patterns only: an output that appends "...", "%s" or a marker to a line must
+    # not turn the real value before it into a placeholder.
+    return bool(_PLACEHOLDER_RE.match(value) or _REDACTED_RE.fullmatch(value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,6 +522,25 @@ def _leading_literals(pattern: str) -> list[str] | None:
     return ["".join(chars)] if chars else None
 
 
+# Right-hand boundaries of gitleaks' patterns: the token must be followed by a quote, a blank,
+# ';' or the end. An output that glues ``#gitleaks:allow`` (or ``,``, ``)``, ``%s``, letters) to
+# each line would make every such rule miss.
+_TERMINATORS = (
+    "(?:[\\x60'\"\\s;]|\\\\[nr]|$)",
+    "(?:$|[\\\\'\"\\x60\\s<),])",
+    "(?:\\s|\\Z)",
+    "(?:\\B|\\s|\\Z)",
+)
+_TOKEN_END = "(?=[^\\w.~+/=-])"
+
+
+def _loosen_terminator(regex: str, *, optional: bool) -> str:
+    for terminator in _TERMINATORS:
+        if regex.endswith(terminator):
+            return f"{regex[:-1]}|{'' if optional else _TOKEN_END})"
+    return regex
+
+
 class _GitleaksRule(_Rule):
     def __init__(
         self,
@@ -370,6 +556,10 @@ class _GitleaksRule(_Rule):
         self.global_allowlist = global_allowlist
         self.priority = priority
         regex, self.widen = _strip_identifier_prefix(str(raw["regex"]))
+        # A provider token (no identifier before it) needs no boundary after it at all: letters
+        # glued to it by the output still leave the token in front. Generic name=value rules
+        # keep a boundary, loosened to any punctuation no token contains.
+        regex = _loosen_terminator(regex, optional=not self.widen)
         try:
             starts = _leading_literals(regex)
         except (ValueError, IndexError):
@@ -399,9 +589,12 @@ class _GitleaksRule(_Rule):
                 m = self.pattern.match(text, p)
                 if m is None:
                     continue
-                last_end = m.end()
                 finding = self._finding(text, m, widen=self.widen)
                 if finding is not None:
+                    # Only an accepted finding hides the keywords inside it: a rejected match
+                    # (allowlisted, low entropy) may swallow the name of a real secret that
+                    # the output put after it ("secret,API_KEY=...").
+                    last_end = m.end()
                     yield finding
             return
         if not positions:
@@ -427,24 +620,32 @@ class _GitleaksRule(_Rule):
         if start < 0 or start == end:
             return None
         secret = text[start:end]
-        if self.entropy and shannon_entropy(secret) <= self.entropy:
+        if self.entropy and not _entropic(secret, self.entropy):
             return None
 
-        def whole_match() -> str:
+        def match_context() -> tuple[str, int]:
             lo = m.start()
             if widen:  # give back the identifier the anchored pattern left out (up to 50 chars)
                 floor = max(0, lo - 50)
                 while lo > floor and text[lo - 1] in _IDENT_CHARS:
                     lo -= 1
-            return text[lo : m.end()]
+            return text[lo : m.end()], m.start() - lo
 
-        def line() -> str:
-            return _line_of(text, m.start(), m.end())
+        def line_context() -> tuple[str, int]:
+            # The line, clipped to a bounded window around the match: a 1 MB line must not be
+            # copied and searched once per finding.
+            lo = text.rfind("\n", max(0, m.start() - _LINE_CONTEXT), m.start()) + 1
+            if lo == 0:
+                lo = max(0, m.start() - _LINE_CONTEXT)
+            hi = text.find("\n", m.end(), m.end() + _LINE_CONTEXT)
+            if hi == -1:
+                hi = min(len(text), m.end() + _LINE_CONTEXT)
+            return text[lo:hi], m.start() - lo
 
-        if self.global_allowlist.allows(secret, whole_match, line):
-            return None
-        if any(a.allows(secret, whole_match, line) for a in self.allowlists):
-            return None
+        for allowlist in (self.global_allowlist, *self.allowlists):
+            context = line_context if allowlist.target == "line" else match_context
+            if allowlist.allows(secret, self.entropy, context):
+                return None
         return Finding(rule_id=self.id, start=start, end=end)
 
 
@@ -486,12 +687,12 @@ class _RegexRule(_Rule):
             m = self.pattern.match(text, p)
             if m is None:
                 continue
-            last_end = m.end()
             start, end = m.span(self.group)
             if start < 0 or start == end or _is_placeholder(text[start:end]):
                 continue
             if self.check is not None and not self.check(text, m):
                 continue
+            last_end = m.end()  # only an accepted finding hides later keyword occurrences
             yield Finding(rule_id=self.id, start=start, end=end)
 
 
@@ -502,7 +703,7 @@ class _PrivateKeyRule(_Rule):
     _END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", re.I)
     # What a key block holds: base64 lines, "Proc-Type: ..." headers, and, inside JSON strings,
     # escaped newlines. Anything else between BEGIN and END means the markers are just text.
-    _BODY = re.compile(r"[\sA-Za-z0-9+/=:,.\\-]*")
+    _NOT_BODY = re.compile(r"[^\sA-Za-z0-9+/=:,.\\-]")
     _BODY_LINE = re.compile(r"(?:\\[rn]|\r?\n)[ \t]*(?:[A-Za-z0-9+/=]{8,}|[A-Za-z-]+:[^\n]*)")
     _MAX_BLOCK = 65536
 
@@ -512,7 +713,14 @@ class _PrivateKeyRule(_Rule):
         self.priority = priority
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        # Every BEGIN looks for the next END and for a non-key character before it. Both
+        # searches move forward only and are shared by all BEGINs (an output of many BEGIN
+        # lines and no END would otherwise scan 64 KiB per line).
         last_end = 0
+        end_match: re.Match[str] | None = None
+        end_searched = 0  # no END starts in [.., end_searched) beyond end_match
+        bad: int | None = None  # the first non-body character at or after bad_from
+        bad_from = -1
         for p in positions:
             if p < last_end:
                 continue
@@ -520,8 +728,18 @@ class _PrivateKeyRule(_Rule):
             if begin is None:
                 continue
             stop = begin.end()
-            end = self._END.search(text, stop, min(len(text), stop + self._MAX_BLOCK))
-            if end is not None and self._BODY.fullmatch(text, stop, end.start()):
+            limit = min(len(text), stop + self._MAX_BLOCK)
+            if end_match is None or end_match.start() < stop:
+                end_match = self._END.search(text, max(stop, end_searched), limit)
+                end_searched = limit if end_match is None else end_match.start()
+            end = end_match if end_match is not None and end_match.start() < limit else None
+            if end is not None:
+                if bad is None and bad_from >= 0 and bad_from <= stop:
+                    pass  # no non-body character from bad_from to the end of the text
+                elif bad is None or bad < stop:
+                    found = self._NOT_BODY.search(text, stop)
+                    bad, bad_from = (found.start() if found else None), stop
+            if end is not None and (bad is None or bad >= end.start()):
                 stop = end.end()
             else:
                 # No END line (the output was cut off): take the key lines that follow.
@@ -566,6 +784,7 @@ _ASSIGNMENT_RE = re.compile(
     re.VERBOSE,
 )
 _CODE_CHARS = frozenset("()[]{}")
+_CODE_HEAD_RE = re.compile(r"^[A-Za-z_$@][\w$@]*(?:\.[A-Za-z_$][\w$]*)*\.?$|^[\W_]+$")
 _DOTTED_NAME_RE = re.compile(r"^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+$")
 _TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z]*$")
 _SNAKE_NAME_RE = re.compile(r"^[a-z]+(?:_[a-z]+)+$")
@@ -586,7 +805,14 @@ def _credential_value(value: str, key: str, *, quoted: bool, type_hint: bool) ->
         return False
     if quoted:
         return len(value) >= 4 and not value.isspace()
-    if len(value) < 6 or _CODE_CHARS.intersection(value) or _PATH_RE.match(value):
+    if _CODE_CHARS.intersection(value):
+        # ``get_password()``, ``cfg[key]``: code. But brackets glued to a value by the output
+        # (``pw=s3cr3t{}``) must not make it code: what comes before them decides.
+        head = value[: min(value.find(c) for c in _CODE_CHARS if c in value)]
+        if not head or (_CODE_HEAD_RE.match(head) and not _random_token(head)):
+            return False
+        value = head
+    if len(value) < 6 or _PATH_RE.match(value):
         return False
     if _DOTTED_NAME_RE.match(value) or value.startswith(("self.", "this.", "$")):
         return False
@@ -597,6 +823,15 @@ def _credential_value(value: str, key: str, *, quoted: bool, type_hint: bool) ->
     if value.isalpha() and value.islower() and not _STRONG_NAME_RE.search(key):
         return False  # a plain word after ``token:`` is prose ("token: expired")
     return True
+
+
+def _random_token(value: str) -> bool:
+    """Letters and digits mixed at more than 4 bits per character: a token, not a name."""
+    return (
+        any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and _entropic(value, 4.0)
+    )
 
 
 class _KeywordAssignmentRule(_Rule):
@@ -637,11 +872,17 @@ class _KeywordAssignmentRule(_Rule):
 
 
 _QUOTED_B64_RE = re.compile(r"""["'](?P<v>[A-Za-z0-9+/_=-]{20,256})\\?["']""")
-_ENV_B64_RE = re.compile(r"""=(?P<v>[A-Za-z0-9+/_-]{20,256}={0,2})(?=[ \t]*(?:\r?\n|$|\#))""")
+# The value ends where its alphabet does: requiring an end of line after it let an output that
+# appends one character to each line hide every value.
+_ENV_B64_RE = re.compile(r"""=(?P<v>[A-Za-z0-9+/_-]{20,256}={0,2})(?![A-Za-z0-9+/_=-])""")
 _KEY_BEFORE_RE = re.compile(
     r"""([A-Za-z_$][\w.$-]{0,63})(?:\\?["'])?\]?[ \t]*(?::=|=>|=|:)[ \t]*$"""
 )
-_ENV_LINE_RE = re.compile(r"""^[ \t]*(?:export[ \t]+)?([A-Za-z_][\w.-]{0,63})$""")
+# The name of an env-style assignment: at the start of a line or after a blank or ';' (a prefix
+# added to every line must not hide it), ``export`` allowed.
+_ENV_LINE_RE = re.compile(
+    r"""(?:^|(?<=[\s;,]))(?:export[ \t]+)?([A-Za-z_][\w.-]{0,63})\Z""", re.MULTILINE
+)
 _ID_NAME_RE = re.compile(
     r"""(?:^|[\W_])(?:id|ids|uuid|guid|sha\d*|hash|digest|checksum|etag|integrity|commit|rev
         |revision|nonce|data|content|body|image|icon|file|path|url|uri|href|src|name)$
@@ -659,7 +900,7 @@ def _random_looking(value: str) -> bool:
         return False
     if not any(c.isdigit() for c in value) or not any(c.isalpha() for c in value):
         return False
-    return shannon_entropy(value) > HIGH_ENTROPY_LIMIT
+    return _entropic(value, HIGH_ENTROPY_LIMIT)
 
 
 class _HighEntropyAssignmentRule(_Rule):
@@ -675,8 +916,9 @@ class _HighEntropyAssignmentRule(_Rule):
             value = m.group("v")
             if not _random_looking(value):
                 continue
-            line_start = text.rfind("\n", 0, m.start()) + 1
-            key = _KEY_BEFORE_RE.search(text, max(line_start, m.start() - 96), m.start())
+            floor = max(0, m.start() - 96)  # bounded: lines of tool output can be 8 MiB long
+            line_start = text.rfind("\n", floor, m.start()) + 1
+            key = _KEY_BEFORE_RE.search(text, max(line_start, floor), m.start())
             if key is None or _ID_NAME_RE.search(key.group(1)):
                 continue
             yield Finding(rule_id=self.id, start=m.start("v"), end=m.end("v"))
@@ -684,8 +926,7 @@ class _HighEntropyAssignmentRule(_Rule):
             value = m.group("v")
             if not _random_looking(value.rstrip("=")):
                 continue
-            line_start = text.rfind("\n", 0, m.start()) + 1
-            key = _ENV_LINE_RE.match(text[line_start : m.start()])
+            key = _ENV_LINE_RE.search(text, max(0, m.start() - 96), m.start())
             if key is None or _ID_NAME_RE.search(key.group(1)):
                 continue
             yield Finding(rule_id=self.id, start=m.start("v"), end=m.end("v"))
@@ -701,7 +942,8 @@ def _own_rules() -> list[_Rule]:
         _PrivateKeyRule(priority=0),
         _RegexRule(
             "aws-access-key-id",
-            r"\b((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16})\b",
+            # No \b after the key: text glued to it ("AKIA...example") must not hide it.
+            r"(?<![A-Z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16})",
             ("a3t", "akia", "asia", "abia", "acca"),
             group=1,
             priority=5,
@@ -736,6 +978,249 @@ def _own_rules() -> list[_Rule]:
         _KeywordAssignmentRule(priority=30),
         _HighEntropyAssignmentRule(priority=60),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Known secrets: values the deck holds (its environment, its configuration), in their encodings
+# ---------------------------------------------------------------------------------------------
+
+#: Rule id of a known secret (an environment or configured value) in a redaction marker.
+KNOWN_SECRET_RULE = "known-secret"
+#: Environment values shorter than this are not registered (they would redact everything).
+MIN_ENV_SECRET_LENGTH = 8
+#: Configured values shorter than this are refused (named explicitly, so a lower floor).
+MIN_CONFIGURED_SECRET_LENGTH = 4
+
+# Names of environment variables that hold credentials (upper-cased before the test): strong words
+# anywhere (``CLIENTSECRET``), short ones only as a whole segment (``NPM_AUTH``, not ``AUTHOR``).
+_SECRET_ENV_NAME_RE = re.compile(
+    r"""SECRET|PASSW(?:OR)?D|TOKEN(?!IZ)|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SIGNING_?KEY
+      |CREDENTIAL|PASSPHRASE|WEBHOOK|CONNECTION_?STRING
+      |(?:^|_)(?:KEY|KEYS|PAT|PASS|PWD|DSN|SALT|PEPPER|COOKIE|AUTH)$
+      |(?:^|_)(?:KEY|PAT|PASS|PWD|COOKIE)_
+      |^AWS_""",
+    re.VERBOSE,
+)
+# ... unless the name says the value is a setting about the secret, not the secret (a webhook's
+# URL is the secret itself).
+_NOT_SECRET_ENV_NAME_RE = re.compile(
+    r"""^(?:PWD|OLDPWD)$
+      |(?<!WEBHOOK)_(?:FILE|PATH|DIR|HOME|ROOT|REGION|PROFILE|OUTPUT|ENDPOINT|HOST|PORT|URL|URI
+      |URL_TEMPLATE|ID|TYPE|MODE|LENGTH|SIZE|COUNT|TTL|TIMEOUT|EXPIRY|ENABLED|DISABLED|VERSION
+      |NAME|FORMAT|ALGORITHM|HEADER|BUNDLE|DOMAIN|PROVIDER|EMAIL|USER|USERNAME|SOCK|SOCKET
+      |METHOD|SCOPES?|AUDIENCE|ISSUER|LOCATION|STORE|BACKEND)$""",
+    re.VERBOSE,
+)
+_URL_PASSWORD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:([^\s/?#@]+)@")
+
+
+def secret_env_name(name: str) -> bool:
+    """True when the environment variable ``name`` holds a credential (by its name)."""
+    upper = name.upper()
+    return bool(_SECRET_ENV_NAME_RE.search(upper)) and not _NOT_SECRET_ENV_NAME_RE.search(upper)
+
+
+def _trivial(value: str, minimum: int) -> bool:
+    stripped = value.strip()
+    if len(stripped) < minimum or len(set(stripped)) < 3:
+        return True
+    # A path names where a secret is (KEY_FILE=/run/secrets/key); it is not the secret.
+    return stripped.startswith(("/", "./", "~/")) and not any(c.isspace() for c in stripped)
+
+
+def _env_secrets(environ: Mapping[str, str], extra_names: Iterable[str]) -> dict[str, str]:
+    """Secret values of ``environ`` -> the name they came from."""
+    extra = set(extra_names)
+    found: dict[str, str] = {}
+    for name, value in environ.items():
+        if not value:
+            continue
+        url_password = _URL_PASSWORD_RE.match(value)
+        if url_password is not None:
+            # A URL with credentials is secret whatever its variable is called (DATABASE_URL,
+            # REDIS_URL...): the whole URL and its password, as written and decoded.
+            found.setdefault(value, name)
+            for password in {url_password.group(1), urllib.parse.unquote(url_password.group(1))}:
+                if not _trivial(password, MIN_CONFIGURED_SECRET_LENGTH):
+                    found.setdefault(password, name)
+            continue
+        if (name in extra or secret_env_name(name)) and not _trivial(value, MIN_ENV_SECRET_LENGTH):
+            found.setdefault(value, name)
+    return found
+
+
+def _b64_forms(data: bytes) -> set[str]:
+    """The base64 text of ``data`` alone and as it shows inside any longer base64 blob.
+
+    Inside a blob, ``data`` starts 0, 1 or 2 bytes into a 3-byte group; for each alignment only
+    the characters that depend on ``data`` alone are kept (the first 0/2/3 and the last partial
+    character depend on the neighbours). Standard and URL-safe alphabets, with and without
+    padding.
+    """
+    forms: set[str] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(data).decode("ascii")
+        forms.add(whole)
+        forms.add(whole.rstrip("="))
+        for align, skip in ((0, 0), (1, 2), (2, 3)):
+            encoded = encode(b"\0" * align + data).decode("ascii")
+            bits = 8 * (align + len(data))
+            inner = encoded[skip : bits // 6]
+            if len(inner) >= 6:
+                forms.add(inner)
+    return forms
+
+
+def _percent_lower(encoded: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)
+
+
+def encoded_forms(value: str) -> set[str]:
+    """``value`` and the encodings it is redacted in: JSON-escaped, percent-encoded, hex, base64.
+
+    Percent-encoding: ``quote`` with and without ``/`` kept, ``quote_plus``, every byte
+    encoded; upper- and lowercase hex digits each. Hex: lower and upper. Base64: see
+    :func:`_b64_forms`.
+    """
+    data = value.encode("utf-8", "surrogatepass")
+    forms = {value}
+    for ascii_only in (True, False):
+        escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms.add(escaped)
+        forms.add(escaped.replace("/", "\\/"))
+    percent = {
+        urllib.parse.quote(data, safe=""),
+        urllib.parse.quote(data, safe="/"),
+        urllib.parse.quote_plus(data, safe=""),
+        "".join(f"%{b:02X}" for b in data),
+    }
+    forms.update(percent)
+    forms.update(_percent_lower(p) for p in percent)
+    forms.add(data.hex())
+    forms.add(data.hex().upper())
+    forms.update(_b64_forms(data))
+    return {f for f in forms if f}
+
+
+class _KnownSecrets:
+    """Exact values to redact wherever they appear, in all their :func:`encoded_forms`.
+
+    One Aho-Corasick automaton over every form of every value: the cost of a scan does not grow
+    with the number of secrets. The environment is watched: a variable added or removed is
+    seen by the next call, a changed value by the next string that is scanned (strings
+    remembered as clean are forgotten whenever the set of secrets changes).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.configured: dict[str, str] = {}  # value -> where it came from
+        self.extra_env_names: set[str] = set()
+        self.env: dict[str, str] = {}
+        self.env_seen: dict[Any, Any] | None = None  # the raw environment last looked at
+        self.env_len = -1
+        self.automaton: Any = None
+        self.pattern: re.Pattern[str] | None = None  # when pyahocorasick is missing
+        self.count = 0
+
+    def _rebuild(self) -> None:
+        values = {**self.env, **self.configured}
+        forms: set[str] = set()
+        for value in values:
+            forms.update(encoded_forms(value))
+        self.count = len(values)
+        self.automaton = self.pattern = None
+        if forms and _ahocorasick is not None:
+            automaton = _ahocorasick.Automaton()
+            for form in forms:
+                automaton.add_word(form, len(form))
+            automaton.make_automaton()
+            self.automaton = automaton
+        elif forms:  # pragma: no cover - exercised only where pyahocorasick is missing
+            ordered = sorted(forms, key=len, reverse=True)  # longest first: the whole form wins
+            self.pattern = re.compile("|".join(re.escape(f) for f in ordered))
+        # Strings remembered as clean may hold a value that is secret now.
+        _clean.clear()
+
+    def quick_check(self) -> None:
+        """Notice a variable added or removed (one length test: this runs on every call)."""
+        if len(_ENV_DATA) != self.env_len:
+            self.refresh_env()
+
+    def refresh_env(self, *, force: bool = False) -> None:
+        """Read the environment's secrets again if it changed at all since the last look."""
+        if not force and _ENV_DATA == self.env_seen:
+            return  # one C-level dict comparison (~0.4 us for 40 variables)
+        with self.lock:
+            env = _env_secrets(os.environ, self.extra_env_names)
+            self.env_seen = dict(_ENV_DATA)
+            self.env_len = len(self.env_seen)
+            if env != self.env:
+                self.env = env
+                self._rebuild()
+
+    def configure(self, values: Iterable[str], env_names: Iterable[str]) -> None:
+        with self.lock:
+            for value in values:
+                self.configured.setdefault(value, "config")
+            self.extra_env_names.update(env_names)
+        self.refresh_env(force=True)
+        with self.lock:
+            self._rebuild()
+
+    def find(self, text: str) -> list[tuple[int, Finding]]:
+        self.refresh_env()
+        automaton, pattern = self.automaton, self.pattern
+        if automaton is not None:
+            spans = [(end - length + 1, end + 1) for end, length in automaton.iter(text)]
+        elif pattern is not None:  # pragma: no cover - exercised only without pyahocorasick
+            spans = [m.span() for m in pattern.finditer(text)]
+        else:
+            return []
+        return [
+            (KNOWN_PRIORITY, Finding(rule_id=KNOWN_SECRET_RULE, start=s, end=e)) for s, e in spans
+        ]
+
+
+# The mapping behind os.environ (CPython keeps it in ``_data``): its length and equality are
+# C-level, so watching the environment costs ~30 ns per call and ~0.4 us per scanned string.
+_ENV_DATA: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
+# Known secrets win the name of a merged span: they are certain, not guessed.
+KNOWN_PRIORITY = -1
+_known = _KnownSecrets()
+
+
+def configure(settings: Mapping[str, Any]) -> None:
+    """Register the secrets of the policy's configuration table (``[policy]``).
+
+    ``secrets``: literal values to redact (at least 4 characters each); ``secret_env``: names of
+    environment variables whose values are secrets whatever they are called. Both add to what
+    is registered (several decks in one process redact the union). Raises ``ValueError`` for a
+    malformed table.
+    """
+    values = settings.get("secrets", [])
+    names = settings.get("secret_env", [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError("policy.secrets must be a list of strings")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("policy.secret_env must be a list of environment variable names")
+    short = [v for v in values if len(v.strip()) < MIN_CONFIGURED_SECRET_LENGTH]
+    if short:
+        raise ValueError(
+            f"policy.secrets: {len(short)} value(s) shorter than "
+            f"{MIN_CONFIGURED_SECRET_LENGTH} characters would redact ordinary text"
+        )
+    _known.configure(values, names)
+
+
+def add_known_secrets(*values: str) -> None:
+    """Redact these exact values (and their encodings) from now on, process-wide."""
+    configure({"secrets": list(values)})
+
+
+def refresh_known_secrets() -> int:
+    """Read the environment's secrets again now; returns how many values are known."""
+    _known.refresh_env(force=True)
+    return _known.count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -791,7 +1276,10 @@ class _Redactor:
         findings: list[tuple[int, Finding]] = []
         # gitleaks' prefilter: a rule runs only when one of its keywords is in the text.
         candidates = {r for i in occurrences for r in self.keyword_rules[i]}
+        deadline = _DEADLINE.get()
         for r in sorted(candidates) + self.always:
+            if deadline is not None and time.monotonic() > deadline:
+                raise RedactionTimeout("redaction ran past the call's deadline")
             rule = self.rules[r]
             lists = [occurrences[i] for i in self.rule_keywords[r] if i in occurrences]
             if not lists:
@@ -801,6 +1289,7 @@ class _Redactor:
             else:
                 positions = sorted(set().union(*lists))
             findings.extend((rule.priority, f) for f in rule.scan(text, positions))
+        findings.extend(_known.find(text))
         if not findings:
             return []
         return self._merge(text, findings)
@@ -819,11 +1308,11 @@ class _Redactor:
                 continue
             merged.append([f.start, f.end, priority, f.rule_id])
         result = []
+        # No inline marker (``gitleaks:allow``, ``pragma: allowlist secret``, ``nosec``...) is
+        # honoured: in source files they are the author's word, in tool output they are the
+        # data's, and a command can append them to every line.
         for start, end, _priority, rule_id in merged:
-            line = _line_of(text, start, end)
-            if any(pragma in line for pragma in _PRAGMAS):
-                continue
-            if _REDACTED_RE.fullmatch(text[start:end]):
+            if end - start <= _REDACTED_MAX and _REDACTED_RE.fullmatch(text, start, end):
                 continue
             result.append(Finding(rule_id=rule_id, start=start, end=end))
         return result
@@ -837,11 +1326,12 @@ def _redactor() -> _Redactor:
 
 def rule_ids() -> list[str]:
     """Ids of every rule that can appear in a redaction marker."""
-    return [rule.id for rule in _redactor().rules]
+    return [*(rule.id for rule in _redactor().rules), KNOWN_SECRET_RULE]
 
 
 def find_secrets(text: str) -> list[Finding]:
     """The secrets in ``text``, in order, overlapping findings merged (what gets redacted)."""
+    _known.quick_check()
     return _redactor().find(text)
 
 
@@ -855,6 +1345,11 @@ _clean: set[str] = set()
 
 def redact_text(text: str) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``."""
+    _known.quick_check()
+    return _redact_text(text)
+
+
+def _redact_text(text: str) -> str:
     short = len(text) <= _CLEAN_MAX_LENGTH
     if short and text in _clean:
         return text
@@ -888,10 +1383,10 @@ def _redact_string(value: str) -> str:
         except ValueError:
             pass
         else:
-            redacted = redact_value(parsed)
+            redacted = _redact_value(parsed)
             if redacted is not parsed:
                 return json.dumps(redacted, ensure_ascii=False)
-    return redact_text(value)
+    return _redact_text(value)
 
 
 def _redact_mapping(value: Mapping[Any, Any]) -> Any:
@@ -903,7 +1398,7 @@ def _redact_mapping(value: Mapping[Any, Any]) -> Any:
         if kind is str and len(item) <= _CLEAN_MAX_LENGTH and item in _clean:
             new = item  # redact_value's first test, without the call
         else:
-            new = redact_value(item)
+            new = _redact_value(item)
         # {"password": "hunter2"}: the name is in the key, out of the text rules' sight.
         if (
             isinstance(key, str)
@@ -917,6 +1412,22 @@ def _redact_mapping(value: Mapping[Any, Any]) -> Any:
             if out is None:
                 out = dict(value)
             out[key] = new
+    # Keys are text too ({token: "ok"} from a tool that maps values to names).
+    current = out if out is not None else value
+    renamed: dict[Any, Any] = {}
+    for key in current:
+        if type(key) is str and not (len(key) <= _CLEAN_MAX_LENGTH and key in _clean):
+            new_key = _redact_text(key)
+            if new_key != key:
+                renamed[key] = new_key
+    if renamed:
+        rebuilt: dict[Any, Any] = {}
+        for key, item in current.items():
+            new_key = renamed.get(key, key)
+            while new_key in rebuilt:  # two secrets redacted to one marker stay two entries
+                new_key += "'"
+            rebuilt[new_key] = item
+        return rebuilt
     return value if out is None else out
 
 
@@ -927,11 +1438,17 @@ _PLAIN = frozenset({int, float, bool, type(None)})
 def redact_value(value: Any) -> Any:
     """``value`` with secrets redacted in every string, recursively.
 
-    Walks dicts (and other mappings), lists and tuples; a string that is a JSON document is
-    parsed, redacted and serialized again. A string value under a credential-like key
-    (``"password"``, ``"api_key"``, ...) is replaced whole. Returns ``value`` itself (the same
+    Walks dicts (and other mappings; keys too), lists, tuples and sets; bytes are redacted as
+    UTF-8 text; a string that is a JSON document is parsed, redacted and serialized again. A
+    string value under a credential-like key (``"password"``, ``"api_key"``, ...) is replaced
+    whole. Returns ``value`` itself (the same
     object) when nothing changed, so callers can test for changes with ``is``.
     """
+    _known.quick_check()
+    return _redact_value(value)
+
+
+def _redact_value(value: Any) -> Any:
     if type(value) in _PLAIN:
         return value
     if isinstance(value, str):
@@ -942,36 +1459,128 @@ def redact_value(value: Any) -> Any:
     if type(value) is dict or isinstance(value, Mapping):  # the exact type first: no ABC check
         return _redact_mapping(value)
     if isinstance(value, list | tuple):
-        items = [redact_value(item) for item in value]
+        items = [_redact_value(item) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
-        return type(value)(items) if isinstance(value, tuple) else items
+        if isinstance(value, tuple):
+            # a named tuple is rebuilt from its fields, a plain one from the sequence
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        return items
+    if isinstance(value, set | frozenset):
+        members = [(_redact_value(item), item) for item in value]
+        if all(new is old for new, old in members):
+            return value
+        return type(value)(new for new, _ in members)
+    if isinstance(value, bytes | bytearray):
+        # Raw output (a subprocess's stdout): redacted as text, kept as bytes.
+        text = bytes(value).decode("utf-8", "surrogateescape")
+        redacted = _redact_string(text)
+        if redacted == text:
+            return value
+        return type(value)(redacted.encode("utf-8", "surrogateescape"))
     return value
 
 
-def redact_result(result: ToolResult) -> ToolResult | None:
+class RedactionTimeout(TimeoutError):
+    """Redaction of a result ran past the deadline given to :func:`redact_result`."""
+
+
+# The deadline (time.monotonic) of the redaction running in this thread/context, if any.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "tooldeck_policy_redact_deadline", default=None
+)
+
+#: Results holding more text than this (characters) are worth redacting off the event loop.
+OFFLOAD_CHARS = 64 * 1024
+# ... or more strings than this (each costs a scan).
+_OFFLOAD_STRINGS = 2048
+
+
+def result_size(result: ToolResult, limit: int | None = None) -> int:
+    """Characters of text in ``result`` (data, metadata, error), counting stops past ``limit``.
+
+    A cheap estimate of redaction work: a walk over the containers, no scan of the text.
+    """
+    total = 0
+    strings = 0
+    stack: list[Any] = [result.data, result.metadata]
+    if result.error is not None:
+        stack.extend((result.error.message, result.error.suggestion, result.error.details))
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _PLAIN:
+            continue
+        if isinstance(item, str):
+            total += len(item)
+            strings += 1
+            if strings > _OFFLOAD_STRINGS:
+                total += OFFLOAD_CHARS  # many small strings cost like one big one
+                strings = 0
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+            stack.extend(k for k in item if isinstance(k, str))
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+        elif isinstance(item, bytes | bytearray):
+            total += len(item)
+        if limit is not None and total > limit:
+            return total
+    return total
+
+
+def needs_offload(result: ToolResult) -> bool:
+    """Whether redacting ``result`` is long enough to run in a worker thread.
+
+    The policy's ``tooldeck_process_result`` carries this predicate as its ``tooldeck_offload``
+    attribute, so that the core can call the hook through ``trio.to_thread.run_sync`` for big
+    results and inline for the rest.
+    """
+    return result_size(result, OFFLOAD_CHARS) > OFFLOAD_CHARS
+
+
+def redact_result(result: ToolResult, *, deadline: float | None = None) -> ToolResult | None:
     """``result`` with secrets redacted in its data, error and metadata; None when it has none.
 
-    Meant for ``tooldeck_process_result``: returning None keeps the hook chain cheap.
+    Meant for ``tooldeck_process_result``: returning None keeps the hook chain cheap. Linear in
+    the size of the result; safe to call from a worker thread. ``deadline`` is a
+    ``time.monotonic()`` instant (default: the contract's ``call_deadline()``, which the core
+    sets for offloaded redaction): past it, :class:`RedactionTimeout` is raised (checked between
+    rules and strings) and nothing is returned, so an unredacted result never escapes.
     """
+    _known.quick_check()
+    if deadline is None:
+        # The core sets the call's deadline when it redacts a big result in a worker thread:
+        # once the core stopped waiting, further work would only burn a core.
+        deadline = call_deadline()
+    if deadline is None:
+        return _redact_result(result)
+    token = _DEADLINE.set(deadline)
+    try:
+        return _redact_result(result)
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _redact_result(result: ToolResult) -> ToolResult | None:
     changes: dict[str, Any] = {}
-    data = redact_value(result.data)
+    data = _redact_value(result.data)
     if data is not result.data:
         changes["data"] = data
-    metadata = redact_value(result.metadata)
+    metadata = _redact_value(result.metadata)
     if metadata is not result.metadata:
         changes["metadata"] = metadata
     error = result.error
     if error is not None:
         error_changes: dict[str, Any] = {}
-        message = redact_text(error.message)
+        message = _redact_text(error.message)
         if message != error.message:
             error_changes["message"] = message
         if error.suggestion:
-            suggestion = redact_text(error.suggestion)
+            suggestion = _redact_text(error.suggestion)
             if suggestion != error.suggestion:
                 error_changes["suggestion"] = suggestion
-        details = redact_value(error.details)
+        details = _redact_value(error.details)
         if details is not error.details:
             error_changes["details"] = details
         if error_changes:
@@ -979,3 +1588,92 @@ def redact_result(result: ToolResult) -> ToolResult | None:
     if not changes:
         return None
     return attrs.evolve(result, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs
+# ---------------------------------------------------------------------------------------------
+
+#: Loggers whose records are redacted by :func:`install_log_redaction` (name prefix).
+LOGGER_PREFIX = "tooldeck"
+
+
+def redact_record(record: logging.LogRecord) -> logging.LogRecord:
+    """Redact one log record in place: its message, its traceback and its stack; returns it.
+
+    The message is formatted (``getMessage``) once; when it holds no secret the record keeps its
+    ``msg`` and ``args`` so that handlers still see the lazy form. When it does, ``msg`` becomes
+    the redacted text and ``args`` empty. A traceback is rendered with the standard formatter
+    and redacted into ``exc_text``; when it held a secret, ``exc_info`` is dropped too, so that
+    no other formatter renders the raw exception again.
+    """
+    try:
+        message = record.getMessage()
+    except Exception:  # a broken format string: logging reports it at emit time, as usual
+        message = None
+    if message is not None:
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+    if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+        traceback_text = _TRACEBACK_FORMATTER.formatException(record.exc_info)
+        redacted = redact_text(traceback_text)
+        record.exc_text = redacted
+        if redacted != traceback_text:
+            record.exc_info = None
+    elif record.exc_text:
+        record.exc_text = redact_text(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact_text(record.stack_info)
+    return record
+
+
+_TRACEBACK_FORMATTER = logging.Formatter()
+
+
+class RedactingFilter(logging.Filter):
+    """A filter that redacts every record it sees (never drops one).
+
+    Attach it to a handler to redact what that handler writes from any logger
+    (``handler.addFilter(RedactingFilter())``). tooldeck's own loggers need nothing: see
+    :func:`install_log_redaction`.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record`` in place; always True."""
+        redact_record(record)
+        return True
+
+
+_installed_factory: Callable[..., logging.LogRecord] | None = None
+_install_lock = threading.Lock()
+
+
+def install_log_redaction() -> None:
+    """Redact every record of the ``tooldeck*`` loggers, whatever handler writes it.
+
+    A filter on the ``tooldeck`` logger would not do: logging consults a logger's filters only
+    for records logged on that very logger, not for those of its children that propagate to its
+    handlers. So the record factory is wrapped instead (once; the previous factory is kept and
+    called): a record of a ``tooldeck*`` logger is redacted when it is made, which happens only
+    after the level check, so disabled levels cost nothing. Idempotent.
+    """
+    global _installed_factory
+    with _install_lock:
+        current = logging.getLogRecordFactory()
+        if _installed_factory is not None and current is _installed_factory:
+            return
+        previous = current
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            if record.name.startswith(LOGGER_PREFIX):
+                try:
+                    redact_record(record)
+                except Exception:  # never let redaction break the caller's logging call
+                    record.msg, record.args = "[log record withheld: redaction failed]", ()
+                    record.exc_info = record.exc_text = record.stack_info = None
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _installed_factory = factory

@@ -1,0 +1,186 @@
+"""Big results are processed (redacted) off the event loop, under the call's deadline.
+
+Issue 13 item 2: redaction of a 1 MB output used to run on the loop and freeze every session. The
+core now runs a ``tooldeck_process_result`` hook whose function carries a ``tooldeck_offload``
+predicate in a worker thread when the predicate holds; past the call's timeout the result is
+withheld (TIMEOUT), never returned unredacted. The real policy plugin's redaction is exercised too.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import threading
+
+import trio
+
+from tooldeck import ErrorCode, ExecutionConfig, ToolDefinition, tool
+from tooldeck.testing import inline_plugin, make_deck
+from tooldeck_hookspecs import call_deadline
+
+STAGES = ["schema", "runner"]
+
+
+@tool(category="demo")
+def quick() -> str:
+    """Answer at once."""
+    return "ok"
+
+
+def _big(size: int = 200_000) -> str:
+    return "x" * size
+
+
+BIG = ToolDefinition(
+    name="big",
+    description="Return a big text.",
+    category="demo",
+    parameters={"type": "object", "properties": {"size": {"type": "integer"}}},
+    execute=_big,
+    call_style="kwargs",
+    execution=ExecutionConfig(timeout_s=0.5, max_output_bytes=50_000_000),
+)
+
+
+def _processor(
+    name: str, *, block: threading.Event | None = None, seen: list | None = None
+) -> object:
+    """An inline result processor that offloads results over 100 kB and records its thread."""
+
+    def tooldeck_process_result(call, tool, result):
+        if seen is not None:
+            seen.append((threading.get_ident(), call_deadline()))
+        if block is not None and tool.name != "quick":
+            block.wait(30)  # a processor stuck on a big result (the small ones pass)
+        return result.with_metadata(processed_by=name)
+
+    tooldeck_process_result.tooldeck_offload = (  # type: ignore[attr-defined]
+        lambda result: isinstance(result.data, str) and len(result.data) > 100_000
+    )
+    return inline_plugin(tooldeck_process_result, name=name)
+
+
+async def test_a_big_result_is_processed_in_a_worker_thread_with_the_call_deadline():
+    seen: list = []
+    loop_thread = threading.get_ident()
+    async with make_deck(_processor("marker", seen=seen), load_entry_points=STAGES,
+                         tools=[quick, BIG]) as deck:
+        session = deck.session()
+        small = await session.call("quick", {})
+        big = await session.call("big", {})
+    assert small.success and big.success
+    assert small.metadata["processed_by"] == "marker" and big.metadata["processed_by"] == "marker"
+    (small_thread, small_deadline), (big_thread, big_deadline) = seen
+    assert small_thread == loop_thread and small_deadline is None  # small: inline, no deadline
+    assert big_thread != loop_thread and big_deadline is not None  # big: a worker, a deadline
+
+
+async def test_a_slow_processor_withholds_the_result_and_stalls_nobody():
+    release = threading.Event()
+    seen: list = []
+    outcome: dict = {}
+    try:
+        async with make_deck(_processor("slowredact", block=release, seen=seen),
+                             load_entry_points=STAGES, tools=[quick, BIG]) as deck:
+            slow, fast = deck.session(), deck.session()
+
+            async def big_call() -> None:
+                outcome["big"] = await slow.call("big", {})
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(big_call)
+                    while not seen:
+                        await trio.sleep(0.01)
+                    # The processor holds its thread; the loop still serves other sessions.
+                    for _ in range(10):
+                        assert (await fast.call("quick", {})).success
+                    assert "big" not in outcome
+    finally:
+        release.set()
+    error = outcome["big"].error
+    assert error is not None and error.code is ErrorCode.TIMEOUT
+    assert "slowredact" in error.message and "withheld" in error.message
+    assert outcome["big"].data is None
+
+
+async def test_cancel_during_processing_answers_cancelled():
+    release = threading.Event()
+    seen: list = []
+    outcome: dict = {}
+    slow_big = ToolDefinition(
+        name="slow_big", description="Return a big text slowly.", category="demo",
+        parameters={"type": "object", "properties": {}}, execute=_big, call_style="kwargs",
+        execution=ExecutionConfig(timeout_s=20, max_output_bytes=50_000_000),
+    )
+    try:
+        async with make_deck(_processor("slowredact", block=release, seen=seen),
+                             load_entry_points=STAGES, tools=[slow_big]) as deck:
+            session = deck.session()
+
+            async def big_call() -> None:
+                outcome["big"] = await session.call("slow_big", {})
+
+            with trio.fail_after(15):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(big_call)
+                    while not seen:
+                        await trio.sleep(0.01)
+                    session.cancel()
+    finally:
+        release.set()
+    error = outcome["big"].error
+    assert error is not None and error.code is ErrorCode.CANCELLED
+    assert outcome["big"].data is None
+
+
+def _secret_line(size: int) -> tuple[str, list[str]]:
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits + "/+"
+    parts, secrets, total = [], [], 0
+    while total < size:
+        secret = "".join(rng.choice(alphabet) for _ in range(40))
+        parts.append(f"aws_secret={secret} ")
+        secrets.append(secret)
+        total += len(parts[-1])
+    return "".join(parts), secrets
+
+
+async def test_the_policy_redacts_a_one_megabyte_line_off_the_loop():
+    text, secrets = _secret_line(1_000_000)
+
+    def leak() -> str:
+        return text
+
+    leaky = ToolDefinition(
+        name="leak", description="Print a file full of keys.", category="demo",
+        parameters={"type": "object", "properties": {}}, execute=leak, call_style="kwargs",
+        execution=ExecutionConfig(timeout_s=120, max_output_bytes=50_000_000),
+    )
+    async with make_deck(load_entry_points=[*STAGES, "policy"], tools=[leaky]) as deck:
+        result = await deck.session().call("leak", {})
+    assert result.success, result.error
+    assert isinstance(result.data, str)
+    leaked = [secret for secret in secrets if secret in result.data]
+    assert leaked == []
+
+
+async def test_the_policy_past_the_deadline_withholds_everything():
+    # ~8 MB of findings take seconds to redact on any machine: past the 0.3 s timeout the
+    # result is withheld, nothing of it comes back.
+    text, secrets = _secret_line(8_000_000)
+
+    def leak() -> str:
+        return text
+
+    leaky = ToolDefinition(
+        name="leak", description="Print a file full of keys.", category="demo",
+        parameters={"type": "object", "properties": {}}, execute=leak, call_style="kwargs",
+        execution=ExecutionConfig(timeout_s=0.3, max_output_bytes=50_000_000),
+    )
+    async with make_deck(load_entry_points=[*STAGES, "policy"], tools=[leaky]) as deck:
+        result = await deck.session().call("leak", {})
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert "withheld" in result.error.message  # the redaction's deadline, not the tool's
+    assert result.data is None
+    assert not any(secret in repr(result) for secret in secrets[:50])
