@@ -41,6 +41,7 @@ TEST_DEPS = [
     "hypercorn>=0.17",
     "google-genai>=1.0",
     "psutil>=5.9",
+    "opentelemetry-sdk>=1.25",  # the otel plugin's tests use the SDK's in-memory exporters
 ]
 BENCH_DEPS = ["langchain-core>=0.3"]
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -840,6 +840,7 @@ class Session:
         :raises StageMissingError: when no plugin provides a retriever.
         """
         deck = self.deck
+        started = time.perf_counter()
         await deck.ensure_index()
         limit = self.limit if limit is None else max(1, int(limit))
         self._turn += 1
@@ -889,6 +890,8 @@ class Session:
                         "query": task,
                         "tools": hand.names,
                         "excluded": sorted({e.name for e in hand.exclusions}),
+                        "candidates": len(candidates),
+                        "duration_s": time.perf_counter() - started,
                     },
                 )
             )
@@ -1013,6 +1016,8 @@ class Session:
                     "success": result.success,
                     "code": str(result.error.code) if result.error else None,
                     "cached": result.metadata.get("cached", False),
+                    "duration_s": result.metadata.get("duration_s"),
+                    "category": getattr(self.deck.catalog.get(call.name), "category", None),
                 },
             )
         )

@@ -1,0 +1,178 @@
+"""The ``tooldeck_event`` observer that turns the deck's events into OpenTelemetry signals.
+
+Spans follow the GenAI semantic conventions for tool execution
+(https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/#execute-tool-span): name
+``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``, attributes ``gen_ai.operation.name =
+"execute_tool"``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``, and
+``error.type`` (the tooldeck error code) with an ``ERROR`` status when the call failed. The span
+is a child of whatever span is current where ``Session.call`` was awaited (the agent's turn),
+and covers the call's whole pipeline (validation, policy, cache, execution, redaction): its
+start is the event's end minus the call's ``duration_s``.
+
+Selection gets a ``tooldeck.select`` span (hand size, candidates, the names dealt; the task
+text only when content capture is on: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``,
+the switch GenAI instrumentations share, or ``[otel] capture_content = true``).
+
+Metrics: ``tooldeck.tool.duration`` (histogram, s) and ``tooldeck.tool.calls`` (counter), both with
+``gen_ai.tool.name``, ``gen_ai.operation.name`` and, on failure, ``error.type``; and
+``tooldeck.select.duration`` (histogram, s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from tooldeck_hookspecs import ConfigError, Event, hookimpl, observes
+
+__all__ = [
+    "CAPTURE_ENV",
+    "INSTRUMENTATION_NAME",
+    "capture_content",
+    "configure",
+    "tooldeck_config_schema",
+    "tooldeck_event",
+    "tooldeck_register_tools",
+]
+
+log = logging.getLogger(__name__)
+
+#: The instrumentation scope of every span and metric.
+INSTRUMENTATION_NAME = "tooldeck"
+#: The environment switch GenAI instrumentations share for recording content (prompts, tasks).
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# Proxies: they follow the global providers even when the application sets them after import.
+_tracer = trace.get_tracer(INSTRUMENTATION_NAME, "0.1.0")
+_meter = metrics.get_meter(INSTRUMENTATION_NAME, "0.1.0")
+_tool_duration = _meter.create_histogram(
+    "tooldeck.tool.duration", unit="s", description="Duration of tool calls through the deck."
+)
+_tool_calls = _meter.create_counter(
+    "tooldeck.tool.calls", unit="{call}", description="Tool calls through the deck."
+)
+_select_duration = _meter.create_histogram(
+    "tooldeck.select.duration", unit="s", description="Duration of hand selection."
+)
+
+_capture_setting: bool | None = None
+
+
+def configure(*, capture: bool | None = None) -> None:
+    """Record task texts in selection spans (``capture=True``), or follow the environment."""
+    global _capture_setting
+    _capture_setting = capture
+
+
+def capture_content() -> bool:
+    """Whether content (the task text of a selection) goes into spans; off by default."""
+    if _capture_setting is not None:
+        return _capture_setting
+    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@hookimpl
+def tooldeck_config_schema() -> dict[str, Any]:
+    """The ``[otel]`` table, checked by the core at start-up."""
+    return {
+        "otel": {
+            "type": "object",
+            "properties": {"capture_content": {"type": "boolean"}},
+            "additionalProperties": False,
+        }
+    }
+
+
+@hookimpl
+def tooldeck_register_tools(settings: Mapping[str, Any]) -> None:
+    """Register no tool: read ``[otel] capture_content`` at start-up."""
+    table = settings.get("otel", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("'otel' must be a table")
+    value = table.get("capture_content")
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError("[otel] capture_content must be true or false")
+    if value is not None:
+        configure(capture=value)
+
+
+@hookimpl
+@observes("call.end", "select")
+def tooldeck_event(event: Event) -> None:
+    """Emit the span and metrics of a finished tool call or selection."""
+    if event.kind == "call.end":
+        _call_span(event)
+    elif event.kind == "select":
+        _select_span(event)
+
+
+def _window(duration: object) -> tuple[int, int, float | None]:
+    end = time.time_ns()
+    if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+        return end - int(duration * 1e9), end, float(duration)
+    return end, end, None
+
+
+def _call_span(event: Event) -> None:
+    data = event.data
+    name = event.tool or "unknown"
+    start, end, duration = _window(data.get("duration_s"))
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+    }
+    if event.call_id:
+        attributes["gen_ai.tool.call.id"] = event.call_id
+    if event.session_id:
+        attributes["tooldeck.session.id"] = event.session_id
+    if isinstance(data.get("category"), str):
+        attributes["tooldeck.tool.category"] = data["category"]
+    attributes["tooldeck.cached"] = bool(data.get("cached"))
+    code = data.get("code")
+    failed = not data.get("success", True)
+    if failed:
+        attributes["error.type"] = str(code or "_OTHER")
+    span = _tracer.start_span(
+        f"execute_tool {name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+    )
+    if failed:
+        span.set_status(Status(StatusCode.ERROR, str(code or "")))
+    span.end(end_time=end)
+    labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+    if failed:
+        labels["error.type"] = str(code or "_OTHER")
+    _tool_calls.add(1, labels)
+    if duration is not None:
+        _tool_duration.record(duration, labels)
+
+
+def _select_span(event: Event) -> None:
+    data = event.data
+    start, end, duration = _window(data.get("duration_s"))
+    tools = [str(t) for t in data.get("tools", ())]
+    attributes: dict[str, Any] = {
+        "tooldeck.operation": "select",
+        "tooldeck.select.hand_size": len(tools),
+        "tooldeck.select.tools": tools,
+        "tooldeck.select.excluded": [str(t) for t in data.get("excluded", ())],
+    }
+    if isinstance(data.get("candidates"), int):
+        attributes["tooldeck.select.candidates"] = data["candidates"]
+    if event.session_id:
+        attributes["tooldeck.session.id"] = event.session_id
+    query = data.get("query")
+    if capture_content() and isinstance(query, str):
+        attributes["tooldeck.select.query"] = query
+    span = _tracer.start_span(
+        "tooldeck.select", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+    )
+    span.end(end_time=end)
+    if duration is not None:
+        _select_duration.record(duration)
