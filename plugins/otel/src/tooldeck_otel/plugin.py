@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry import trace as _trace_api
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tooldeck_hookspecs import ConfigError, Event, hookimpl, observes
@@ -106,10 +108,34 @@ def tooldeck_register_tools(settings: Mapping[str, Any]) -> None:
 @observes("call.end", "select")
 def tooldeck_event(event: Event) -> None:
     """Emit the span and metrics of a finished tool call or selection."""
+    if not _configured():
+        return  # no SDK yet: skip building no-op spans on every call's fast path
     if event.kind == "call.end":
         _call_span(event)
     elif event.kind == "select":
         _select_span(event)
+
+
+def _configured() -> bool:
+    """Whether the application has set a tracer or meter provider (an SDK)."""
+    global _seen_provider
+    if _seen_provider:
+        return True  # providers are set once per process and never unset
+    # The API keeps the providers set by the application in these module globals (None until
+    # then); reading them costs nothing, where get_tracer_provider() reads the environment.
+    tracer_set = getattr(_trace_api, "_TRACER_PROVIDER", _UNKNOWN)
+    meter_set = getattr(_metrics_api, "_METER_PROVIDER", _UNKNOWN)
+    if tracer_set is _UNKNOWN or meter_set is _UNKNOWN:  # another API version: ask it
+        tracer_set = None if isinstance(trace.get_tracer_provider(),
+                                        trace.ProxyTracerProvider) else True
+        meter_set = None if type(metrics.get_meter_provider()).__name__.startswith(
+            "_Proxy") else True
+    _seen_provider = tracer_set is not None or meter_set is not None
+    return _seen_provider
+
+
+_UNKNOWN = object()
+_seen_provider = False
 
 
 def _window(duration: object) -> tuple[int, int, float | None]:
