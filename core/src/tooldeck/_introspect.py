@@ -21,6 +21,7 @@ from tooldeck_hookspecs import (
     ToolContext,
     ToolDefinition,
 )
+from tooldeck_hookspecs._coerce import rich_parameters
 
 __all__ = ["definition_from_function", "apply_override", "structure_config"]
 
@@ -188,6 +189,15 @@ def definition_from_function(
         raise RegistrationError([f"{where}: cannot resolve type hints: {exc}"]) from exc
     context_param = _context_param(signature, hints)
     parameters = merged.get("parameters")
+    if parameters is None:
+        # Models, dataclasses, TypedDicts, enums, dates, Field(...) constraints: pydantic makes
+        # the schema, and call_tool_function coerces the arguments into those types.
+        try:
+            rich = rich_parameters(func, descriptions=doc_params, context_param=context_param)
+        except TypeError as exc:
+            raise RegistrationError([f"{where}: parameters: {exc}"]) from exc
+        if rich is not None:
+            parameters = rich.schema
     if parameters is None:
         properties: dict[str, Any] = {}
         required: list[str] = []

@@ -165,6 +165,12 @@ def _convert(value: Any, depth: int = 0) -> Any:
             return sorted(converted, key=lambda v: orjson.dumps(v))
     if isinstance(value, list | tuple):
         return [_convert(v, depth + 1) for v in value]
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump) and not isinstance(value, type):
+        try:  # a pydantic model, as FastMCP and Pydantic AI return them: its JSON form
+            return _convert(model_dump(mode="json"), depth + 1)
+        except Exception:
+            pass
     try:
         # Dataclasses, datetimes, UUIDs, enums, numpy scalars: what orjson knows how to write.
         return orjson.loads(orjson.dumps(value))

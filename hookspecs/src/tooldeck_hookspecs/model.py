@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import orjson
 
+from ._coerce import coerce_arguments
 from .errors import DEFAULT_SUGGESTIONS, ErrorCode
 from .protected import DEFAULT_PROTECTED_PATHS
 
@@ -412,6 +413,8 @@ def call_tool_function(
             suggestion="This tool cannot run here; choose another tool.",
         )
     if tool.call_style == "kwargs":
+        # Rich parameter types (models, dataclasses, enums, dates): JSON → the declared types.
+        arguments = coerce_arguments(function, arguments, tool.context_param)
         if not tool.context_param:
             return function(**arguments)
         kwargs = dict(arguments)

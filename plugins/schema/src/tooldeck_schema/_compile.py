@@ -82,7 +82,7 @@ _FORMAT_KEYS = frozenset(
 )
 
 
-def _make_time_safe(validator: Validator) -> None:
+def _make_time_safe(validator: Validator, schema: Any = None) -> None:
     """Swap the generated code's ``re`` objects for RE2 ones (see the module docstring).
 
     Every regex the schema brought (``pattern`` values, ``patternProperties`` keys, wherever
@@ -100,9 +100,46 @@ def _make_time_safe(validator: Validator) -> None:
             "this fastjsonschema version keeps its regexes where tooldeck cannot make them "
             "time-safe; install fastjsonschema<3"
         )
+    # Only the schema's own patterns: the generated code calls ``.search`` on those, while the
+    # library's format regexes (date, uuid, ...; not all listed in FORMAT_REGEXS) get ``.match``
+    # and stay Python regexes, which are fixed and linear.
+    own = schema_patterns(schema) if schema is not None else None
     for key in list(table):
-        if key not in _FORMAT_KEYS:
+        if (key in own) if own is not None else key not in _FORMAT_KEYS:
             table[key] = safe_regex(key)
+
+
+def schema_patterns(schema: Any) -> set[str]:
+    """Every regex a schema brings: ``pattern`` values and ``patternProperties`` keys."""
+    found: set[str] = set()
+    # (node, is_map): a map is {name: schema} (properties, $defs, ...), whose keys are names
+    # even when they spell keywords ("enum", "pattern").
+    stack: list[tuple[Any, bool]] = [(schema, False)]
+    while stack:
+        node, is_map = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, False) for item in node)
+        elif not isinstance(node, Mapping):
+            continue
+        elif is_map:
+            stack.extend((value, False) for value in node.values())
+        else:
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    found.add(value)
+                elif key == "patternProperties" and isinstance(value, Mapping):
+                    found.update(k for k in value if isinstance(k, str))
+                    stack.append((value, True))
+                elif key in _SCHEMA_MAPS:
+                    stack.append((value, True))
+                elif key not in ("enum", "const", "default", "examples"):
+                    stack.append((value, False))
+    return found
+
+
+_SCHEMA_MAPS = frozenset(
+    {"properties", "definitions", "$defs", "dependentSchemas", "dependencies"}
+)
 
 
 def remote_refs(schema: Mapping[str, Any]) -> list[str]:
@@ -135,7 +172,7 @@ def compile_schema(schema: Mapping[str, Any], *, fast_fail: bool = True) -> Vali
     except Exception as exc:  # fastjsonschema raises several kinds on bad input
         raise SchemaCompileError(f"{type(exc).__name__}: {exc}") from exc
     try:
-        _make_time_safe(validator)
+        _make_time_safe(validator, plain)
     except UnsafePatternError as exc:
         raise SchemaCompileError(str(exc)) from exc
     with _lock:
