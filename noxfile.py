@@ -42,6 +42,12 @@ TEST_DEPS = [
     "google-genai>=1.0",
     "psutil>=5.9",
     "opentelemetry-sdk>=1.25",  # the otel plugin's tests use the SDK's in-memory exporters
+    # tests/integrations drive each framework adapter (the core's extras of the same names)
+    "langchain>=1.0,<2",
+    "langgraph>=1.0,<2",
+    "openai-agents>=0.24,<1",
+    "pydantic-ai-slim>=2.0,<3",
+    "llm>=0.36",
 ]
 BENCH_DEPS = ["langchain-core>=0.3"]
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -1,0 +1,239 @@
+"""What every framework adapter shares: reaching the session, running calls, keeping approvals.
+
+A framework runs on asyncio (LangChain's ``ainvoke``, the Agents SDK, Pydantic AI) or in plain
+threads (LangChain's ``invoke``, llm); the deck runs on trio. The :class:`SessionBridge` takes a
+:class:`~tooldeck.portal.PortalSession` (any caller) or a plain :class:`~tooldeck.Session`
+(callers already on the deck's trio loop) and runs trio-native coroutines on the deck's loop, so
+that each adapter's logic is written once, for trio.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from types import ModuleType
+from typing import Any, TypeVar
+
+import trio
+
+from tooldeck_hookspecs import ErrorCode, SecurityLevel, ToolCall, ToolDefinition, ToolResult
+
+from .._deck import Hand, Session
+from ..adapters import result_payload
+from ..portal import DeckPortal, PortalSession
+
+__all__ = [
+    "ApprovalBook",
+    "SessionBridge",
+    "answer_flow",
+    "call_flow",
+    "definitions",
+    "may_ask",
+    "needs_approval",
+    "pending_flow",
+    "rejected",
+    "require",
+    "result_text",
+]
+
+T = TypeVar("T")
+
+#: Framework approvals kept at most (each entry is one unanswered approval request).
+_MAX_BOOKED = 4096
+
+
+def require(module: str, *, extra: str, framework: str) -> ModuleType:
+    """Import a framework module, or fail with the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"this tooldeck integration needs {framework} ({module!r} could not be imported): "
+            f'pip install "tooldeck[{extra}]"'
+        ) from exc
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+class SessionBridge:
+    """One session, reachable from sync code, asyncio and trio."""
+
+    def __init__(self, session: PortalSession | Session) -> None:
+        self.portal: DeckPortal | None
+        if isinstance(session, PortalSession):
+            self.portal = session.portal
+            self.session: Session = session.session
+        elif isinstance(session, Session):
+            self.portal = None
+            self.session = session
+        else:
+            raise TypeError(
+                "expected a tooldeck session (DeckPortal(deck).session(...) from asyncio or "
+                f"threads, or deck.session(...) on trio), got {type(session).__name__}"
+            )
+
+    def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``await function(*args)`` on the deck's loop from synchronous code; block."""
+        if self.portal is None:
+            raise TypeError(
+                "a trio Session cannot be used from synchronous code: open the session through "
+                "tooldeck.portal.DeckPortal(deck).session(...) instead"
+            )
+        return self.portal.run(function, *args)
+
+    async def arun(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Await ``function(*args)`` on the deck's loop from asyncio or trio code."""
+        if _in_trio():
+            if self.portal is None:
+                return await function(*args)
+            # A portal's loop is another trio run: wait for it in a worker thread.
+            return await trio.to_thread.run_sync(self.portal.run, function, *args)
+        if self.portal is None:
+            raise TypeError(
+                "a trio Session can only be awaited from trio code; from asyncio open the session "
+                "through tooldeck.portal.DeckPortal(deck).session(...)"
+            )
+        return await self.portal.arun(function, *args)
+
+
+def definitions(
+    session: Session, tools: Hand | Iterable[str | ToolDefinition] | None
+) -> list[ToolDefinition]:
+    """The tool definitions to expose: a hand's, the named ones, or the session's current hand.
+
+    :raises ValueError: for a name the deck has not registered (a developer's mistake).
+    """
+    if tools is None:
+        if session.hand is None:
+            raise ValueError(
+                "the session has no hand yet: pass one (session.select(task)) or tool names"
+            )
+        return list(session.hand.tools)
+    if isinstance(tools, Hand):
+        return list(tools.tools)
+    out: list[ToolDefinition] = []
+    for item in tools:
+        if isinstance(item, ToolDefinition):
+            out.append(item)
+            continue
+        found = session.deck.catalog.get(item)
+        if found is None:
+            close = session.deck.closest_names(item, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"no tool named {item!r} is registered in the deck{hint}")
+        out.append(found)
+    return out
+
+
+def may_ask(definition: ToolDefinition) -> bool:
+    """Whether the deck's baseline asks the user before this tool runs (dangerous or confirm)."""
+    security = definition.security
+    return security.level is SecurityLevel.DANGEROUS or security.require_confirm
+
+
+def needs_approval(result: ToolResult) -> bool:
+    """Whether a result is the deck asking for the user's approval of the call."""
+    return result.error is not None and result.error.code is ErrorCode.CONFIRMATION_REQUIRED
+
+
+def result_text(result: ToolResult) -> str:
+    """What the model reads: the JSON the provider adapters send (data, or the error)."""
+    return json.dumps(result_payload(result), ensure_ascii=False, default=str)
+
+
+def rejected(call: ToolCall, message: str | None = None) -> ToolResult:
+    """The result of a call the user rejected before the deck was asked about it."""
+    reason = f": {message}" if message else ""
+    return ToolResult.fail(
+        ErrorCode.PERMISSION_DENIED,
+        f"the user rejected this call of {call.name!r}{reason}; it did not run",
+        suggestion="Do not retry this call; ask the user how to proceed.",
+    )
+
+
+class ApprovalBook:
+    """Which deck approval belongs to which framework tool call (by the call's id).
+
+    Frameworks re-run a paused tool call from the start when the user answers. The book lets the
+    re-run answer the approval the first run asked for instead of asking for a new one. Touched
+    only on the deck's loop (inside the flows below), so it needs no lock.
+    """
+
+    def __init__(self) -> None:
+        self._by_call: dict[str, str] = {}
+
+    def remember(self, call_id: str, approval_id: str) -> None:
+        """Record the approval the deck asked for this call."""
+        self._by_call.pop(call_id, None)
+        while len(self._by_call) >= _MAX_BOOKED:  # oldest first, like the deck's own bound
+            del self._by_call[next(iter(self._by_call))]
+        self._by_call[call_id] = approval_id
+
+    def get(self, call_id: str) -> str | None:
+        """The approval recorded for this call, if any."""
+        return self._by_call.get(call_id)
+
+    def forget(self, call_id: str) -> None:
+        """Drop the record of this call."""
+        self._by_call.pop(call_id, None)
+
+
+def _same_call(pending: ToolCall, call: ToolCall) -> bool:
+    return pending.name == call.name and dict(pending.arguments) == dict(call.arguments)
+
+
+async def pending_flow(session: Session, book: ApprovalBook, call: ToolCall) -> str | None:
+    """The approval this exact call still waits for, if the book knows one."""
+    approval_id = book.get(call.id)
+    if approval_id is None:
+        return None
+    pending = session.pending_approvals().get(approval_id)
+    if pending is None or not _same_call(pending, call):
+        book.forget(call.id)
+        return None
+    return approval_id
+
+
+async def call_flow(session: Session, book: ApprovalBook, call: ToolCall) -> ToolResult:
+    """Run a call through the deck; if it asks for approval, book the request under the call."""
+    result = await session.call(call)
+    if needs_approval(result):
+        assert result.error is not None
+        book.remember(call.id, str(result.error.details["approval_id"]))
+    return result
+
+
+async def answer_flow(
+    session: Session,
+    book: ApprovalBook,
+    call: ToolCall,
+    approved: bool,
+    message: str | None = None,
+) -> ToolResult:
+    """The framework's user answered for this exact call: run it once, or refuse it.
+
+    Uses the approval booked for the call when it is still pending with the same arguments;
+    otherwise (another process asked, or it expired) asks the deck afresh and answers that, so an
+    approval never covers arguments other than the ones the user saw.
+    """
+    approval_id = await pending_flow(session, book, call)
+    book.forget(call.id)
+    if approval_id is None:
+        if not approved:
+            return rejected(call, message)
+        first = await session.call(call)
+        if not needs_approval(first):
+            return first  # ran (or was refused) without needing an approval any more
+        assert first.error is not None
+        approval_id = str(first.error.details["approval_id"])
+    result = await session.resume(approval_id, approved=approved)
+    if not approved and message:
+        return rejected(call, message)
+    return result

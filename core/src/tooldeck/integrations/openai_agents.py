@@ -1,0 +1,125 @@
+"""The OpenAI Agents SDK: a hand as ``FunctionTool`` objects that call the deck.
+
+.. code-block:: python
+
+    from agents import Agent, Runner
+    from tooldeck.integrations.openai_agents import to_function_tools
+
+    with DeckPortal(Deck.load()) as portal:
+        session = portal.session(workdir=".")
+        hand = session.select(task)
+        agent = Agent(name="worker", tools=to_function_tools(session, hand))
+        result = await Runner.run(agent, task)
+        while result.interruptions:                       # dangerous calls wait for the user
+            state = result.to_state()
+            for item in result.interruptions:
+                state.approve(item)                       # or state.reject(item)
+            result = await Runner.run(agent, state)
+
+A tool the deck always confirms (``dangerous``, or ``require_confirm``) declares the SDK's
+``needs_approval``, so the run stops with an interruption before anything runs; approving it in
+the ``RunState`` runs exactly that call once through the deck (the deck's approval is created and
+answered for that call id and those arguments), rejecting it never reaches the tool. A call the
+policy asks about only for some arguments answers ``CONFIRMATION_REQUIRED`` with its
+``approval_id`` instead, for the application to resume (``session.resume``).
+
+The SDK only lets the model call the tools an ``Agent`` carries. Tools given here that the
+session's current hand does not hold (an agent built for an earlier task, or a wider list of
+names) still run through the deck's widening fallback, which decides whether they may.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tooldeck_hookspecs import ErrorCode, ToolCall, ToolDefinition, ToolResult
+
+from .._deck import Hand, Session
+from ..portal import PortalSession
+from ._bridge import (
+    ApprovalBook,
+    SessionBridge,
+    answer_flow,
+    call_flow,
+    definitions,
+    may_ask,
+    require,
+    result_text,
+)
+
+__all__ = ["to_function_tools"]
+
+
+def _arguments(raw: str) -> dict[str, Any] | ToolResult:
+    try:
+        arguments = json.loads(raw) if raw and raw.strip() else {}
+    except ValueError as exc:
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"the arguments are not valid JSON: {exc}",
+            suggestion="Send the arguments as one JSON object.",
+        )
+    if not isinstance(arguments, dict):
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            "the arguments must be a JSON object",
+            suggestion="Send the arguments as one JSON object.",
+        )
+    return arguments
+
+
+def _function_tool(
+    agents: Any, bridge: SessionBridge, book: ApprovalBook, definition: ToolDefinition
+) -> Any:
+    name = definition.name
+    session = bridge.session
+    confirms = may_ask(definition)
+
+    async def invoke(context: Any, raw_arguments: str) -> str:
+        arguments = _arguments(raw_arguments)
+        if isinstance(arguments, ToolResult):
+            return result_text(arguments)
+        call_id = str(getattr(context, "tool_call_id", "") or "")
+        call = ToolCall(name=name, arguments=arguments, id=call_id)
+        if confirms and call_id and context.is_tool_approved(name, call_id) is True:
+            # The user approved this call in the RunState: answer the deck's approval for it.
+            result = await bridge.arun(answer_flow, session, book, call, True)
+        else:
+            result = await bridge.arun(call_flow, session, book, call)
+        return result_text(result)
+
+    async def always_allowed() -> bool:
+        return name in session.always_allowed
+
+    async def needs_approval(context: Any, arguments: dict[str, Any], call_id: str) -> bool:
+        # "Always allow this tool" granted in the session makes the deck stop asking (read on the
+        # deck's loop, which owns the session).
+        return not await bridge.arun(always_allowed)
+
+    return agents.FunctionTool(
+        name=name,
+        description=definition.description,
+        params_json_schema=dict(definition.parameters),
+        on_invoke_tool=invoke,
+        # The deck validates arguments against the tool's own schema; the SDK's strict mode would
+        # rewrite schemas it does not accept.
+        strict_json_schema=False,
+        needs_approval=needs_approval if confirms else False,
+    )
+
+
+def to_function_tools(
+    session: PortalSession | Session, hand: Hand | Iterable[str | ToolDefinition] | None = None
+) -> list[Any]:
+    """Agents SDK ``FunctionTool`` objects for a hand (or tool names), each calling the session.
+
+    :param session: a :class:`~tooldeck.portal.PortalSession` (the SDK runs on asyncio).
+    :param hand: a :class:`~tooldeck.Hand`, tool names or definitions; default the session's hand.
+    :raises ImportError: without the SDK (``pip install "tooldeck[openai-agents]"``).
+    """
+    agents = require("agents", extra="openai-agents", framework="the OpenAI Agents SDK")
+    bridge = SessionBridge(session)
+    book = ApprovalBook()
+    return [_function_tool(agents, bridge, book, d) for d in definitions(bridge.session, hand)]

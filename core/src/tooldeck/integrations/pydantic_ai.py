@@ -1,0 +1,174 @@
+"""Pydantic AI: the deck as a toolset whose tools are the hand for the run's task.
+
+.. code-block:: python
+
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+    from tooldeck.integrations.pydantic_ai import TooldeckToolset
+
+    with DeckPortal(Deck.load()) as portal:
+        session = portal.session(workdir=".")
+        agent = Agent(model, toolsets=[TooldeckToolset(session)],
+                      output_type=[str, DeferredToolRequests])
+        result = await agent.run("delete the build folder")
+        if isinstance(result.output, DeferredToolRequests):   # dangerous calls wait for the user
+            answers = DeferredToolResults(
+                approvals={c.tool_call_id: True for c in result.output.approvals})  # or False
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=answers)
+
+Each run step lists the hand the deck deals for the run's prompt (selected once per prompt; a run
+resumed without a prompt keeps the session's current hand). Every call goes through the session.
+A call the deck holds for approval becomes Pydantic AI's approval-required deferred call
+(``ApprovalRequired``, with the deck's ``approval_id`` and reasons in its metadata); approving it
+in ``DeferredToolResults`` runs exactly that call once, denying it never reaches the tool.
+
+Pydantic AI only lets the model call the tools a step lists: pass ``tools=`` (a hand or names) to
+list a fixed set instead; tools in it that the session's current hand does not hold still run
+through the deck's widening fallback, which decides whether they may.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tooldeck_hookspecs import ToolCall, ToolDefinition
+
+from .._deck import Hand, Session
+from ..adapters import result_payload
+from ..portal import PortalSession
+from ._bridge import (
+    ApprovalBook,
+    SessionBridge,
+    answer_flow,
+    call_flow,
+    definitions,
+    needs_approval,
+    require,
+)
+
+__all__ = ["TooldeckToolset"]
+
+if TYPE_CHECKING:
+    #: Built on first access (see ``__getattr__``): it subclasses Pydantic AI's AbstractToolset.
+    TooldeckToolset: type
+
+
+def _require(module: str) -> Any:
+    return require(module, extra="pydantic-ai", framework="Pydantic AI (pydantic-ai-slim)")
+
+
+def _prompt_text(prompt: str | Sequence[Any] | None) -> str | None:
+    if prompt is None:
+        return None
+    if isinstance(prompt, str):
+        return prompt.strip() or None
+    # A multi-part prompt: its text parts (images and files do not describe the task in words).
+    text = " ".join(part for part in prompt if isinstance(part, str)).strip()
+    return text or None
+
+
+def _build_toolset() -> type:
+    pydantic_ai = _require("pydantic_ai")
+    pydantic_core = _require("pydantic_core")
+    # The deck validates arguments against the tool's own schema: accept any object here.
+    any_object = pydantic_core.SchemaValidator(
+        pydantic_core.core_schema.dict_schema(
+            pydantic_core.core_schema.str_schema(), pydantic_core.core_schema.any_schema()
+        )
+    )
+
+    class TooldeckToolset(pydantic_ai.AbstractToolset):  # type: ignore[misc,name-defined]
+        """A Pydantic AI toolset serving the deck's hand for the run's task.
+
+        :param session: a :class:`~tooldeck.portal.PortalSession` (Pydantic AI runs on asyncio).
+        :param tools: list these tools (a hand, names or definitions) instead of selecting a hand
+            per prompt.
+        :param id: the toolset's id (needed for durable execution).
+        :param max_retries: how often the model may retry a call (Pydantic AI's ``ModelRetry``).
+        """
+
+        def __init__(
+            self,
+            session: PortalSession | Session,
+            *,
+            tools: Hand | Iterable[str | ToolDefinition] | None = None,
+            id: str | None = None,
+            max_retries: int = 1,
+        ) -> None:
+            self.session = session
+            self._bridge = SessionBridge(session)
+            self._fixed = None if tools is None else definitions(self._bridge.session, tools)
+            self._id = id
+            self.max_retries = max_retries
+            self._book = ApprovalBook()
+
+        @property
+        def id(self) -> str | None:
+            """The toolset's id, as given."""
+            return self._id
+
+        async def _definitions(self, ctx: Any) -> list[ToolDefinition]:
+            if self._fixed is not None:
+                return self._fixed
+            session = self._bridge.session
+            task = _prompt_text(ctx.prompt)
+            hand = session.hand
+            if task is None:
+                return list(hand.tools) if hand is not None else []
+            if hand is None or hand.query != task:
+                hand = await self._bridge.arun(session.select, task)
+            return list(hand.tools)
+
+        async def get_tools(self, ctx: Any) -> dict[str, Any]:
+            """The tools of this step: the hand for the run's prompt (or the fixed list)."""
+            return {
+                d.name: pydantic_ai.ToolsetTool(
+                    toolset=self,
+                    tool_def=pydantic_ai.ToolDefinition(
+                        name=d.name,
+                        description=d.description,
+                        parameters_json_schema=dict(d.parameters),
+                        metadata={"tooldeck": True, "category": d.category},
+                    ),
+                    max_retries=self.max_retries,
+                    args_validator=any_object,
+                )
+                for d in await self._definitions(ctx)
+            }
+
+        async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+            """Run the call through the session; a call needing approval is deferred for it."""
+            call = ToolCall(name=name, arguments=tool_args, id=str(ctx.tool_call_id or ""))
+            session = self._bridge.session
+            if ctx.tool_call_approved:
+                result = await self._bridge.arun(answer_flow, session, self._book, call, True)
+            else:
+                result = await self._bridge.arun(call_flow, session, self._book, call)
+                if needs_approval(result):
+                    assert result.error is not None
+                    raise pydantic_ai.ApprovalRequired(
+                        metadata={
+                            "approval_id": result.error.details.get("approval_id"),
+                            "reasons": result.error.details.get("reasons", []),
+                            "message": result.error.message,
+                        }
+                    )
+            return result_payload(result)
+
+    TooldeckToolset.__module__ = __name__
+    return TooldeckToolset
+
+
+@functools.cache
+def _toolset_class() -> type:
+    return _build_toolset()
+
+
+def __getattr__(name: str) -> Any:
+    # TooldeckToolset subclasses Pydantic AI's AbstractToolset, so it is built on first use:
+    # importing this module must not need Pydantic AI.
+    if name == "TooldeckToolset":
+        return _toolset_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
