@@ -90,6 +90,12 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
                 body = _page("Sub", f"<main>Image below<img src='{site['canary_base']}/pixel'>"
                              "</main>")
                 self._send(200, body.encode())
+            elif path == "/img-port":
+                # An image on another port of the same host (the port allow-list tests).
+                port = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["port"][0]
+                body = _page("Port", f"<main>Other port<img src='http://127.0.0.1:{port}/pixel'>"
+                             "</main>")
+                self._send(200, body.encode())
             elif path == "/latin1":
                 body = _page("Caf\u00e9 page", "<p>Caf\u00e9 na\u00efve \u00e0 la carte</p>",
                              charset="windows-1252")

@@ -76,3 +76,27 @@ def test_a_missing_chromium_is_a_structured_error_naming_the_fix(monkeypatch, tm
     with pytest.raises(ToolFailure) as info:
         _engine.find_executable()
     assert "apt-get install chromium" in info.value.suggestion
+
+
+def test_allow_list_entries_with_a_port_allow_only_that_port():
+    # host:port allows that port only; a host-only entry allows every port.
+    assert _guard.allowed_addresses("http", "127.0.0.1", 8000, ("127.0.0.1:8000",)) == [
+        "127.0.0.1"]
+    assert isinstance(_guard.allowed_addresses("http", "127.0.0.1", 6379, ("127.0.0.1:8000",)),
+                      str)
+    assert _guard.allowed_addresses("https", "127.0.0.1", 6379, ("127.0.0.1",)) == ["127.0.0.1"]
+    assert _guard.allowed_addresses("http", "::1", 8000, ("[::1]:8000",)) == ["::1"]
+    assert isinstance(_guard.allowed_addresses("http", "::1", 8001, ("[::1]:8000",)), str)
+    assert _guard.allowed_addresses("http", "10.1.2.3", 443, ("[10.0.0.0/8]:443",)) == [
+        "10.1.2.3"]
+    assert isinstance(_guard.allowed_addresses("http", "10.1.2.3", 80, ("[10.0.0.0/8]:443",)),
+                      str)
+    # A name with a port: resolved here, and its addresses are let through at that port only
+    # (the per-address check used to ignore the port and refuse them).
+    addresses = _guard.allowed_addresses("http", "localhost", 8000, ("localhost:8000",))
+    assert isinstance(addresses, list) and set(addresses) <= {"127.0.0.1", "::1"}
+    assert isinstance(_guard.allowed_addresses("http", "localhost", 8001, ("localhost:8000",)),
+                      str)
+    # An address entry with a port does not open other ports of the address to a name.
+    assert isinstance(_guard.allowed_addresses("http", "localhost", 6379, ("127.0.0.1:80",
+                                                                           "[::1]:80")), str)

@@ -128,6 +128,29 @@ async def test_screenshot_is_a_png_inside_the_workdir(site, allow_loopback, work
         assert list(outside.iterdir()) == []
 
 
+async def test_screenshot_targets_that_are_no_regular_file_or_protected_are_refused(
+    site, allow_loopback, workdir
+):
+    async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
+        session = _session(deck, workdir)
+        page_id = (await session.call("browser_navigate", {"url": site.url("/")})).data["page_id"]
+        os.mkfifo(workdir / "fifo.png")
+        # A FIFO nobody reads used to block the write forever, in a thread nobody can cancel;
+        # the deadline only turns such a hang into a failure instead of a stuck test run.
+        with trio.fail_after(60):
+            fifo = await session.call("browser_screenshot", {"page_id": page_id,
+                                                             "path": "fifo.png"})
+        assert fifo.error.code == "PATH_NOT_ALLOWED" and "FIFO" in fifo.error.message
+        for path, rule in ((".git/shot.png", ".git/"), (".VSCode/a.png", ".vscode/")):
+            refused = await session.call("browser_screenshot", {"page_id": page_id,
+                                                                "path": path})
+            assert refused.error.code == "PATH_NOT_ALLOWED", path
+            assert rule in refused.error.message
+        assert sorted(p.name for p in workdir.iterdir()) == ["fifo.png"]  # nothing created
+        shot = await session.call("browser_screenshot", {"page_id": page_id, "path": "ok.png"})
+        assert shot.success and "mode" in shot.metadata["browser_sandbox"]
+
+
 async def test_loopback_is_refused_without_an_allowance(site, workdir, monkeypatch):
     monkeypatch.delenv("TOOLDECK_URL_ALLOW", raising=False)
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:

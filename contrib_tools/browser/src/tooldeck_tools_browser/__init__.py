@@ -4,6 +4,8 @@
 One headless Chromium per process (Debian's ``chromium``, driven by Playwright on a background
 asyncio thread); one browser context per tooldeck session; every request of every page goes through
 a local guarding proxy that applies the URL policy to redirects, subresources and WebSockets too.
+Chromium runs inside a sandbox boundary (:mod:`._sandbox`): an unprivileged uid, bubblewrap when
+it works, and Chromium's own namespace + seccomp sandbox; ``sandbox = "none"`` opts out.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ from ._engine import (
 )
 from ._extract import MAX_LINKS, MAX_TEXT_CHARS, clean_text
 from ._guard import allow_list_for, check_url, remember_session_allow
+from ._sandbox import (
+    DEFAULT_UID,
+    ENV_SANDBOX,
+    ENV_UID,
+    SANDBOX_MODES,
+    BrowserSandbox,
+    configure_sandbox,
+    prepare_sandbox,
+)
 from .tools import (
     browser_click,
     browser_close,
@@ -43,11 +54,16 @@ __all__ = [
     "BROWSER_NAVIGATE",
     "BROWSER_SCREENSHOT",
     "DEFAULT_EXECUTABLES",
+    "DEFAULT_UID",
     "ENV_EXECUTABLE",
+    "ENV_SANDBOX",
+    "ENV_UID",
     "LAUNCH_ARGS",
     "MAX_LINKS",
     "MAX_TEXT_CHARS",
+    "SANDBOX_MODES",
     "BrowserEngine",
+    "BrowserSandbox",
     "allow_list_for",
     "browser_click",
     "browser_close",
@@ -57,9 +73,11 @@ __all__ = [
     "check_url",
     "clean_text",
     "configure",
+    "configure_sandbox",
     "definitions",
     "engine",
     "find_executable",
+    "prepare_sandbox",
     "remember_session_allow",
     "shutdown",
 ]

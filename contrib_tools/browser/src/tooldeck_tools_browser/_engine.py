@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import functools
 import os
 import secrets
 import shutil
@@ -34,6 +35,7 @@ from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._guard import allow_list_for
 from ._proxy import GuardProxy
+from ._sandbox import DEFAULT_UID, BrowserSandbox, prepare_sandbox
 
 __all__ = [
     "DEFAULT_EXECUTABLES",
@@ -132,8 +134,13 @@ class BrowserEngine:
     def __init__(
         self, *, max_pages_per_session: int = 5, max_sessions: int = 32,
         idle_close_s: float = 900.0,
+        prepare: Callable[..., BrowserSandbox] = prepare_sandbox,
     ) -> None:
+        """:param prepare: sets up the boundary of a launch, called as ``prepare(chromium, mode,
+        uid=uid)`` in a worker thread (:func:`._sandbox.prepare_sandbox`; a partial of it with
+        other ``bwrap``/``setpriv`` binaries, for instance)."""
         self.max_pages_per_session = max_pages_per_session
+        self._prepare = prepare
         self.max_sessions = max_sessions
         self.idle_close_s = idle_close_s
         self._thread: threading.Thread | None = None
@@ -146,6 +153,10 @@ class BrowserEngine:
         self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
         self._proxies: dict[tuple[str, ...], GuardProxy] = {}
         self.launches = 0
+        #: The boundary of the running browser (see :mod:`._sandbox`); None before a launch.
+        self.sandbox: BrowserSandbox | None = None
+        self._wanted: tuple[str, int] = ("auto", DEFAULT_UID)
+        self._launched_for: tuple[str, int] | None = None
 
     # -- the bridge between trio and the engine's asyncio loop ---------------------------------
 
@@ -179,36 +190,77 @@ class BrowserEngine:
 
     # -- on the engine's loop ------------------------------------------------------------------
 
+    def want_sandbox(self, mode: str, uid: int = DEFAULT_UID) -> None:
+        """Ask for a sandbox mode (``auto``, ``bwrap``, ``user``, ``none``) and uid
+        (thread-safe); a browser launched otherwise is replaced (with every session's context)
+        at the next page a session opens. One browser serves the process, so decks of one
+        process that ask for different modes make it relaunch: give them the same setting."""
+        self._wanted = (mode, uid)
+
     async def _get_browser(self) -> Any:
         if self._launch_lock is None:
             self._launch_lock = asyncio.Lock()
         async with self._launch_lock:
+            wanted = self._wanted
             if self._browser is not None and self._browser.is_connected():
-                return self._browser
+                if self._launched_for == wanted:
+                    return self._browser
+                await self._close_browser()  # another sandbox mode was asked for
             executable = find_executable()
             from playwright.async_api import async_playwright  # heavy: only when a page opens
 
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
-            args = list(LAUNCH_ARGS)
-            if hasattr(os, "geteuid") and os.geteuid() == 0:
-                # Chromium's own sandbox cannot start as root; tooldeck's guard still applies.
-                args.append("--no-sandbox")
+            old, self.sandbox = self.sandbox, None
+            if old is not None:  # the previous browser (crashed or replaced) is gone
+                old.cleanup()
+            loop = asyncio.get_running_loop()
+            # The probe runs processes: off the loop, so other sessions' pages keep going.
+            sandbox = await loop.run_in_executor(
+                None, functools.partial(self._prepare, executable, wanted[0], uid=wanted[1])
+            )
             try:
                 self._browser = await self._playwright.chromium.launch(
-                    executable_path=executable, headless=True, args=args
+                    executable_path=sandbox.executable, headless=True, args=list(LAUNCH_ARGS),
+                    # False makes Playwright add --no-sandbox: only for the explicit opt-out.
+                    chromium_sandbox=sandbox.chromium_sandbox,
                 )
             except Exception as exc:
+                sandbox.cleanup()
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                sandboxed = sandbox.mode != "none"
                 raise ToolFailure(
                     ErrorCode.EXECUTION_ERROR,
-                    f"Chromium ({executable}) failed to start: {str(exc).splitlines()[0]}",
-                    suggestion="The browser cannot start on this machine; tell the user "
-                    "(check the Chromium install, `apt-get install chromium`) and use "
-                    "another tool.",
+                    f"Chromium ({executable}) failed to start"
+                    + (f" inside its sandbox ({sandbox.mode})" if sandboxed else "")
+                    + f": {first}",
+                    suggestion="The browser cannot start on this machine; tell the user (check "
+                    "the Chromium install, `apt-get install chromium`"
+                    + (", or the sandbox: unprivileged user namespaces, bubblewrap; "
+                       '[tool.tooldeck.browser] sandbox = "none" opts out' if sandboxed else "")
+                    + ") and use another tool.",
+                    details={"sandbox": sandbox.mode, "reason": first[:300]},
                 ) from None
+            self.sandbox = sandbox
+            self._launched_for = wanted
             self.launches += 1
             self._sessions.clear()  # contexts of a crashed browser are gone with it
             return self._browser
+
+    async def _close_browser(self) -> None:
+        for session_id in list(self._sessions):
+            await self._close_session(session_id)
+        if self._browser is not None:
+            await _quietly(self._browser.close())
+            self._browser = None
+        if self.sandbox is not None:
+            self.sandbox.cleanup()
+            self.sandbox = None
+
+    def sandbox_metadata(self) -> dict[str, Any] | None:
+        """How the running browser is confined (``metadata["browser_sandbox"]`` of results)."""
+        sandbox = self.sandbox
+        return sandbox.metadata() if sandbox is not None else None
 
     async def _proxy_for(self, allow: tuple[str, ...]) -> GuardProxy:
         proxy = self._proxies.get(allow)
@@ -224,6 +276,8 @@ class BrowserEngine:
         for other_id, other in list(self._sessions.items()):
             if other_id != session_id and now - other.last_used > self.idle_close_s:
                 await self._close_session(other_id)
+        if self._browser is not None and self._launched_for != self._wanted:
+            await self._get_browser()  # replaces the browser, and with it every context
         allow = allow_list_for(session_id)
         state = self._sessions.get(session_id)
         if state is not None and state.proxy.allow != allow:
@@ -318,11 +372,7 @@ class BrowserEngine:
         return list(state.pages) if state is not None else []
 
     async def _aclose(self) -> None:
-        for session_id in list(self._sessions):
-            await self._close_session(session_id)
-        if self._browser is not None:
-            await _quietly(self._browser.close())
-            self._browser = None
+        await self._close_browser()
         if self._playwright is not None:
             await _quietly(self._playwright.stop())
             self._playwright = None

@@ -10,7 +10,10 @@ the host itself and connects only to addresses that passed: redirects, subresour
 and DNS rebinding included.
 
 The rules are those of ``tooldeck_policy.check_url``, with the same allow-list:
-``TOOLDECK_URL_ALLOW`` and the session's ``url_allow`` attribute.
+``TOOLDECK_URL_ALLOW`` and the session's ``url_allow`` attribute. An entry may carry a port
+(``127.0.0.1:8000``, ``[::1]:8000``, ``*.corp.example:443``): it then lets through that port only;
+an entry without one lets through every port of its host. Every check here is made for the port
+the connection goes to (the proxy's ``CONNECT host:port`` or the request's URL).
 """
 
 from __future__ import annotations
@@ -94,8 +97,9 @@ def _host_in_url(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _name_allowed(host: str, allow: Iterable[str]) -> bool:
-    names, _ = parse_allow_list(tuple(allow))
+def _name_allowed(host: str, allow: Iterable[str], port: int) -> bool:
+    # Entries naming another port do not count (``host:8000`` allows port 8000 only).
+    names, _ = parse_allow_list(tuple(allow), port=port)
     host = host.lower().rstrip(".")
     return host in names or any(n.startswith("*.") and host.endswith(n[1:]) for n in names)
 
@@ -124,14 +128,17 @@ def allowed_addresses(scheme: str, host: str, port: int, allow: Iterable[str]) -
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         return f"host {host!r} does not resolve ({exc})"
-    explicitly_allowed = _name_allowed(host, allow)
+    explicitly_allowed = _name_allowed(host, allow, port)
     addresses: list[str] = []
     refused: list[str] = []
     for info in infos:
         address = str(info[4][0]).split("%", 1)[0]
         if address in addresses:
             continue
-        if explicitly_allowed or check_url(f"{scheme}://{_host_in_url(address)}/", allow) is None:
+        # With the port: an entry ``10.0.0.5:80`` must not let a name that now resolves to
+        # 10.0.0.5 through on port 6379.
+        verdict = check_url(f"{scheme}://{_host_in_url(address)}:{port}/", allow)
+        if explicitly_allowed or verdict is None:
             addresses.append(address)
         else:
             refused.append(address)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tooldeck_hookspecs import Event, RegisterFn, hookimpl, observes
 
 from ._definitions import definitions
 from ._engine import release_session
+from ._sandbox import SANDBOX_MODES
 
 
 @hookimpl
@@ -21,3 +24,20 @@ def tooldeck_event(event: Event) -> None:
     """Close a session's pages and browser context when the deck closes the session."""
     if event.kind == "session.closed" and event.session_id:
         release_session(event.session_id)
+
+
+@hookimpl
+def tooldeck_config_schema() -> dict[str, Any]:
+    """The ``[browser]`` table: the sandbox mode and the uid Chromium runs as (see
+    :mod:`tooldeck_tools_browser._sandbox`), checked by the core at start-up."""
+    return {
+        "browser": {
+            "type": "object",
+            "properties": {
+                "sandbox": {"type": "string", "enum": list(SANDBOX_MODES)},
+                # Not root (0), not (uid_t) -1.
+                "uid": {"type": "integer", "minimum": 1, "maximum": 2**32 - 2},
+            },
+            "additionalProperties": False,
+        }
+    }

@@ -3,25 +3,28 @@
 
 Each is an async function called as ``tool(arguments, context)``; the work runs on the shared
 engine's asyncio thread (:mod:`._engine`). Failures a model can cause raise
-:class:`~tooldeck_hookspecs.ToolFailure` with a stable code and a suggestion.
+:class:`~tooldeck_hookspecs.ToolFailure` with a stable code and a suggestion. A success is a
+``ToolResult`` whose ``metadata["browser_sandbox"]`` says how the browser that served the call was
+confined (:mod:`._sandbox`): the mode in use, the mode asked for, its layers and uid.
 """
 
 from __future__ import annotations
 
 import struct
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 
-from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
+from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure, ToolResult
 
 from ._engine import BrowserEngine, engine
 from ._extract import page_snapshot
-from ._files import check_relative_png, write_in_workdir
+from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
 from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
+from ._sandbox import requested_mode, requested_uid
 
 __all__ = [
     "DEFAULT_ACTION_TIMEOUT_S",
@@ -175,10 +178,32 @@ def _engine_for(context: ToolContext) -> BrowserEngine:
     # The proxy must honour the same allow-list as the policy's URL check: the session's
     # ``url_allow`` attribute (plus TOOLDECK_URL_ALLOW), which the call's context carries.
     remember_session_allow(context.session_id, (context.attributes or {}).get("url_allow"))
-    return engine()
+    # The boundary comes from the pack's own table ([tool.tooldeck.browser]); a bad value is an
+    # EXECUTION_ERROR here, before any browser starts.
+    settings = context.settings if isinstance(context.settings, Mapping) else {}
+    mode, uid = requested_mode(settings), requested_uid(settings)
+    eng = engine()
+    eng.want_sandbox(mode, uid)
+    return eng
 
 
-async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+async def _in_sandbox(
+    eng: BrowserEngine, function: Callable[..., Awaitable[dict[str, Any]]], *args: Any
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    # Read on the engine's loop right after the work, so the report names the browser that
+    # did it even if another call replaces the browser meanwhile.
+    data = await function(eng, *args)
+    return data, eng.sandbox_metadata()
+
+
+async def _run(
+    eng: BrowserEngine, function: Callable[..., Awaitable[dict[str, Any]]], *args: Any
+) -> ToolResult:
+    data, sandbox = await eng.run(_in_sandbox, eng, function, *args)
+    return ToolResult.ok(data, browser_sandbox=sandbox) if sandbox else ToolResult.ok(data)
+
+
+async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
     """Open ``url`` in a new page (or in page ``page_id``) and return what a reader sees."""
     url = _string(arguments, "url")
     assert url is not None
@@ -193,7 +218,7 @@ async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -
                           f"wait_until must be one of {', '.join(_WAIT_UNTIL)}")
     timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S)
     eng = _engine_for(context)
-    return await eng.run(_navigate, eng, context.session_id, url, page_id, wait_until, timeout_ms)
+    return await _run(eng, _navigate, context.session_id, url, page_id, wait_until, timeout_ms)
 
 
 def _action_error(what: str, target: str, exc: Exception) -> ToolFailure:
@@ -233,7 +258,7 @@ async def _click(
     return result
 
 
-async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
     """Click the first element matching ``selector`` (CSS) or showing ``text``; return the
     page as it is afterwards."""
     page_id = _string(arguments, "page_id")
@@ -245,7 +270,7 @@ async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> d
                           "of the element), not both.")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
     eng = _engine_for(context)
-    return await eng.run(_click, eng, context.session_id, page_id, selector, text, timeout_ms)
+    return await _run(eng, _click, context.session_id, page_id, selector, text, timeout_ms)
 
 
 async def _fill(
@@ -260,7 +285,7 @@ async def _fill(
     return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url}
 
 
-async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
     """Type ``value`` into the input, textarea or editable element matching ``selector``."""
     page_id = _string(arguments, "page_id")
     selector = _string(arguments, "selector")
@@ -269,19 +294,19 @@ async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> di
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "value must be a string")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
     eng = _engine_for(context)
-    return await eng.run(_fill, eng, context.session_id, page_id, selector, value, timeout_ms)
+    return await _run(eng, _fill, context.session_id, page_id, selector, value, timeout_ms)
 
 
 async def _screenshot(
     eng: BrowserEngine, session_id: str, page_id: str, full_page: bool
-) -> bytes:
+) -> dict[str, Any]:
     page = eng.get_page(session_id, page_id).page
     try:
         data: bytes = await page.screenshot(type="png", full_page=full_page, timeout=30_000)
     except Exception as exc:  # mapped to a structured error
         raise ToolFailure(ErrorCode.EXECUTION_ERROR,
                           f"the screenshot failed: {_first_line(exc)}") from None
-    return data
+    return {"png": data}
 
 
 def _png_size(data: bytes) -> tuple[int, int] | None:
@@ -291,24 +316,32 @@ def _png_size(data: bytes) -> tuple[int, int] | None:
     return int(width), int(height)
 
 
-async def browser_screenshot(
-    arguments: Mapping[str, Any], context: ToolContext
-) -> dict[str, Any]:
-    """Save a PNG screenshot of page ``page_id`` at ``path`` inside the working directory."""
+async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    """Save a PNG screenshot of page ``page_id`` at ``path`` inside the working directory.
+
+    The file is written atomically (a temporary file renamed over the target), only as a new or
+    regular file, never on a protected path (``context.protected_paths``) nor outside the
+    tool's allowed paths (``context.allowed_paths``); see :mod:`._files`.
+    """
     page_id = _string(arguments, "page_id")
     path = arguments.get("path", "screenshot.png")
-    check_relative_png(path)  # refuse before taking the picture
     full_page = arguments.get("full_page", False)
     if not isinstance(full_page, bool):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "full_page must be true or false")
+    rules, allowed = context.protected_paths, context.allowed_paths
+    # Refuse before taking the picture: a FIFO, a protected or a disallowed path answers at once.
+    await trio.to_thread.run_sync(check_target, context.workdir, path, rules, allowed)
     eng = _engine_for(context)
-    data = await eng.run(_screenshot, eng, context.session_id, page_id, full_page)
-    written = await trio.to_thread.run_sync(write_in_workdir, context.workdir, path, data)
+    shot, sandbox = await eng.run(_in_sandbox, eng, _screenshot, context.session_id, page_id,
+                                  full_page)
+    data: bytes = shot["png"]
+    written = await trio.to_thread.run_sync(write_in_workdir, context.workdir, path, data, rules,
+                                            allowed)
     size = _png_size(data)
     result: dict[str, Any] = {"page_id": page_id, "path": written, "bytes": len(data)}
     if size is not None:
         result["width"], result["height"] = size
-    return result
+    return ToolResult.ok(result, browser_sandbox=sandbox) if sandbox else ToolResult.ok(result)
 
 
 async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:
@@ -316,8 +349,8 @@ async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str,
     return {"page_id": page_id, "closed": closed, "open_pages": eng.open_pages(session_id)}
 
 
-async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
+async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
     """Close page ``page_id`` (closing a page that is not open is not an error)."""
     page_id = _string(arguments, "page_id")
     eng = _engine_for(context)
-    return await eng.run(_close, eng, context.session_id, page_id)
+    return await _run(eng, _close, context.session_id, page_id)
