@@ -109,6 +109,22 @@ async def test_screenshot_is_a_png_inside_the_workdir(site, allow_loopback, work
         png = (workdir / "shots" / "home.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and shot.data["bytes"] == len(png)
         assert shot.data["path"] == "shots/home.png" and shot.data["width"] == 1280
+        # The picture comes back too, as an image block in every provider's shape.
+        import base64
+
+        from tooldeck.adapters import result_messages
+        from tooldeck_hookspecs import ToolCall
+
+        image = shot.data["image"]
+        assert image["$content"] == "image" and image["mimeType"] == "image/png"
+        assert base64.b64decode(image["data"]) == png
+        call = ToolCall(name="browser_screenshot", arguments={}, id="c1")
+        (mcp,) = result_messages("mcp", [(call, shot)])
+        assert [b["type"] for b in mcp["content"]] == ["text", "image"]
+        assert mcp["content"][1]["data"] == image["data"]
+        assert image["data"] not in mcp["content"][0]["text"]  # the text names it, no bytes
+        (anthropic,) = result_messages("anthropic", [(call, shot)])
+        assert anthropic["content"][0]["content"][1]["source"]["media_type"] == "image/png"
         # Escapes are refused by the policy before the tool runs...
         escape = await session.call("browser_screenshot", {"page_id": page_id,
                                                            "path": "../outside.png"})

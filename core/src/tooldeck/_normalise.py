@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from tooldeck_hookspecs import shorten
+from tooldeck_hookspecs.content import Content
 
 __all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "json_size", "shorten", "too_deep"]
 
@@ -165,6 +166,11 @@ def _convert(value: Any, depth: int = 0) -> Any:
             return sorted(converted, key=lambda v: orjson.dumps(v))
     if isinstance(value, list | tuple):
         return [_convert(v, depth + 1) for v in value]
+    if isinstance(value, Content):  # an image, audio clip, resource: its tagged JSON form
+        try:
+            return value.to_json()
+        except Exception:
+            return _safe_str(value)
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump) and not isinstance(value, type):
         try:  # a pydantic model, as FastMCP and Pydantic AI return them: its JSON form

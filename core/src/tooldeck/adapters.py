@@ -23,7 +23,9 @@ from tooldeck_hookspecs import (
     ToolError,
     ToolResult,
 )
+from tooldeck_hookspecs.content import CONTENT_KEY
 
+from ._content import anthropic_block, gemini_part, mcp_block, openai_part, split_blocks
 from ._normalise import MAX_ARGUMENT_DEPTH, shorten, too_deep
 
 __all__ = [
@@ -316,6 +318,20 @@ def _text(result: ToolResult) -> str:
     return json.dumps(result_payload(result), ensure_ascii=False, default=str)
 
 
+def _dumps(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, default=str)
+
+
+def _split(result: ToolResult) -> tuple[dict[str, Any], list[Mapping[str, Any]], str]:
+    """The payload the model reads (content blocks as placeholders), the blocks, its text."""
+    payload = result_payload(result)
+    text = _dumps(payload)
+    if f'"{CONTENT_KEY}"' not in text:  # no block anywhere: no walk over the data
+        return payload, [], text
+    placeheld, blocks = split_blocks(payload)
+    return placeheld, blocks, (_dumps(placeheld) if blocks else text)
+
+
 def result_messages(
     format: str, results: Sequence[tuple[ToolCall, ToolResult]]
 ) -> list[dict[str, Any]]:
@@ -324,42 +340,75 @@ def result_messages(
     openai: one ``role: tool`` message per call; openai-responses: ``function_call_output``
     items; anthropic: one ``user`` message with a ``tool_result`` block per call; gemini: one
     ``user`` content with ``functionResponse`` parts; mcp: one ``CallToolResult`` per call.
+
+    Content blocks in a result (images, audio, resources: :mod:`tooldeck_hookspecs.content`)
+    go in each API's native shape: MCP content blocks; Anthropic ``image`` / ``document``
+    blocks inside the ``tool_result``; Responses ``input_image`` / ``input_file`` parts of the
+    output; Gemini ``inlineData`` parts; for Chat Completions, whose tool messages hold text
+    only, one ``user`` message after the tool messages carries the images as ``image_url``
+    parts. The JSON text keeps a placeholder (kind, type, size, block number) for each.
     """
     if format == "openai":
-        return [
-            {"role": "tool", "tool_call_id": call.id, "content": _text(result)}
-            for call, result in results
-        ]
-    if format == "openai-responses":
-        return [
-            {"type": "function_call_output", "call_id": call.id, "output": _text(result)}
-            for call, result in results
-        ]
-    if format == "anthropic":
-        blocks = []
+        messages: list[dict[str, Any]] = []
+        attached: list[dict[str, Any]] = []
         for call, result in results:
+            payload, blocks, text = _split(result)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+            if blocks:
+                attached.append(
+                    {"type": "text", "text": f"Content returned by tool call {call.id} "
+                     f"({call.name}), blocks 1-{len(blocks)}:"}
+                )
+                attached += [openai_part(b, n, responses=False) for n, b in enumerate(blocks, 1)]
+        if attached:
+            messages.append({"role": "user", "content": attached})
+        return messages
+    if format == "openai-responses":
+        items = []
+        for call, result in results:
+            payload, blocks, text = _split(result)
+            output: Any = text
+            if blocks:
+                output = [{"type": "input_text", "text": output}] + [
+                    openai_part(b, n, responses=True) for n, b in enumerate(blocks, 1)
+                ]
+            items.append({"type": "function_call_output", "call_id": call.id, "output": output})
+        return items
+    if format == "anthropic":
+        out_blocks = []
+        for call, result in results:
+            payload, blocks, text = _split(result)
+            content: Any = text
+            if blocks:
+                content = [{"type": "text", "text": content}] + [
+                    anthropic_block(b, n) for n, b in enumerate(blocks, 1)
+                ]
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": call.id,
-                "content": _text(result),
+                "content": content,
             }
             if not result.success:
                 block["is_error"] = True
-            blocks.append(block)
-        return [{"role": "user", "content": blocks}] if blocks else []
+            out_blocks.append(block)
+        return [{"role": "user", "content": out_blocks}] if out_blocks else []
     if format == "gemini":
-        parts = [
-            {"functionResponse": {"name": call.name, "response": result_payload(result)}}
-            for call, result in results
-        ]
+        parts: list[dict[str, Any]] = []
+        extra: list[dict[str, Any]] = []
+        for call, result in results:
+            payload, blocks, text = _split(result)
+            parts.append({"functionResponse": {"name": call.name, "response": payload}})
+            extra += [gemini_part(b, n) for n, b in enumerate(blocks, 1)]
+        parts += extra
         return [{"role": "user", "parts": parts}] if parts else []
     if format == "mcp":
         out = []
         for _call, result in results:
-            payload = result_payload(result)
+            payload, blocks, text = _split(result)
             out.append(
                 {
-                    "content": [{"type": "text", "text": json.dumps(payload, default=str)}],
+                    "content": [{"type": "text", "text": text}]
+                    + [mcp_block(b) for b in blocks],
                     "structuredContent": payload,
                     "isError": not result.success,
                 }

@@ -148,8 +148,8 @@ BROWSER_SCREENSHOT = ToolDefinition(
     category="browser",
     description=(
         "Save a PNG screenshot of an open browser page into the working directory (the "
-        "visible window, or the whole page with full_page). Returns the file's path, size "
-        "and pixel dimensions."
+        "visible window, or the whole page with full_page). Returns the file's path, size, "
+        "pixel dimensions and the picture itself as an image."
     ),
     parameters={
         "type": "object",

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure, ToolResult
+from tooldeck_hookspecs.content import Image
 
 from ._engine import BrowserEngine, engine
 from ._extract import page_snapshot
@@ -341,7 +342,21 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     result: dict[str, Any] = {"page_id": page_id, "path": written, "bytes": len(data)}
     if size is not None:
         result["width"], result["height"] = size
+    if len(data) <= IMAGE_MAX_BYTES:
+        # The picture itself, for clients that show it to the model (an MCP image block, an
+        # Anthropic image, an OpenAI image part: see tooldeck_hookspecs.content).
+        result["image"] = Image(data, "image/png")
+    else:
+        result["image_omitted"] = (
+            f"the PNG ({len(data)} bytes) is over the {IMAGE_MAX_BYTES}-byte limit for an "
+            "inline image; it is saved at path"
+        )
     return ToolResult.ok(result, browser_sandbox=sandbox) if sandbox else ToolResult.ok(result)
+
+
+#: Screenshots up to this size (raw PNG bytes) come back as an image block too; base64 of it
+#: must stay under the tool's output cap (execution.max_output_bytes, 1 MB by default).
+IMAGE_MAX_BYTES = 600_000
 
 
 async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:

@@ -1390,6 +1390,14 @@ def _redact_string(value: str) -> str:
 
 
 def _redact_mapping(value: Mapping[Any, Any]) -> Any:
+    if "$content" in value and value.get("$content") in ("image", "audio"):
+        # An image's or a clip's bytes (tooldeck_hookspecs.content): base64 of pixels, not
+        # text. Text rules on it would only corrupt the picture; the other fields are checked.
+        data = value.get("data")
+        if isinstance(data, str):
+            rest = _redact_mapping({k: v for k, v in value.items() if k != "data"})
+            return value if all(rest.get(k) is v for k, v in value.items() if k != "data") \
+                else {**rest, "data": data}
     out: dict[Any, Any] | None = None  # a copy, made at the first change only
     for key, item in value.items():
         kind = type(item)

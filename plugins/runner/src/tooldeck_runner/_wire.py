@@ -14,6 +14,7 @@ import attrs
 import cattrs
 
 from tooldeck_hookspecs import ToolCall, ToolResult
+from tooldeck_hookspecs.content import Content
 
 __all__ = [
     "HEADER",
@@ -80,8 +81,15 @@ class SandboxRequest:
 def dumps(value: Any) -> bytes:
     """Unstructure ``value`` and encode it as compact JSON (unknown leaf types via ``str``)."""
     return json.dumps(
-        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False, default=str
+        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False, default=_leaf
     ).encode("utf-8")
+
+
+def _leaf(value: Any) -> Any:
+    # Images, audio, resources a sandboxed tool returned travel in their tagged JSON form.
+    if isinstance(value, Content):
+        return value.to_json()
+    return str(value)
 
 
 def encode_frame(payload: bytes) -> bytes:
