@@ -30,7 +30,8 @@ class RunnerSettings:
     ``warm_workers`` is the number of pre-started workers kept per mount set (workdir, writable,
     network); ``max_warm_keys`` bounds the number of such sets. ``python_path`` adds directories
     to the workers' ``PYTHONPATH`` (mounted read-only in the sandbox) so that tools outside
-    site-packages can be imported by reference.
+    site-packages can be imported by reference. ``uid``/``gid``: what a root deck's sandboxed code
+    runs as on the host (id-mapped workdir; ``uid = "deck"`` keeps the deck's own uid).
     """
 
     concurrency: Mapping[str, int] = attrs.field(factory=lambda: dict(DEFAULT_CONCURRENCY))
@@ -55,6 +56,11 @@ class RunnerSettings:
     cgroups: bool = True
     #: The sandbox's seccomp filter (setuid bits, Unix sockets without network, io_uring).
     seccomp: bool = True
+    #: The host uid sandboxed code runs as when the deck is root (id-mapped workdir, see the
+    #: README); ``None`` (``uid = "deck"`` in TOML): the deck's own uid, as uid 0 inside.
+    uid: int | None = 65534
+    #: Its gid; ``None``: the same number as ``uid``.
+    gid: int | None = None
     retry_initial_s: float = 1.0
     retry_max_s: float = 8.0
     retry_jitter_s: float = 0.5
@@ -122,4 +128,19 @@ class RunnerSettings:
                 kw[name] = tuple(str(v) for v in value)
         if "python" in table:
             kw["python"] = str(table["python"])
+        for name in ("uid", "gid"):
+            if name not in table:
+                continue
+            value = table[name]
+            if name == "uid" and value == "deck":
+                kw["uid"] = None
+                continue
+            # 0 would make the sandbox the host's root again; ids past 2**32-2 do not exist.
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**32 - 1:
+                also = ' or "deck"' if name == "uid" else ""
+                raise ConfigError(
+                    f"[tool.tooldeck.runner].{name} must be an integer from 1 to 4294967294"
+                    f"{also}, not {value!r}"
+                )
+            kw[name] = value
         return cls(**kw)

@@ -28,6 +28,14 @@ few seconds, which used to kill sandboxes mid-call. Every sandbox is therefore s
 dedicated thread that lives as long as the process (:class:`_Spawner`): a sandbox lives until it
 finishes, times out or is cancelled, and still dies with the deck's process.
 
+Identity (see ``_idmap``). A root deck starts bubblewrap in a user namespace of its own whose
+only uid is ``runner.uid`` (65534), with the workdir and the read-only import paths bound from
+id-mapped clones: on the host the tool is that unprivileged uid, while the deck's files look like
+its own and what it writes lands as the deck's uid. The clones are staged in the spawner thread's
+private mount namespace (the same thread, for that reason too): the pool's import paths once,
+each worker's workdir at its spawn (detached when the worker is reaped). Where that cannot be
+done, the previous mapping (uid 0 inside as the deck's uid) is used and ``limits`` says why.
+
 After a writing call (the sandbox is dead by then, nothing races with these):
 
 - protected paths the call created (:func:`tooldeck_hookspecs.find_protected` before and after)
@@ -39,6 +47,7 @@ After a writing call (the sandbox is dead by then, nothing races with these):
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -71,7 +80,7 @@ from tooldeck_hookspecs import (
     protected_message,
 )
 
-from . import _cgroup
+from . import _cgroup, _idmap
 from ._config import RunnerSettings
 from ._outcomes import memory_result, signal_result
 from ._wire import (
@@ -102,9 +111,15 @@ ISOLATION_PROCESS = "process (degraded isolation)"
 ISOLATION_UNAVAILABLE = "none (bubblewrap is not installed)"
 
 #: What the tool runs as, on the host, per isolation (documented in the README).
+_UID_NONROOT = (
+    "uid {uid} / gid {gid} on the host, no supplementary group (a user namespace of the deck's, "
+    "uid_map '{uid} {uid} 1'); the workdir and import paths are id-mapped mounts: the deck's "
+    "files appear as the tool's own and what it writes lands as uid {deck_uid}; no capability, "
+    "no_new_privs, setuid/setgid bits refused"
+)
 _UID_BWRAP = (
-    "uid 0 inside a user namespace mapped to the deck's uid; no capability on the host "
-    "(all dropped), no_new_privs, setuid/setgid bits refused"
+    "uid 0 inside a user namespace mapped to the deck's uid {deck_uid}; no capability on the "
+    "host (all dropped), no_new_privs, setuid/setgid bits refused"
 )
 _UID_PROCESS = "the deck's own uid (degraded: no user namespace)"
 
@@ -203,6 +218,23 @@ class _Worker:
     protected: _Protected | None = None
     #: Read from the cgroup just before it is removed: (OOM kill seen, pids.max hit).
     events: tuple[bool, bool] = (False, False)
+    #: The id-mapped clone of the workdir this sandbox was made from (spawner's namespace).
+    staged: str | None = None
+    #: ``metadata["limits"]`` entries saying what the tool runs as on the host.
+    identity_limits: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define(eq=False)
+class _Ids:
+    """The pool's decision, made once, about the sandboxes' host uid (see ``_idmap``)."""
+
+    mapper: _idmap.IdMapper | None
+    #: Why not, when ``mapper`` is None.
+    reason: str = ""
+    #: Read-only host paths -> their staged (id-mapped) clones.
+    staged_ro: dict[str, str] = attrs.field(factory=dict)
+    #: Read-only paths whose file system refused an id map (staged as plain clones).
+    not_mapped: list[str] = attrs.field(factory=list)
 
 
 @attrs.define(eq=False)
@@ -250,7 +282,8 @@ class _Spawner:
                 done(value, None)
 
 
-async def _popen_on_spawner(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+async def _on_spawner(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on the spawner thread (its mount namespace: see ``_idmap``) and wait."""
     token = trio.lowlevel.current_trio_token()
     finished = trio.Event()
     box: list[Any] = []
@@ -259,34 +292,57 @@ async def _popen_on_spawner(command: list[str], **options: Any) -> subprocess.Po
         box.append((value, error))
         token.run_sync_soon(finished.set)
 
-    _Spawner.submit(functools.partial(subprocess.Popen, command, **options), done)
-    # Shielded: a process started while we were cancelled must still be handed back (and then
-    # killed by the caller), never leaked.
+    _Spawner.submit(fn, done)
+    # Shielded: a process started (or a tree staged) while we were cancelled must still be
+    # handed back (and then killed or unstaged by the caller), never leaked.
     with trio.CancelScope(shield=True):
         await finished.wait()
     value, error = box[0]
     if error is not None:
         raise error
-    return value  # type: ignore[no-any-return]
+    return value
 
 
-async def _open_process(command: list[str], *, cwd: str, env: dict[str, str]) -> trio.Process:
+def _on_spawner_later(fn: Callable[[], Any]) -> None:
+    """Run ``fn`` on the spawner thread without waiting (errors are logged)."""
+
+    def done(_value: Any, error: BaseException | None) -> None:
+        if error is not None:
+            logger.warning("tooldeck-runner: background sandbox clean-up failed: %s", error)
+
+    _Spawner.submit(fn, done)
+
+
+async def _open_process(
+    command: list[str],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    pass_fds: Sequence[int] = (),
+) -> trio.Process:
     """Like :func:`trio.lowlevel.open_process` with three pipes, forked by the spawner thread."""
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     ours = [stdin_w, stdout_r, stderr_r]
+    # No extra_groups=[] here (the sandbox must not carry root's group 0): it would turn the
+    # vfork() of the deck into a full fork(); the spawner thread dropped its groups instead.
+    extra: dict[str, Any] = {"pass_fds": tuple(pass_fds)}
     try:
-        popen = await _popen_on_spawner(
-            command,
-            stdin=stdin_r,
-            stdout=stdout_w,
-            stderr=stderr_w,
-            env=env,
-            cwd=cwd,
-            # Own session and process group: the degraded mode kills the group; both modes keep
-            # the tool away from the host's terminal.
-            start_new_session=True,
+        popen = await _on_spawner(
+            functools.partial(
+                subprocess.Popen,
+                command,
+                stdin=stdin_r,
+                stdout=stdout_w,
+                stderr=stderr_w,
+                env=env,
+                cwd=cwd,
+                # Own session and process group: the degraded mode kills the group; both modes
+                # keep the tool away from the host's terminal.
+                start_new_session=True,
+                **extra,
+            )
         )
     except BaseException:
         for fd in ours:
@@ -387,6 +443,9 @@ class SandboxPool:
     _live: set[_Worker] = attrs.field(factory=set)
     _refills: int = 0
     _refills_done: trio.Event | None = None
+    # The sandboxes' host uid: decided at the first bubblewrap spawn (see ``_idmap``).
+    _ids: _Ids | None = None
+    _ids_lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     def __attrs_post_init__(self) -> None:
         global _warned_degraded
@@ -550,6 +609,12 @@ class SandboxPool:
                     await self._refills_done.wait()
             for worker in list(self._live):
                 await self._kill(worker)
+            ids = self._ids
+            if ids is not None and ids.mapper is not None:
+                for staged in ids.staged_ro.values():
+                    _on_spawner_later(functools.partial(_idmap.unstage, staged))
+                # A spawn after this (a pool used again) stages its read-only paths anew.
+                self._ids = None
             for _ in range(500):
                 if self._sweep_leftover_cgroups():
                     break
@@ -602,7 +667,7 @@ class SandboxPool:
                 self.isolation == ISOLATION_BWRAP
             ) else "not enforced (degraded isolation)"
         applied["seccomp"] = "requested" if self.settings.seccomp else "off"
-        applied["uid"] = _UID_BWRAP if self.isolation == ISOLATION_BWRAP else _UID_PROCESS
+        applied.update(worker.identity_limits)
         return applied
 
     def _after_call(
@@ -823,8 +888,76 @@ class SandboxPool:
             env["PYTHONPATH"] = os.pathsep.join(self.settings.python_path)
         return env
 
+    def _read_only_paths(self) -> list[str]:
+        """Host paths mounted read-only in every sandbox besides the system directories."""
+        extra = [*(self._paths or ()), *self.settings.python_path]
+        extra += [*self.settings.extra_ro_binds, str(Path(_WORKER).parent)]
+        return [
+            p
+            for p in dict.fromkeys(str(Path(p).resolve()) for p in extra)
+            if os.path.exists(p) and not _under(p, _SYSTEM_DIRS)
+        ]
+
+    async def _prepare_ids(self) -> _Ids:
+        """Decide, once, what the sandboxes run as on the host (see ``_idmap``)."""
+        async with self._ids_lock:
+            if self._ids is not None:
+                return self._ids
+            uid, gid = self.settings.uid, self.settings.gid
+            if uid is None:
+                ids = _Ids(None, 'disabled by [tool.tooldeck.runner] uid = "deck"')
+            else:
+                try:
+                    mapper = await trio.to_thread.run_sync(
+                        _idmap.prepare, uid, uid if gid is None else gid
+                    )
+                    ids = await _on_spawner(
+                        functools.partial(_stage_read_only, mapper, self._read_only_paths())
+                    )
+                except OSError as exc:
+                    ids = _Ids(None, exc.strerror or str(exc))
+                if ids.mapper is None and os.geteuid() == 0:
+                    logger.warning(
+                        "tooldeck-runner: sandboxed code runs as the deck's uid %d, not as uid "
+                        "%d: %s",
+                        os.getuid(),
+                        uid,
+                        ids.reason,
+                    )
+            self._ids = ids
+            return ids
+
+    def _identity_limits(self, staged: str | None, why_not: str = "") -> dict[str, Any]:
+        """What the tool of a new worker runs as, for ``metadata["limits"]``."""
+        ids = self._ids
+        if self.isolation != ISOLATION_BWRAP:
+            return {"uid": _UID_PROCESS, "host_uid": os.getuid(), "host_gid": os.getgid()}
+        if staged is not None and ids is not None and ids.mapper is not None:
+            mapper = ids.mapper
+            found: dict[str, Any] = {
+                "uid": _UID_NONROOT.format(uid=mapper.uid, gid=mapper.gid, deck_uid=os.getuid()),
+                "host_uid": mapper.uid,
+                "host_gid": mapper.gid,
+            }
+            if ids.not_mapped:
+                found["uid_not_mapped"] = list(ids.not_mapped)
+            return found
+        found = {
+            "uid": _UID_BWRAP.format(deck_uid=os.getuid()),
+            "host_uid": os.getuid(),
+            "host_gid": os.getgid(),
+        }
+        reason = why_not or (ids.reason if ids is not None else "")
+        if reason:
+            found["uid_fallback"] = reason
+        return found
+
     def _command(
-        self, key: PoolKey, preload: Sequence[str], protected: _Protected | None
+        self,
+        key: PoolKey,
+        preload: Sequence[str],
+        protected: _Protected | None,
+        staged: str | None = None,
     ) -> list[str]:
         python = self.settings.python
         # --monitor in both modes: the worker forks the tool's process after reading the
@@ -837,12 +970,27 @@ class SandboxPool:
         if self.isolation == ISOLATION_PROCESS:
             return worker
         bwrap = shutil.which("bwrap") or "bwrap"
+        mapper = self._ids.mapper if self._ids is not None else None
+        staged_ro = self._ids.staged_ro if self._ids is not None else {}
+        if staged is not None and mapper is not None:
+            # The deck's user namespace instead of a new one (see _idmap): bubblewrap joins it
+            # and becomes the unprivileged uid before it sets anything up. --unshare-all would
+            # also ask for a new user namespace, so the others are named one by one.
+            namespaces = ["--userns", str(mapper.userns_fd)]
+            namespaces += ["--uid", str(mapper.uid), "--gid", str(mapper.gid)]
+            namespaces += ["--unshare-ipc", "--unshare-pid", "--unshare-uts"]
+            namespaces += ["--unshare-cgroup-try"]
+            if not key.network:
+                namespaces.append("--unshare-net")
+        else:
+            # Explicit, not "-try": the tool must never run in the host's user namespace,
+            # where uid 0 would keep root's capabilities over every file it can see.
+            namespaces = ["--unshare-all", "--unshare-user"]
+            if key.network:
+                namespaces.append("--share-net")
         cmd = [
             bwrap,
-            "--unshare-all",
-            # Explicit, not "-try": the tool must never run in the host's user namespace, where
-            # uid 0 would keep root's capabilities over every file it can see.
-            "--unshare-user",
+            *namespaces,
             "--die-with-parent",
             "--new-session",
             # The worker is PID 1: no bubblewrap init process holding the response pipe where
@@ -867,15 +1015,15 @@ class SandboxPool:
             "--tmpfs",
             "/tmp",
         ]
-        if key.network:
-            cmd.append("--share-net")
-        extra = [*(self._paths or ()), *self.settings.python_path]
-        extra += [*self.settings.extra_ro_binds, str(Path(_WORKER).parent)]
-        ro = [
-            p
-            for p in dict.fromkeys(str(Path(p).resolve()) for p in extra)
-            if os.path.exists(p) and not _under(p, _SYSTEM_DIRS)
-        ]
+
+        def source(path: str) -> str:
+            # Where bubblewrap takes a path from: the id-mapped clone of the workdir for what is
+            # inside it (this call's view of it), else the pool's clone of a read-only path.
+            if staged is not None and _under(path, (key.workdir,)):
+                return staged + path[len(key.workdir) :]
+            return staged_ro.get(path, path) if staged is not None else path
+
+        ro = self._read_only_paths()
         # Mount order decides which mount wins. Read-only paths that contain the workdir (a
         # python_path that *is* the project) go first, so that the workdir's own mount, writable
         # or not, stays what the tool declared; then the workdir; then read-only paths inside
@@ -883,8 +1031,8 @@ class SandboxPool:
         # the protected paths, read-only over everything.
         for path in ro:
             if _under(key.workdir, (path,)):
-                cmd += ["--ro-bind", path, path]
-        cmd += ["--bind" if key.writable else "--ro-bind", key.workdir, key.workdir]
+                cmd += ["--ro-bind", staged_ro.get(path, path) if staged else path, path]
+        cmd += ["--bind" if key.writable else "--ro-bind", source(key.workdir), key.workdir]
         for path in _SYSTEM_DIRS:
             if os.path.islink(path):
                 cmd += ["--symlink", os.readlink(path), path]
@@ -894,19 +1042,19 @@ class SandboxPool:
             cmd += ["--ro-bind-try", path, path]
         for path in ro:
             if not _under(key.workdir, (path,)):
-                cmd += ["--ro-bind", path, path]
+                cmd += ["--ro-bind", source(path), path]
         if protected is not None:
             for rel, (_, _, target) in sorted(protected.entries.items()):
                 path = os.path.join(key.workdir, rel)
                 if target is None:
-                    cmd += ["--ro-bind", path, path]
+                    cmd += ["--ro-bind", source(path), path]
                     continue
                 # A protected symlink is not bound (a bind would follow it; the link itself is
                 # restored after the call if changed). What it points to inside the workdir is
                 # what the host reads through it, so that is bound read-only instead.
                 real = os.path.realpath(path)
                 if _under(real, (key.workdir,)) and real != key.workdir and os.path.exists(real):
-                    cmd += ["--ro-bind", real, real]
+                    cmd += ["--ro-bind", source(real), real]
         cmd += ["--chdir", key.workdir, "--clearenv"]
         for name, value in self._environment().items():
             cmd += ["--setenv", name, value]
@@ -919,7 +1067,20 @@ class SandboxPool:
         protected = None
         if key.writable:
             protected = await trio.to_thread.run_sync(_Protected.scan, key.workdir, key.protected)
-        cmd = self._command(key, preload, protected)
+        staged = None
+        why_not = ""
+        ids = await self._prepare_ids() if self.isolation == ISOLATION_BWRAP else None
+        if ids is not None and ids.mapper is not None:
+            try:
+                staged = await _on_spawner(
+                    functools.partial(ids.mapper.stage, key.workdir, read_only=not key.writable)
+                )
+            except OSError as exc:
+                # EINVAL: the workdir's file system (or one mounted inside it) has no id-mapped
+                # mounts. This workdir's sandboxes keep the deck's uid, and say so.
+                why_not = f"no id-mapped mount of the workdir: {exc.strerror or exc}"
+        identity_limits = self._identity_limits(staged, why_not)
+        cmd = self._command(key, preload, protected, staged)
         group = None
         support = self._cgroups
         if support is not None and support.available:
@@ -929,11 +1090,19 @@ class SandboxPool:
                 logger.warning("tooldeck-runner: cannot create a cgroup for a sandbox: %s", exc)
             else:
                 cmd = _cgroup.join_command(group.procs_files(), cmd)
+        mapper = ids.mapper if ids is not None else None
         try:
-            process = await _open_process(cmd, cwd=key.workdir, env=self._environment())
+            process = await _open_process(
+                cmd,
+                cwd=key.workdir,
+                env=self._environment(),
+                pass_fds=(mapper.userns_fd,) if staged and mapper else (),
+            )
         except BaseException:
             if group is not None:
                 group.remove()
+            if staged is not None:
+                _on_spawner_later(functools.partial(_idmap.unstage, staged))
             raise
         self._spawned += 1
         worker = _Worker(
@@ -942,9 +1111,17 @@ class SandboxPool:
             cgroup=group,
             identity=(st.st_dev, st.st_ino),
             protected=protected,
+            staged=staged,
+            identity_limits=identity_limits,
         )
         self._live.add(worker)
         return worker
+
+    def _unstage(self, worker: _Worker) -> None:
+        """Detach the worker's staged workdir (bubblewrap holds its own copy, or is dead)."""
+        staged, worker.staged = worker.staged, None
+        if staged is not None:
+            _on_spawner_later(functools.partial(_idmap.unstage, staged))
 
     def _release_cgroup(self, worker: _Worker) -> None:
         """Note what the cgroup saw, then empty and remove it in the background.
@@ -1019,6 +1196,7 @@ class SandboxPool:
         await process.wait()
         self._live.discard(worker)
         self._release_cgroup(worker)
+        self._unstage(worker)
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
@@ -1169,6 +1347,28 @@ class SandboxPool:
             f"the tool's process exited with status {code} without answering",
             details={"exit_status": code, "output_tail": tail[-2000:]},
         )
+
+
+def _stage_read_only(mapper: _idmap.IdMapper, paths: Sequence[str]) -> _Ids:
+    """Stage id-mapped, read-only clones of ``paths`` (on the spawner thread)."""
+    ids = _Ids(mapper)
+    for path in paths:
+        try:
+            ids.staged_ro[path] = mapper.stage(path, read_only=True)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                # The staging area itself (or the kernel) refused: no id-mapped sandboxes.
+                for staged in ids.staged_ro.values():
+                    _idmap.unstage(staged)
+                raise
+            # This file system has no id-mapped mounts: a plain clone still gives the sandbox's
+            # uid a path it may walk to (its files keep their "other" permissions).
+            try:
+                ids.staged_ro[path] = mapper.stage(path, read_only=True, idmap=False)
+            except OSError:
+                pass
+            ids.not_mapped.append(path)
+    return ids
 
 
 def _rule_of(rel: str, rules: Sequence[str]) -> str:

@@ -10,12 +10,17 @@ What it refuses (``EPERM`` unless said otherwise):
 - a set-user-ID or set-group-ID bit in a file mode: ``chmod``, ``fchmod``, ``fchmodat``,
   ``fchmodat2`` with ``S_ISUID``/``S_ISGID`` in the mode; ``open``/``openat``/``creat`` creating a
   file (``O_CREAT`` or ``O_TMPFILE``) with such a mode; ``mkdir``/``mkdirat``/``mknod``/``mknodat``
-  with such a mode. The sandbox's uid 0 is the host's uid 0 on files (see the README): a setuid
-  file it left in the workdir would be a root-owned setuid program on the host.
+  with such a mode. What the sandbox writes in the workdir lands on disk as the deck's uid (root,
+  often; through an id-mapped mount or as uid 0 inside, see the README): a setuid file it left
+  there would be a root-owned setuid program on the host.
 - ``openat2`` (``ENOSYS``): its mode sits in a struct a filter cannot read; libc and Python fall
   back to ``openat``.
 - ``io_uring_setup`` (``ENOSYS``): io_uring's own open/socket/connect operations would bypass
   this filter entirely.
+- ``add_key``, ``request_key``, ``keyctl``: kernel keyrings are not isolated by the sandbox's
+  namespaces. The deck's session keyring is inherited (a tool could read the deck's keys), and
+  sandboxes sharing the deck's user namespace and uid (see ``_idmap``) would share a user
+  keyring, a channel between sessions. Refused as container runtimes' default profiles do.
 - without network: ``socket(AF_UNIX, ...)`` and ``socketpair(AF_UNIX, <not SOCK_STREAM>)``
   (``EACCES``). The network namespace already isolates IP and abstract Unix sockets; a Unix
   socket *file* in a mounted folder is reachable through the file system, so creating Unix
@@ -84,6 +89,7 @@ _ARCHES = {
         ],
         "openat2": 437,
         "io_uring_setup": 425,
+        "keys": (248, 249, 250),  # add_key, request_key, keyctl
         "socket": 41,
         "socketpair": 53,
     },
@@ -101,6 +107,7 @@ _ARCHES = {
         ],
         "openat2": 437,
         "io_uring_setup": 425,
+        "keys": (217, 218, 219),  # add_key, request_key, keyctl
         "socket": 198,
         "socketpair": 199,
     },
@@ -152,6 +159,8 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
         p.op(_JGE_K, int(table["x32"]), "enosys", 0)  # type: ignore[call-overload]
     p.op(_JEQ_K, int(table["openat2"]), "enosys", 0)  # type: ignore[call-overload]
     p.op(_JEQ_K, int(table["io_uring_setup"]), "enosys", 0)  # type: ignore[call-overload]
+    for nr in table["keys"]:  # type: ignore[attr-defined]
+        p.op(_JEQ_K, nr, "eperm", 0)
     rules = list(table["mode"])  # type: ignore[call-overload]
     for index, (nr, _, _) in enumerate(rules):
         p.op(_JEQ_K, nr, f"mode{index}", 0)
