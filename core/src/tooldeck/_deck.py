@@ -8,12 +8,14 @@ caller except trio's own cancellation of the caller's scope.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import hashlib
 import itertools
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -707,6 +709,53 @@ class Deck:
         return sorted(scores, key=lambda c: (-scores[c], c))[:n]
 
 
+# The progress listener of the call being run (Session.call(on_progress=...)), read where the
+# tool's context is made: a context variable, so that no internal signature carries it.
+_PROGRESS: contextvars.ContextVar[Callable[[Mapping[str, Any]], None] | None] = (
+    contextvars.ContextVar("tooldeck_progress", default=None)
+)
+#: A progress message longer than this is shortened (a tool printing a huge line).
+_PROGRESS_MESSAGE_MAX = 1000
+
+
+def _emitter(
+    listener: Callable[[Mapping[str, Any]], None], call_id: str
+) -> Callable[[Mapping[str, Any]], None]:
+    """``ToolContext.emit`` for one call: normalises each event and hands it to ``listener``
+    on the deck's trio thread, from whatever thread the tool runs in."""
+    token = trio.lowlevel.current_trio_token()
+    loop_thread = threading.get_ident()
+
+    def deliver(event: Mapping[str, Any]) -> None:
+        try:
+            listener(event)
+        except Exception:
+            log.exception("progress listener of call %s raised", call_id)
+
+    def emit(event: Mapping[str, Any]) -> None:
+        if not isinstance(event, Mapping):
+            event = {"message": str(event)}
+        clean: dict[str, Any] = {}
+        for key in ("progress", "total"):
+            value = event.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if value == value and abs(value) != float("inf"):
+                    clean[key] = value
+        message = event.get("message")
+        if message is not None:
+            clean["message"] = shorten(str(message), _PROGRESS_MESSAGE_MAX)
+        clean["call_id"] = call_id
+        if threading.get_ident() == loop_thread:
+            deliver(clean)
+        else:
+            try:
+                token.run_sync_soon(deliver, clean)
+            except trio.RunFinishedError:
+                pass  # the deck is gone: nobody is listening any more
+
+    return emit
+
+
 @attrs.frozen
 class _Withheld:
     """A result processor gave up (deadline, cancellation): ``result`` replaces the tool's."""
@@ -928,8 +977,14 @@ class Session:
         *,
         approval_id: str | None = None,
         call_id: str | None = None,
+        on_progress: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> ToolResult:
-        """Run one tool call through the whole pipeline; always returns a ToolResult."""
+        """Run one tool call through the whole pipeline; always returns a ToolResult.
+
+        :param on_progress: receives what the tool reports through ``ToolContext.emit``
+            (``{"progress": n, "total": t, "message": ...}``), always on the deck's trio
+            thread, in order; it must not block. A callback that raises is logged and skipped.
+        """
         if isinstance(name, ToolCall):
             call = name
         else:
@@ -955,7 +1010,14 @@ class Session:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
             await trio.lowlevel.checkpoint()
-        result = await self._run(call, approval_id, generation)
+        if on_progress is None:
+            result = await self._run(call, approval_id, generation)
+        else:
+            token = _PROGRESS.set(on_progress)
+            try:
+                result = await self._run(call, approval_id, generation)
+            finally:
+                _PROGRESS.reset(token)
         if "cached" in result.metadata:
             result = result.with_metadata(
                 duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=call.name
@@ -1599,6 +1661,7 @@ class Session:
             settings=parts[2],
             protected_paths=self.deck.protected_paths,
             logger=parts[3],
+            **({"emit": _emitter(listener, call.id)} if (listener := _PROGRESS.get()) else {}),
         )
 
     async def _execute_scoped(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
