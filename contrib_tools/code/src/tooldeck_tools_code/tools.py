@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tooldeck_tools_process import Completed, describe, run_process
+from tooldeck_tools_process import Completed, LineProgress, describe, run_process
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -323,6 +323,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 stderr_caps=(STDERR_CAP_BYTES // 4, STDERR_CAP_BYTES - STDERR_CAP_BYTES // 4),
                 discard_limit=DISCARD_LIMIT_BYTES,
                 preexec_fn=preexec,
+                # Long runs report their latest output line about once a second.
+                on_output=LineProgress(context.emit),
             )
         except OSError as exc:
             raise ToolFailure(

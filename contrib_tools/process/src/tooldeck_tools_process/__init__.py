@@ -6,6 +6,14 @@ A library, not a plugin: ``tooldeck-tools-shell`` and ``tooldeck-tools-code`` de
 
 from __future__ import annotations
 
-from ._run import LINGER_S, Capture, Completed, decode_output, describe, run_process
+from ._run import LINGER_S, Capture, Completed, LineProgress, decode_output, describe, run_process
 
-__all__ = ["Capture", "Completed", "LINGER_S", "decode_output", "describe", "run_process"]
+__all__ = [
+    "Capture",
+    "Completed",
+    "LINGER_S",
+    "LineProgress",
+    "decode_output",
+    "describe",
+    "run_process",
+]

@@ -33,7 +33,9 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Capture", "Completed", "decode_output", "describe", "run_process", "LINGER_S"]
+__all__ = [
+    "Capture", "Completed", "LineProgress", "decode_output", "describe", "run_process", "LINGER_S"
+]
 
 #: How long pipes may stay open after the child exited (its group's leftovers), in seconds.
 LINGER_S = 0.5
@@ -127,12 +129,15 @@ def run_process(
     stderr_caps: tuple[int, int],
     discard_limit: int,
     preexec_fn: Callable[[], None] | None = None,
+    on_output: Callable[[str, bytes], None] | None = None,
 ) -> Completed:
     """Run ``argv`` (no shell) and collect what it did; see the module docstring.
 
     ``*_caps`` are ``(head_bytes, tail_bytes)`` kept per stream. Raises :class:`OSError` when the
     program cannot be started (not found, not executable) and :class:`ValueError` for arguments
     the OS cannot take (NUL bytes); everything after the start is reported in the result.
+    ``on_output(stream, chunk)`` sees each chunk read (``"stdout"`` / ``"stderr"``) as it
+    arrives, for progress; what it raises is ignored.
     """
     started = time.monotonic()
     proc = subprocess.Popen(  # an argv list, no shell: that is the point
@@ -209,6 +214,11 @@ def run_process(
                         selector.unregister(fd)
                         continue
                     streams[fd].add(chunk)
+                    if on_output is not None:
+                        try:
+                            on_output("stdout" if streams[fd] is out else "stderr", chunk)
+                        except Exception:
+                            pass  # progress is best effort
             if out.discarded + err.discarded > discard_limit:
                 overflow = True
                 break
@@ -331,3 +341,35 @@ def describe(completed: Completed, encoding: str = "text") -> dict[str, Any]:
     if completed.signal:
         result["signal"] = completed.signal
     return result
+
+
+class LineProgress:
+    """``on_output`` for :func:`run_process` reporting a long run's output lines as progress.
+
+    Calls ``emit({"progress": lines, "message": last_line})`` at most every ``interval_s``
+    (and never in the first ``interval_s``: quick commands report nothing), so a chatty
+    command costs a few events a second, not one per line.
+    """
+
+    def __init__(self, emit: Callable[[Mapping[str, object]], None],
+                 interval_s: float = 1.0) -> None:
+        self._emit = emit
+        self._interval = interval_s
+        self._next = time.monotonic() + interval_s
+        self._lines = 0
+        self._partial = b""
+        self._last = b""
+
+    def __call__(self, stream: str, chunk: bytes) -> None:
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()[-4096:]
+        complete = [line for line in lines if line.strip()]
+        self._lines += len(lines)
+        if complete:
+            self._last = complete[-1][-500:]
+        now = time.monotonic()
+        if now >= self._next and self._last:
+            self._next = now + self._interval
+            text = self._last.decode("utf-8", "replace").strip()
+            self._emit({"progress": self._lines, "message": f"[{stream}] {text}"})

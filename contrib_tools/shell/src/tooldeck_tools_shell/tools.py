@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_tools_process import Completed, describe, run_process
+from tooldeck_tools_process import Completed, LineProgress, describe, run_process
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -331,6 +331,8 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             stdout_caps=_caps(STDOUT_CAP_BYTES, encoding),
             stderr_caps=_caps(STDERR_CAP_BYTES, "text"),
             discard_limit=DISCARD_LIMIT_BYTES,
+            # Long runs report their latest output line about once a second (MCP progress).
+            on_output=LineProgress(context.emit),
         )
     except (OSError, ValueError, UnicodeError) as exc:
         raise _start_failure(exc, argv) from None

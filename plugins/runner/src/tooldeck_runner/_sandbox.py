@@ -61,7 +61,7 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,7 @@ from ._wire import (
     WireContext,
     dumps,
     encode_frame,
+    parse_progress,
     structure_result,
 )
 
@@ -562,7 +563,9 @@ class SandboxPool:
         )
         started = time.time()
         try:
-            result = await self._exchange(worker, encode_frame(dumps(request)), limits)
+            result = await self._exchange(
+                worker, encode_frame(dumps(request)), limits, progress=context.emit
+            )
         except BaseException:
             # Timed out or cancelled: the sandbox is dead, but what it wrote is not. Protected
             # paths it created and setuid bits it set are cleaned up all the same.
@@ -1201,7 +1204,13 @@ class SandboxPool:
             if stream is not None:
                 await stream.aclose()
 
-    async def _exchange(self, worker: _Worker, request: bytes, limits: Limits) -> ToolResult:
+    async def _exchange(
+        self,
+        worker: _Worker,
+        request: bytes,
+        limits: Limits,
+        progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> ToolResult:
         process = worker.process
         stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
         assert stdin is not None and stdout is not None and stderr is not None
@@ -1249,15 +1258,29 @@ class SandboxPool:
                 buffer = bytearray()
                 async for chunk in stdout:
                     buffer += chunk
+                    # Progress frames (the tool's emit) come first, each handed on as it
+                    # arrives; the first other frame is the result.
+                    while len(buffer) >= HEADER.size:
+                        (length,) = HEADER.unpack_from(buffer)
+                        if len(buffer) < HEADER.size + length:
+                            break
+                        payload = bytes(buffer[HEADER.size : HEADER.size + length])
+                        event = parse_progress(payload)
+                        if event is None:
+                            got.frame = payload
+                            break
+                        del buffer[: HEADER.size + length]
+                        if progress is not None:
+                            try:
+                                progress(event)
+                            except Exception:
+                                logger.debug("progress listener raised", exc_info=True)
+                    if got.frame is not None:
+                        break
                     if len(buffer) > frame_cap:
                         got.truncated = True
                         await self._kill_quick(worker)
                         break
-                    if len(buffer) >= HEADER.size:
-                        (length,) = HEADER.unpack_from(buffer)
-                        if len(buffer) >= HEADER.size + length:
-                            got.frame = bytes(buffer[HEADER.size : HEADER.size + length])
-                            break
                 if got.frame is not None and self.isolation == ISOLATION_BWRAP:
                     # The answer is the worker's last act: end the sandbox now rather than wait
                     # for the namespace to wind down by itself.

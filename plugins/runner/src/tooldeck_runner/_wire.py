@@ -25,12 +25,21 @@ __all__ = [
     "encode_frame",
     "read_frame",
     "dumps",
+    "PROGRESS_PREFIX",
+    "progress_payload",
+    "parse_progress",
 ]
 
 #: A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
 HEADER = struct.Struct(">I")
 
 converter = cattrs.Converter()
+
+#: A progress frame's payload starts with these bytes (a tool's ``ToolContext.emit`` inside the
+#: sandbox); any other frame is the call's one result, and ends the exchange.
+PROGRESS_PREFIX = b'{"$progress":'
+#: Progress frames are small: a longer one is not progress (and not delivered).
+PROGRESS_MAX_BYTES = 8192
 
 
 @attrs.frozen(kw_only=True)
@@ -128,3 +137,33 @@ def structure_result(data: bytes) -> ToolResult:
 def structure_request(data: bytes) -> SandboxRequest:
     """Decode a request frame."""
     return converter.structure(json.loads(data), SandboxRequest)
+
+
+def progress_payload(event: Any) -> bytes:
+    """The payload of a progress frame for ``event`` (a mapping; its message shortened)."""
+    if not isinstance(event, dict):
+        try:
+            event = dict(event)
+        except (TypeError, ValueError):
+            event = {"message": str(event)}
+    clean: dict[str, Any] = {}
+    for key in ("progress", "total"):
+        value = event.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            clean[key] = value
+    if event.get("message") is not None:
+        clean["message"] = str(event["message"])[:2000]
+    return b'{"$progress":' + json.dumps(clean, ensure_ascii=False, default=str).encode(
+        "utf-8", "surrogatepass"
+    )[: PROGRESS_MAX_BYTES - 64] + b"}"
+
+
+def parse_progress(payload: bytes) -> dict[str, Any] | None:
+    """The event of a progress frame; None when ``payload`` is not a well-formed one."""
+    if len(payload) > PROGRESS_MAX_BYTES or not payload.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        event = json.loads(payload)["$progress"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return event if isinstance(event, dict) else None

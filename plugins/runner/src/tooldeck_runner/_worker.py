@@ -154,7 +154,27 @@ def _become_subreaper() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _call(wire: Any, outcomes: Any, request: Any) -> Any:
+def _emitter(wire: Any, response_fd: int) -> Any:
+    """``ToolContext.emit`` inside the sandbox: progress frames on the response channel, ahead
+    of the result (the host hands them to the caller while the tool runs)."""
+    import threading
+
+    lock = threading.Lock()
+
+    def emit(event: Any) -> None:
+        try:
+            frame = wire.encode_frame(wire.progress_payload(event))
+            with lock:
+                view = memoryview(frame)
+                while view:
+                    view = view[os.write(response_fd, view):]
+        except Exception:  # progress is best effort; the answer is what counts
+            pass
+
+    return emit
+
+
+def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None) -> Any:
     from tooldeck_hookspecs import ToolContext, ToolDefinition, call_tool_function
 
     fn = _resolve(request.entrypoint)
@@ -180,6 +200,7 @@ def _call(wire: Any, outcomes: Any, request: Any) -> Any:
         attributes=ctx.attributes,
         settings=ctx.settings,
         logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
+        **({"emit": _emitter(wire, response_fd)} if response_fd is not None else {}),
     )
     value = call_tool_function(tool, request.call.arguments, context)
     if hasattr(value, "__await__"):
@@ -274,7 +295,7 @@ def main() -> None:
         _apply_limits(limits)
         if limits.seccomp:
             seccomp = seccomp_module.install(network=limits.network)
-        result = _call(wire, outcomes, request)
+        result = _call(wire, outcomes, request, response_fd)
         # What the host cannot see from outside travels with the answer.
         result = result.with_metadata(sandbox_seccomp=seccomp)
         payload = wire.dumps(result)
