@@ -15,14 +15,15 @@ import os
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
 from ._normalize import normalize
 from ._providers import PROVIDERS, Provider, choose_provider
+
+if TYPE_CHECKING:  # httpx is imported on the first search, not with the pack
+    import httpx
 
 __all__ = [
     "retry_after_seconds",
@@ -145,6 +146,8 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 async def _fetch(provider: Provider, query: str, count: int) -> tuple[httpx.Response, bytes]:
+    import httpx  # here, not at import: loading the pack (tooldeck call, tools) stays cheap
+
     request = provider.request(query, count)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=min(10.0, REQUEST_TIMEOUT_S))
     try:
