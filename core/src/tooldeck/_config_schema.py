@@ -76,6 +76,8 @@ CORE_SCHEMAS: dict[str, dict[str, Any]] = {
             "fallback_recall": _POSITIVE_INT,
             "sticky_turns": {"type": "integer", "minimum": 0},
             "pinned": _STRINGS,
+            # Schema-token budget of a hand (estimated tokens of the dealt tools' schemas).
+            "max_tokens": _POSITIVE_INT,
         },
         "additionalProperties": False,
     },

@@ -136,6 +136,8 @@ async def _tour(out: _Printer, workdir: Path) -> None:
                 "read the config file in my project and list the folder",
                 "what is the exchange rate from euros to dollars?",
                 "book a table for four at an italian restaurant tomorrow evening",
+                # three intents in one sentence: each gets its own tool near the top
+                "check the weather in Paris, convert 50 euros to dollars and email it to Ann",
             ]
             from .adapters import export_tools
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 import time
@@ -23,17 +22,17 @@ import trio
 
 from tooldeck_hookspecs import ToolDefinition
 
+from ._catalog import normalise_name
+
 __all__ = [
     "load_dataset",
     "snake_case",
     "retrieval_metrics",
     "eval_retrieval",
+    "eval_with_history",
     "bench_selection",
     "run_eval_cli",
 ]
-
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_NOT_NAME = re.compile(r"[^a-z0-9]+")
 
 #: Entry points the evaluation deck loads when they are installed: the retriever, the rule
 #: filters (the normal selection path) and the stages a deck cannot start without.
@@ -41,35 +40,39 @@ EVAL_ENTRY_POINTS = ("schema", "runner", "faiss", "policy")
 
 
 def snake_case(name: str) -> str:
-    """``getHTTPStatus`` -> ``get_http_status``; anything else becomes a valid tool name."""
-    words = _NOT_NAME.sub("_", _CAMEL.sub("_", name).lower()).strip("_")
-    if not words:
-        words = "tool"
-    if not words[0].isalpha():
-        words = "t_" + words
-    return words
+    """``getHTTPStatus`` -> ``get_http_status``; anything else becomes a valid tool name.
+
+    The same conversion lenient registration applies (:func:`tooldeck._catalog.normalise_name`).
+    """
+    return normalise_name(name)
 
 
-def load_dataset(path: str | Path) -> tuple[list[ToolDefinition], list[dict[str, Any]]]:
+def load_dataset(
+    path: str | Path, *, keep_names: bool = False
+) -> tuple[list[ToolDefinition], list[dict[str, Any]]]:
     """Tools and queries of a retrieval dataset (``{"tools": [...], "queries": [...]}``).
 
-    Tool names are converted to snake_case (made unique with a numeric suffix when two collide);
-    each query's ``relevant`` is rewritten to the new names and the original list is kept under
-    ``relevant_original``. Categories and parameters are taken as given; tools have no
-    executable.
+    By default tool names are converted to snake_case (made unique with a numeric suffix when
+    two collide); each query's ``relevant`` is rewritten to the new names and the original list
+    is kept under ``relevant_original``. With ``keep_names`` the tools keep the dataset's names
+    and descriptions exactly (for lenient registration, which renames and reports what it
+    must) and ``relevant`` is left as it is. Categories and parameters are taken as given
+    (a missing category is ``general``); tools have no executable.
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     tools: list[ToolDefinition] = []
     mapping: dict[str, str] = {}
     taken: set[str] = set()
     for raw in data.get("tools", []):
-        original = str(raw["name"])
-        name = base = snake_case(original)
-        suffix = 2
-        while name in taken:
-            name = f"{base}_{suffix}"
-            suffix += 1
-        taken.add(name)
+        original = str(raw.get("name", ""))
+        name = original
+        if not keep_names:
+            name = base = snake_case(original)
+            suffix = 2
+            while name in taken:
+                name = f"{base}_{suffix}"
+                suffix += 1
+            taken.add(name)
         mapping[original] = name
         parameters = raw.get("parameters") or {"type": "object", "properties": {}}
         tools.append(
@@ -90,7 +93,9 @@ def load_dataset(path: str | Path) -> tuple[list[ToolDefinition], list[dict[str,
                 "id": raw.get("id", str(i)),
                 "split": raw.get("split", "all"),
                 "relevant_original": relevant,
-                "relevant": [mapping.get(r, snake_case(r)) for r in relevant],
+                "relevant": relevant
+                if keep_names
+                else [mapping.get(r, snake_case(r)) for r in relevant],
             }
         )
     return tools, queries
@@ -177,8 +182,13 @@ async def eval_retrieval(
     return figures
 
 
-def _dataset_deck(tools: Sequence[ToolDefinition], config: Mapping[str, Any] | None) -> Any:
-    """An isolated deck holding the dataset's tools and the installed selection plugins."""
+def _dataset_deck(
+    tools: Sequence[ToolDefinition], config: Mapping[str, Any] | None, *, lenient: bool = False
+) -> Any:
+    """An isolated deck holding the dataset's tools and the installed selection plugins.
+
+    ``lenient`` registers them as real catalogs need (see ``Deck.add_tools(lenient=True)``).
+    """
     from importlib.metadata import entry_points
 
     from .testing import inline_plugin, make_deck
@@ -188,28 +198,56 @@ def _dataset_deck(tools: Sequence[ToolDefinition], config: Mapping[str, Any] | N
 
     def tooldeck_register_tools(register: Any) -> None:
         for tool in tools:
-            register(tool)
+            if lenient:
+                register(tool, lenient=True)
+            else:
+                register(tool)
 
     pack = inline_plugin(tooldeck_register_tools, name="eval-dataset")
     return make_deck(pack, load_entry_points=wanted, config=dict(config or {}))
 
 
 async def _eval_file(
-    path: str, *, limit: int, n_queries: int | None, config: Mapping[str, Any] | None
+    path: str,
+    *,
+    limit: int,
+    n_queries: int | None,
+    config: Mapping[str, Any] | None,
+    history: float = 0.0,
 ) -> dict[str, Any]:
-    tools, queries = load_dataset(path)
-    deck = _dataset_deck(tools, config)
+    # The dataset as it is: lenient registration renames, derives and reports what strict
+    # registration would refuse, and the gold names follow the renames through the aliases.
+    tools, queries = load_dataset(path, keep_names=True)
+    deck = _dataset_deck(tools, _isolated_history(config), lenient=True)
     async with deck:
-        figures = await eval_retrieval(deck, queries, limit=limit, n_queries=n_queries)
-    figures["tools"] = len(tools)
+        catalog = deck.catalog
+        for query in queries:
+            query["relevant"] = [
+                found.name if (found := catalog.resolve(r)) is not None else normalise_name(r)
+                for r in query["relevant"]
+            ]
+        if history > 0:
+            figures = await eval_with_history(
+                deck, queries[: n_queries or None], history, limit=limit
+            )
+        else:
+            figures = await eval_retrieval(deck, queries, limit=limit, n_queries=n_queries)
+        kinds: dict[str, int] = {}
+        for change in deck.registration_warnings:
+            kinds[change.kind] = kinds.get(change.kind, 0) + 1
+    figures["tools"] = len(catalog)
+    figures["registration_warnings"] = dict(sorted(kinds.items()))
     return figures
 
 
 def run_eval_cli(args: argparse.Namespace) -> int:
     """``tooldeck eval retrieval DATASET.json [--limit N] [--queries N] [--json]``."""
     config = getattr(args, "config", None)
+    history = float(getattr(args, "history", None) or 0.0)
     figures = trio.run(
-        lambda: _eval_file(args.dataset, limit=args.limit, n_queries=args.queries, config=config)
+        lambda: _eval_file(
+            args.dataset, limit=args.limit, n_queries=args.queries, config=config, history=history
+        )
     )
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
@@ -230,7 +268,74 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         f"selection p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms; "
         f"index build {figures['build_s']} s for {figures['tools']} tools"
     )
+    if figures["registration_warnings"]:
+        changes = ", ".join(f"{n} {k}" for k, n in figures["registration_warnings"].items())
+        console.print(f"admitted leniently: {changes}")
     return 0
+
+
+def _isolated_history(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The evaluation deck's configuration with the retriever's use history in memory only:
+    an evaluation neither reads the deployment's history (it would bias the figures) nor
+    writes the replayed queries into it."""
+    from importlib.metadata import entry_points
+
+    settings = dict(config or {})
+    if "faiss" in {ep.name for ep in entry_points(group="tooldeck")}:
+        table = settings.get("faiss")
+        settings["faiss"] = {**(table if isinstance(table, Mapping) else {}), "history_file": None}
+    return settings
+
+
+async def eval_with_history(
+    deck: Any,
+    queries: Sequence[Mapping[str, Any]],
+    fraction: float,
+    *,
+    limit: int = 15,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Replay ``fraction`` of the queries as use history, then evaluate on the rest.
+
+    The queries are shuffled with ``seed``; the first ``fraction`` of them are recorded as if a
+    model had called each of their gold tools (``retriever.record_use``), and the figures are
+    those of the remaining queries. ``without_history`` holds the same remaining queries'
+    figures measured before anything was recorded, so the gain is read on one query set.
+    """
+    import random
+
+    fraction = min(max(float(fraction), 0.0), 0.95)
+    order = list(range(len(queries)))
+    random.Random(seed).shuffle(order)
+    cut = round(fraction * len(order))
+    replayed = [queries[i] for i in order[:cut]]
+    rest = [queries[i] for i in sorted(order[cut:])]
+    await deck.ensure_index()
+    retriever = deck.retriever
+    recorder = getattr(retriever, "record_use", None)
+    before = await eval_retrieval(deck, rest, limit=limit)
+    if recorder is None:
+        before["history"] = {"fraction": fraction, "recorded": 0, "supported": False}
+        return before
+    # The replayed queries must have been searched: the deck records a call against the
+    # hand it dealt, and the retriever takes the task's vector from that search.
+    session = deck.session()
+    recorded = 0
+    for query in replayed:
+        await session.select(str(query["query"]), limit=limit)
+        for tool in query["relevant"]:
+            recorder(str(query["query"]), str(tool))
+            recorded += 1
+    after = await eval_retrieval(deck, rest, limit=limit)
+    after["without_history"] = {k: v for k, v in before.items() if k != "splits"}
+    after["without_history"]["splits"] = before["splits"]
+    after["history"] = {
+        "fraction": fraction,
+        "replayed_queries": len(replayed),
+        "recorded": recorded,
+        "seed": seed,
+    }
+    return after
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -311,4 +416,17 @@ async def bench_selection(
                 await retriever.search(query, 20)
                 latencies.append((time.perf_counter() - t0) * 1000.0)
         figures[f"select_p50_ms_{label}"] = round(statistics.median(latencies), 2)
+        # The same selections when the query's vectors come from the retriever's query cache
+        # (a repeated or widened query, a task seen before): fusion and search only.
+        prepared = []
+        for query in _BENCH_QUERIES:
+            segments = retriever._query_segments(query)
+            prepared.append((segments, retriever._embed_query(segments)))
+        cached = []
+        for _ in range(rounds):
+            for segments, qvecs in prepared:
+                t0 = time.perf_counter()
+                await trio.to_thread.run_sync(retriever._rank, segments, qvecs, 20)
+                cached.append((time.perf_counter() - t0) * 1000.0)
+        figures[f"select_cached_p50_ms_{label}"] = round(statistics.median(cached), 2)
     return figures

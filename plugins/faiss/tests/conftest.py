@@ -7,6 +7,8 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# A developer's own selection history must not steer these tests' rankings.
+os.environ["TOOLDECK_HISTORY_FILE"] = "off"
 
 from tooldeck_hookspecs import ToolDefinition
 

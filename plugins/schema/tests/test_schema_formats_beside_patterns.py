@@ -7,7 +7,6 @@ Swapping the schema's patterns for RE2 once swapped fastjsonschema's own format 
 from __future__ import annotations
 
 import pytest
-
 from tooldeck_schema._compile import compile_schema, schema_patterns
 
 SCHEMA = {

@@ -75,20 +75,69 @@ def _param_items(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
+def _param_values(parameters: Mapping[str, Any]) -> list[str]:
+    """Enum members and examples of the parameters: words a request often repeats ("COOL",
+    "celsius") that the descriptions leave out."""
+    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(props, Mapping):
+        return []
+    values: list[str] = []
+    for spec in props.values():
+        if not isinstance(spec, Mapping):
+            continue
+        for key in ("enum", "examples"):
+            items = spec.get(key)
+            if isinstance(items, list):
+                values.extend(str(v) for v in items[:20] if isinstance(v, str | int | float))
+    return values
+
+
 def _category_words(category: str) -> str:
     # "Science/Geology" -> "Science Geology"; "file_system" -> "file system"
     return " ".join(split_identifier(category.replace("/", " ")))
 
 
+#: Words of a description the embedding sees before it is cut at a sentence end.
+SUMMARY_WORDS = 40
+#: Words of each parameter description the embedding sees.
+PARAM_WORDS = 16
+
+
+def _lead(text: str, words: int) -> str:
+    """The leading sentences of ``text`` that fit in about ``words`` words (at least one).
+
+    Long descriptions are usage notes for the model (limits, encodings, caveats); mean-pooled
+    embeddings of the whole text drift away from what the tool *does*, which the first
+    sentence says. Short texts are returned unchanged.
+    """
+    text = " ".join(text.split())
+    if len(text.split()) <= words:
+        return text
+    out: list[str] = []
+    count = 0
+    for sentence in _SENTENCE.split(text):
+        n = len(sentence.split())
+        if out and count + n > words:
+            break
+        out.append(sentence)
+        count += n
+    lead = " ".join(out)
+    if len(lead.split()) > 2 * words:  # one endless sentence
+        lead = " ".join(lead.split()[: 2 * words])
+    return lead
+
+
 def dense_text(tool: ToolDefinition) -> str:
-    """What the embedding model sees for a tool: name words, description, category, parameters."""
-    parts = [" ".join(split_identifier(tool.name)) + ":", tool.description.strip()]
+    """What the embedding model sees for a tool: name words, the description's lead, category,
+    parameters (each description's lead). BM25 still indexes every word."""
+    parts = [" ".join(split_identifier(tool.name)) + ":", _lead(tool.description, SUMMARY_WORDS)]
     if tool.category:
         parts.append(f"Category: {_category_words(tool.category)}.")
     params = _param_items(tool.parameters)
     if params:
         rendered = "; ".join(
-            f"{' '.join(split_identifier(n))}" + (f" ({d.strip()})" if d.strip() else "")
+            f"{' '.join(split_identifier(n))}"
+            + (f" ({_lead(d, PARAM_WORDS)})" if d.strip() else "")
             for n, d in params
         )
         parts.append(f"Parameters: {rendered}")
@@ -104,6 +153,7 @@ def lexical_fields(tool: ToolDefinition) -> dict[str, str]:
         "category": _category_words(tool.category or ""),
         "param_names": " ".join(" ".join(split_identifier(n)) for n, _ in params),
         "param_descriptions": " ".join(d for _, d in params),
+        "param_values": " ".join(_param_values(tool.parameters)),
     }
 
 
@@ -121,16 +171,54 @@ _CLAUSE = re.compile(
 )
 
 
-def _clauses(sentence: str) -> list[str]:
+#: Verbs that open a request ("... and list the folder"). The retriever adds the first words
+#: of its tools' names, so a catalog's own verbs split requests too.
+REQUEST_VERBS = frozenset(
+    stem(w)
+    for w in """add analyze analyse book buy calculate cancel change check close compare compute
+    convert copy count create delete download draft edit email estimate export fetch find
+    forward generate get give install list load look make merge move open order pay play post
+    predict print read record remind remove rename reply reserve reset resize restart retrieve
+    review run save schedule search send set share show sort start stop submit summarize
+    summarise tell translate turn update upload validate verify view write zip""".split()
+)
+
+# "... and <verb> ...", ", <verb> ...": candidate boundaries between two requests in a sentence.
+_AND = re.compile(r"(?:,\s*(?:and\s+)?|\s+and\s+)(?=([^\W\d_]+))", re.IGNORECASE)
+
+
+def _split_on_verbs(sentence: str, verbs: frozenset[str]) -> list[str]:
+    """Split at "and"/"," when a request verb follows and both sides carry two content words."""
+    parts: list[str] = []
+    start = 0
+    for match in _AND.finditer(sentence):
+        if stem(match.group(1).lower()) not in verbs:
+            continue
+        left, right = sentence[start : match.start()], sentence[match.end() :]
+        if len(tokenize(left)) >= 2 and len(tokenize(right)) >= 2:
+            parts.append(left.strip())
+            start = match.end()
+    parts.append(sentence[start:].strip())
+    return [p for p in parts if p]
+
+
+def _clauses(sentence: str, verbs: frozenset[str] | None = None) -> list[str]:
     parts = [p.strip() for p in _CLAUSE.split(sentence) if p and p.strip()]
     # Only split when every clause can stand on its own.
-    if len(parts) > 1 and all(len(tokenize(p)) >= 3 for p in parts):
-        return parts
-    return [sentence]
+    if not (len(parts) > 1 and all(len(tokenize(p)) >= 3 for p in parts)):
+        parts = [sentence]
+    if verbs:
+        parts = [q for p in parts for q in _split_on_verbs(p, verbs)]
+    return parts
 
 
 def segment_query(
-    query: str, *, max_segments: int = 12, max_chars: int = 1000, clauses: bool = True
+    query: str,
+    *,
+    max_segments: int = 12,
+    max_chars: int = 1000,
+    clauses: bool = True,
+    verbs: frozenset[str] | None = None,
 ) -> list[str]:
     """Split a task description into its sentences (one intent each, usually), and sentences
     into clauses where a connective such as ", then" announces a new step.
@@ -138,21 +226,34 @@ def segment_query(
     Sentences with fewer than three content words ("Thanks.", "Then:") are glued to the
     previous one instead of standing alone. Very long inputs are bounded: at most
     ``max_segments`` segments (the tail is merged into the last) and ``max_chars`` per segment
-    (the embedding model truncates to 256 tokens anyway).
+    (the embedding model truncates to 256 tokens anyway). With ``verbs``, "and" or a comma
+    followed by one of those verbs also separates two requests ("read the config and list the
+    folder"); short intents there need only two content words each side.
     """
     query = query.strip()
     if not query:
         return []
     pieces = [p.strip() for p in _SENTENCE.split(query) if p and p.strip()]
     if clauses:
-        pieces = [c for p in pieces for c in _clauses(p)]
+        pieces = [c for p in pieces for c in _clauses(p, verbs)]
     segments: list[str] = []
+
+    def stands_alone(piece: str) -> bool:
+        words = tokenize(piece)
+        if len(words) >= 3:
+            return True
+        # A short request that opens with a verb ("list the folder") is an intent of its own.
+        first = _WORD.findall(piece)
+        return bool(verbs) and len(words) == 2 and bool(first) and (
+            stem(first[0].lower()) in verbs  # type: ignore[operator]
+        )
+
     for piece in pieces:
-        if segments and len(tokenize(piece)) < 3:
+        if segments and not stands_alone(piece):
             segments[-1] = f"{segments[-1]} {piece}"
         else:
             segments.append(piece)
-    if len(segments) > 1 and len(tokenize(segments[0])) < 3:
+    if len(segments) > 1 and not stands_alone(segments[0]):
         segments[1] = f"{segments[0]} {segments[1]}"
         segments.pop(0)
     if len(segments) > max_segments:

@@ -12,7 +12,8 @@ import fastjsonschema
 
 from tooldeck_hookspecs import ArgumentProblem, shorten
 
-from ._compile import compile_schema, plain_json
+from ._compile import SchemaCompileError, compile_schema, plain_json
+from ._dialect import dialect_validator, later_dialect
 from ._regex import safe_regex
 
 __all__ = ["SchemaArgumentValidator", "json_path", "json_type"]
@@ -194,10 +195,19 @@ class SchemaArgumentValidator:
     on: the expected type, the allowed values, the missing field, the closest known name.
     """
 
-    __slots__ = ("_fast", "_all", "schema")
+    __slots__ = ("_fast", "_all", "_dialect", "schema")
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         self.schema = plain_json(parameters)
+        # A 2019-09 / 2020-12 schema is validated by its own dialect (see _dialect).
+        dialect = later_dialect(self.schema)
+        self._dialect: Any = None
+        if dialect is not None:
+            try:
+                self._dialect = dialect_validator(self.schema, dialect)
+            except ValueError as exc:
+                raise SchemaCompileError(str(exc)) from None
+            return
         self._fast = compile_schema(self.schema)
         self._all = compile_schema(self.schema, fast_fail=False)
 
@@ -210,6 +220,8 @@ class SchemaArgumentValidator:
                     message=f"arguments must be a JSON object, got {json_type(arguments)}",
                 )]
             arguments = dict(arguments)
+        if self._dialect is not None:
+            return self._dialect_problems(arguments)
         try:
             self._fast(arguments)
         except fastjsonschema.JsonSchemaException:
@@ -219,8 +231,28 @@ class SchemaArgumentValidator:
                                     f"({type(exc).__name__}: {exc})")]
         return []
 
+    def _dialect_problems(self, arguments: Mapping[str, Any]) -> list[ArgumentProblem]:
+        try:
+            errors = sorted(self._dialect.iter_errors(arguments),
+                            key=lambda e: list(map(str, e.absolute_path)))
+        except Exception as exc:  # odd (non-JSON) values must not crash a call
+            return [ArgumentProblem(path="$", message=f"arguments are not valid JSON values "
+                                    f"({type(exc).__name__}: {exc})")]
+        problems = []
+        for error in errors[:50]:
+            validator = error.validator
+            expected = error.validator_value if validator in ("type", "enum", "const") else None
+            problems.append(ArgumentProblem(
+                path=json_path(list(error.absolute_path)),
+                message=shorten(str(error.message), 500),
+                expected=expected,
+            ))
+        return problems
+
     def explain(self, arguments: Mapping[str, Any]) -> list[ArgumentProblem]:
         """Every problem in ``arguments`` (the slow path, after the fast check failed)."""
+        if self._dialect is not None:
+            return self._dialect_problems(arguments)
         try:
             self._all(arguments)
         except fastjsonschema.JsonSchemaValuesException as exc:

@@ -30,6 +30,8 @@ _SEMVER_RE = re.compile(
 _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MAX_TIMEOUT_S = 24 * 3600.0
 _SESSION_FIELDS = frozenset(f.name for f in attrs.fields(SessionInfo))
+#: Where a problem lenient registration repairs is reported: how to opt in.
+LENIENT_HINT = " (a catalog not written for tooldeck: register it with lenient=True)"
 
 
 def format_problem(tool: ToolDefinition, field: str, message: str) -> str:
@@ -60,15 +62,18 @@ def _resolve_entrypoint(entrypoint: str) -> Any:
 def _check_identity(tool: ToolDefinition, add: Callable[[str, str], None]) -> None:
     name = tool.name
     if not isinstance(name, str) or not NAME_RE.match(name):
-        add("name", f"{name!r} must be snake_case (lowercase letters, digits, '_'; a letter first)")
+        add("name", f"{name!r} must be snake_case (lowercase letters, digits, '_'; a letter first)"
+            + LENIENT_HINT)
     elif len(name) > MAX_NAME_LENGTH:
-        add("name", f"is {len(name)} characters long; at most {MAX_NAME_LENGTH} are allowed")
+        add("name", f"is {len(name)} characters long; at most {MAX_NAME_LENGTH} are allowed"
+            + LENIENT_HINT)
     if not isinstance(tool.version, str) or not tool.version.strip():
         add("version", "must be a non-empty version string such as '1.0.0'")
     elif not _valid_version(tool.version):
         add("version", f"{tool.version!r} is neither a PEP 440 nor a semantic version")
     if not isinstance(tool.description, str) or not tool.description.strip():
-        add("description", "must be a non-empty text telling the model what the tool does")
+        add("description", "must be a non-empty text telling the model what the tool does"
+            + LENIENT_HINT)
     if not isinstance(tool.category, str) or not tool.category.strip():
         add("category", "must be a non-empty category such as 'filesystem'")
 
