@@ -10,12 +10,17 @@ import argparse
 import asyncio
 import inspect
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from tooldeck_hookspecs import ToolDefinition, tool
@@ -24,7 +29,7 @@ from ._config import Config
 from ._deck import Deck
 from .testing import inline_plugin, tools_plugin
 
-__all__ = ["run_bench", "run_bench_cli"]
+__all__ = ["run_bench", "run_bench_cli", "describe", "render_tables", "startup_figures"]
 
 
 @tool(category="bench", execution={"cacheable": True, "cache_ttl_s": 600})
@@ -264,6 +269,421 @@ async def _policy_hook_figures(n: int, repeats: int) -> dict[str, float]:
     return figures
 
 
+async def _sync_tool_figures(n: int, repeats: int) -> dict[str, Any]:
+    """A plain ``def`` tool through the whole pipeline (worker thread, and marked
+    ``@nonblocking``) next to LangChain ``ainvoke`` of the same function: tooldeck-runner's
+    bench, given this deck's ``session.call``."""
+    try:
+        from tooldeck_runner.bench import SYNC_BENCH_TOOLS, bench_sync_tools
+    except ImportError:
+        return {"sync_tools": "tooldeck-runner not installed"}
+    deck = Deck.load(
+        Config.from_mapping({}), plugins=[tools_plugin(list(SYNC_BENCH_TOOLS), name="bench")]
+    )
+    async with deck:
+        figures: dict[str, Any] = await bench_sync_tools(deck.session().call, n, repeats)
+    return figures
+
+
+# ---------------------------------------------------------------- start-up, in new processes
+
+#: Modules a command that only runs a tool must not load (seconds of import each).
+HEAVY_MODULES = ("torch", "sentence_transformers", "transformers", "faiss")
+
+
+def _subprocess_env() -> dict[str, str]:
+    """The environment of the measured commands.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (as in this repository's dev shell) every new process
+    would compile tooldeck's sources again, which no installed copy does: the commands get a
+    private bytecode cache instead (the first run fills it and is not counted).
+    """
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    if env.pop("PYTHONDONTWRITEBYTECODE", None) is not None and "PYTHONPYCACHEPREFIX" not in env:
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "tooldeck-bench-pycache")
+    return env
+
+
+def _wall_s(argv: list[str], env: dict[str, str], cwd: str) -> float:
+    """Wall-clock seconds of one command (its output discarded); raises if it fails."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, timeout=600, check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv[:5])} exited {done.returncode}: {done.stderr[-300:]!r}")
+    return elapsed
+
+
+def heavy_modules_after(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """The :data:`HEAVY_MODULES` a ``tooldeck`` command (its arguments ``argv``) leaves loaded,
+    run in a new process."""
+    probe = (
+        "import sys\n"
+        "from tooldeck.cli import main\n"
+        f"code = main({list(argv)!r})\n"
+        f"heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]\n"
+        "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=dict(env or _subprocess_env()),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, timeout=600, check=False,
+    )
+    for line in done.stderr.splitlines():
+        if line.startswith("HEAVY="):
+            return [m for m in line.removeprefix("HEAVY=").split(",") if m]
+    raise RuntimeError(f"probe failed: {done.stderr[-500:]}")
+
+
+def mcp_stdio_timings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> dict[str, float]:
+    """Seconds from starting ``tooldeck serve mcp`` (stdio) until it answered ``initialize``
+    and until it answered ``tools/list``, as a client sees them; plus how many tools it listed.
+
+    A minimal JSON-RPC client over the pipes (no SDK in the client, so its own import costs
+    nothing): it sends ``initialize``, then ``notifications/initialized`` and ``tools/list``.
+    """
+    command = list(argv or [sys.executable, "-m", "tooldeck", "serve", "mcp"])
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, env=dict(env or _subprocess_env()), cwd=cwd,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    figures: dict[str, float] = {}
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write((json.dumps(message) + "\n").encode())
+        process.stdin.flush()
+
+    try:
+        send({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "tooldeck-bench", "version": "0"},
+            },
+        })
+        for line in process.stdout:
+            message = json.loads(line)
+            if message.get("id") == 1:
+                figures["initialize_s"] = time.perf_counter() - started
+                send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            elif message.get("id") == 2:
+                figures["tools_list_s"] = time.perf_counter() - started
+                figures["tools_listed"] = float(len(message["result"]["tools"]))
+                break
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if "tools_list_s" not in figures:
+        raise RuntimeError("the MCP server closed before answering tools/list")
+    return figures
+
+
+def startup_figures(runs: int = 5, *, select_runs: int = 3) -> dict[str, Any]:
+    """Start-up of the commands users wait for, each in a new process, in one run.
+
+    ``tooldeck call file_read`` alternates with ``python -c "import trio, pluggy, attrs,
+    cattrs"`` (the floor any trio + pluggy program pays), and their ratio is the median of the
+    per-round ratios, so both see the same machine. Then ``tooldeck serve mcp`` (stdio) until
+    ``tools/list`` answers, and ``tooldeck select`` with the tool embeddings cached
+    (``select_runs`` = 0 leaves it out). Medians of ``runs``.
+    """
+    env = _subprocess_env()
+    python = sys.executable
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tooldeck-bench-") as workdir:
+        Path(workdir, "notes.txt").write_text("hello\n", encoding="utf-8")
+        baseline = [python, "-c", "import trio, pluggy, attrs, cattrs"]
+        call = [python, "-m", "tooldeck", "call", "file_read", '{"path": "notes.txt"}',
+                "--workdir", workdir]
+        _wall_s(baseline, env, workdir)  # fills the bytecode cache, pages in the libraries
+        _wall_s(call, env, workdir)
+        bases, calls = [], []
+        for _ in range(runs):
+            bases.append(_wall_s(baseline, env, workdir))
+            calls.append(_wall_s(call, env, workdir))
+        figures["startup_import_baseline_s"] = statistics.median(bases)
+        figures["startup_call_s"] = statistics.median(calls)
+        figures["startup_call_vs_import_ratio"] = statistics.median(
+            c / b for c, b in zip(calls, bases, strict=True)
+        )
+        heavy = heavy_modules_after(["call", "file_read", '{"path": "notes.txt"}',
+                                     "--workdir", workdir], env)
+        figures["startup_call_heavy_modules"] = ", ".join(heavy) or "none"
+        mcp_runs = [mcp_stdio_timings(env=env, cwd=workdir) for _ in range(max(1, runs // 2))]
+        figures["mcp_stdio_initialize_s"] = statistics.median(r["initialize_s"] for r in mcp_runs)
+        figures["mcp_stdio_tools_list_s"] = statistics.median(r["tools_list_s"] for r in mcp_runs)
+        if select_runs:
+            select = [python, "-m", "tooldeck", "select", "read the notes file and list the folder",
+                      "--json", "--workdir", workdir]
+            _wall_s(select, env, workdir)  # embeds the catalog once: the runs below reuse it
+            figures["select_new_process_s"] = statistics.median(
+                _wall_s(select, env, workdir) for _ in range(select_runs)
+            )
+    return figures
+
+
+# ---------------------------------------------------------------- sandbox, sustained
+
+
+async def sandbox_sustained_figures(calls: int = 60) -> dict[str, Any]:
+    """``calls`` concurrent ``shell_exec ["echo", i]`` (granted, always allowed) through the
+    whole pipeline, in the sandbox and with ``security.sandbox = false``: calls/s each."""
+    figures: dict[str, Any] = {}
+    for label, table in (("sandboxed", {}), ("unsandboxed", {"sandbox": False})):
+        config = {"tools": {"shell_exec": {"security": table}}} if table else {}
+        deck = Deck.load(Config.from_mapping(config))
+        if "shell_exec" not in deck.catalog:
+            return {"sandbox_sustained": "tooldeck-tools-shell not installed"}
+        async with deck:
+            with tempfile.TemporaryDirectory(prefix="tooldeck-bench-") as workdir:
+                session = deck.session(workdir=workdir, grants=["shell"])
+                session.always_allow("shell_exec")
+                first = await session.call("shell_exec", {"command": ["echo", "warm"]})
+                if not first.success:
+                    return {"sandbox_sustained": f"shell_exec failed: {first.error}"}
+                failures: list[Any] = []
+
+                async def one(i: int, session: Any = session, failures: list[Any] = failures
+                              ) -> None:
+                    result = await session.call("shell_exec", {"command": ["echo", str(i)]})
+                    if not result.success:
+                        failures.append(result.error)
+
+                started = time.perf_counter()
+                async with trio.open_nursery() as nursery:
+                    for i in range(calls):
+                        nursery.start_soon(one, i)
+                elapsed = time.perf_counter() - started
+                if failures:
+                    return {"sandbox_sustained": f"{len(failures)} calls failed: {failures[0]}"}
+                figures[f"{label}_calls_per_s"] = calls / elapsed
+                if label == "sandboxed":
+                    figures["sandbox_isolation"] = str(first.metadata.get("isolation", "?"))
+    figures["sandboxed_vs_unsandboxed_ratio"] = (
+        figures["sandboxed_calls_per_s"] / figures["unsandboxed_calls_per_s"]
+    )
+    return figures
+
+
+# ---------------------------------------------------------------- one query embedding
+
+
+async def query_embedding_figures(rounds: int = 5) -> dict[str, Any]:
+    """Median milliseconds of embedding one query with the retriever's own model (MiniLM,
+    int8 by default), the reference for the selection figures."""
+    from tooldeck_faiss import FaissRetriever, RetrieverSettings
+
+    from ._eval import _BENCH_QUERIES
+
+    retriever = FaissRetriever(RetrieverSettings(cache_dir=None, query_cache_size=0))
+    await retriever.warm_up()  # the process's shared model: loaded once by bench_selection
+    model = retriever.model
+
+    def embed(text: str) -> float:
+        import torch
+
+        started = time.perf_counter()
+        with torch.inference_mode():
+            model.encode([text], normalize_embeddings=True, convert_to_numpy=True)
+        return (time.perf_counter() - started) * 1000.0
+
+    for query in _BENCH_QUERIES[:3]:
+        await trio.to_thread.run_sync(embed, query)
+    samples = [
+        await trio.to_thread.run_sync(embed, query)
+        for _ in range(rounds)
+        for query in _BENCH_QUERIES
+    ]
+    return {"query_embedding_ms": statistics.median(samples)}
+
+
+# ---------------------------------------------------------------- the table
+
+
+#: What each figure measures, in words: the table shows these, never a bare key. Plugin bench
+#: modules bring their own (``DESCRIPTIONS`` next to their bench functions).
+DESCRIPTIONS: dict[str, str] = {
+    "direct_call_us": "trivial async tool called directly, without tooldeck (µs per call)",
+    "pipeline_call_us": "the same tool through the whole pipeline, cache misses (µs per call)",
+    "pipeline_overhead_us": "what the pipeline adds to an async tool (µs per call)",
+    "langchain_ainvoke_us": "LangChain StructuredTool.ainvoke of the same async function (µs)",
+    "overhead_vs_langchain_ratio": "async tool: pipeline overhead / LangChain ainvoke",
+    "pipeline_vs_langchain_ratio": "async tool: whole pipeline call / LangChain ainvoke",
+    "langchain": "LangChain comparison",
+    "cache_hit_us": "a call answered from the result cache (µs per call)",
+    "pipeline_overhead_awaiting_tool_us": "what the pipeline adds to a tool that suspends (µs)",
+    "pipeline_overhead_sync_tool_us": "what the pipeline adds to a plain def tool (µs)",
+    "calls_per_s": "throughput of 50 concurrent callers, trivial async tool (calls/s)",
+    "policy_hook_nonblocking_added_us": "one extra @nonblocking policy hook adds (µs per call)",
+    "policy_hook_threaded_added_us": "one extra unmarked policy hook (run in a thread) adds (µs)",
+    "calls_per_s_memory": "full pipeline, 16 callers, cache and limits in memory (calls/s)",
+    "calls_per_s_redis": "full pipeline, 16 callers, cache and limits in Redis (calls/s)",
+    "redis_vs_memory_throughput_ratio": "full pipeline throughput: Redis-backed / in memory",
+    "redis": "Redis comparison",
+    "sandbox": "sandbox latency",
+    "sandbox_cold_p50_ms": "sandboxed call, a new sandbox each time: median (ms)",
+    "sandbox_cold_p95_ms": "sandboxed call, a new sandbox each time: 95th percentile (ms)",
+    "sandbox_warm_p50_ms": "sandboxed call from the warm pool, calls spaced out: median (ms)",
+    "sandbox_warm_p95_ms": "sandboxed call from the warm pool: 95th percentile (ms)",
+    "sandbox_isolation": "how calls are isolated on this machine",
+    "sandbox_n": "sandboxed calls timed per figure",
+    "sandbox_warm_p50_ms_limits_off": "warm sandboxed call without cgroup and seccomp (ms)",
+    "sandbox_warm_p50_ms_limits_on": "warm sandboxed call with cgroup and seccomp (ms)",
+    "sandbox_limits_overhead_ratio": "warm sandboxed call: with per-call limits / without",
+    "sandbox_cold_p50_ms_limits_off": "new sandbox per call, no cgroup or seccomp: median (ms)",
+    "sandbox_cold_p50_ms_limits_on": "new sandbox per call, cgroup and seccomp: median (ms)",
+    "sandboxed_calls_per_s": "concurrent shell_exec echo calls (60; 20 with --quick), granted "
+    "and always allowed, in the sandbox (calls/s)",
+    "unsandboxed_calls_per_s": "the same calls outside the sandbox (calls/s)",
+    "sandboxed_vs_unsandboxed_ratio": "sustained calls/s: sandboxed / outside the sandbox",
+    "sandbox_sustained": "sustained sandbox throughput",
+    "startup_import_baseline_s": "new process: python -c 'import trio, pluggy, attrs, cattrs' (s)",
+    "startup_call_s": "new process: tooldeck call file_read, whole command (s)",
+    "startup_call_vs_import_ratio": "tooldeck call file_read / the import baseline (same run)",
+    "startup_call_heavy_modules": "torch / sentence-transformers / transformers / FAISS "
+    "loaded by tooldeck call",
+    "mcp_stdio_initialize_s": "tooldeck serve mcp (stdio): start until initialize answers (s)",
+    "mcp_stdio_tools_list_s": "tooldeck serve mcp (stdio): start until tools/list answers (s)",
+    "select_new_process_s": "new process: tooldeck select, tool embeddings cached (s)",
+    "startup": "start-up figures",
+    "query_embedding_ms": "one MiniLM query embedding with the retriever's model (ms)",
+    "selection": "selection figures",
+}
+
+#: Figure families named by a pattern (one key per catalog size).
+_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("select_p50_ms_", "selection p50, {} tools (random vectors), query embedded for real (ms)"),
+    ("index_build_s_", "building the index of {} tools from precomputed vectors (s)"),
+    ("select_vs_query_embedding_ratio_", "selection p50 at {} tools / one query embedding"),
+)
+
+
+def _plugin_descriptions() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for module in ("tooldeck_runner.bench", "tooldeck_redis.bench", "tooldeck_faiss.bench"):
+        try:
+            imported = __import__(module, fromlist=["DESCRIPTIONS"])
+        except ImportError:
+            continue
+        found.update(getattr(imported, "DESCRIPTIONS", {}) or {})
+    return found
+
+
+def describe(key: str, plugin: Mapping[str, str] | None = None) -> str:
+    """What the figure ``key`` measures, in words."""
+    if key in DESCRIPTIONS:
+        return DESCRIPTIONS[key]
+    if plugin and key in plugin:
+        return plugin[key]
+    for prefix, template in _PATTERNS:
+        if key.startswith(prefix):
+            return template.format(key.removeprefix(prefix))
+    # A figure nobody described yet still reads as words, and says it is undescribed.
+    return key.replace("_", " ") + " (undescribed figure)"
+
+
+@attrs.frozen
+class Comparison:
+    """One line of the side-by-side table: tooldeck's figure, what it is compared with, the
+    ratio of the two measured in the same run, and the goal."""
+
+    what: str
+    ours: str
+    theirs: str | None
+    ratio: str | None
+    goal: str
+
+
+#: The side-by-side table of ``tooldeck bench`` (issue 16's table).
+COMPARISONS: tuple[Comparison, ...] = (
+    Comparison(
+        "a plain def tool: pipeline overhead vs LangChain ainvoke of the same function (µs)",
+        "sync_tool_overhead_us", "langchain_ainvoke_sync_us",
+        "sync_tool_overhead_vs_langchain_ainvoke_ratio", "<= 0.15x",
+    ),
+    Comparison(
+        "sandboxed shell_exec, concurrent (60; 20 with --quick), vs the same calls outside "
+        "the sandbox (calls/s)",
+        "sandboxed_calls_per_s", "unsandboxed_calls_per_s", "sandboxed_vs_unsandboxed_ratio",
+        ">= 100 calls/s",
+    ),
+    Comparison(
+        "full pipeline, 16 callers: Redis-backed cache and limits vs in memory (calls/s)",
+        "calls_per_s_redis", "calls_per_s_memory", "redis_vs_memory_throughput_ratio", ">= 0.5x",
+    ),
+    Comparison(
+        "tooldeck call file_read in a new process vs python -c 'import trio, pluggy, attrs, "
+        "cattrs' (s)",
+        "startup_call_s", "startup_import_baseline_s", "startup_call_vs_import_ratio", "<= 2x",
+    ),
+    Comparison(
+        "tooldeck serve mcp (stdio): until tools/list answers (s)",
+        "mcp_stdio_tools_list_s", None, None, "<= 1 s",
+    ),
+    Comparison(
+        "tooldeck select in a new process, tool embeddings cached (s)",
+        "select_new_process_s", None, None, "<= 3 s",
+    ),
+    *(
+        Comparison(
+            f"selection p50 inside a deck, {size} tools, vs one MiniLM query embedding (ms)",
+            f"select_p50_ms_{size}", "query_embedding_ms",
+            f"select_vs_query_embedding_ratio_{size}", goal,
+        )
+        for size, goal in (("1k", "-"), ("10k", "<= 0.5x"), ("100k", "<= 1x"))
+    ),
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def render_tables(figures: Mapping[str, Any]) -> list[Any]:
+    """The rich tables of ``tooldeck bench``: side by side first, then every figure with what
+    it measures."""
+    from rich.table import Table
+
+    side = Table(title="tooldeck bench: side by side, one run (ratio = tooldeck / compared)")
+    for column in ("what is measured", "tooldeck", "compared with", "ratio", "goal"):
+        side.add_column(column, justify="left" if column == "what is measured" else "right")
+    for line in COMPARISONS:
+        if line.ours not in figures:
+            continue
+        side.add_row(
+            line.what,
+            _cell(figures.get(line.ours)),
+            _cell(figures.get(line.theirs)) if line.theirs else "-",
+            _cell(figures.get(line.ratio)) if line.ratio else "-",
+            line.goal,
+        )
+    plugin = _plugin_descriptions()
+    every = Table(title="every figure (medians; lower is better unless it is a rate)")
+    every.add_column("what is measured")
+    every.add_column("value", justify="right")
+    for key, value in figures.items():
+        every.add_row(describe(key, plugin), _cell(value))
+    return [side, every]
+
+
 def run_bench(*, quick: bool = False) -> dict[str, Any]:
     """Run every benchmark whose plugin is installed; return the figures as one flat dict."""
     n, repeats = (300, 3) if quick else (2000, 7)
@@ -275,13 +695,23 @@ def run_bench(*, quick: bool = False) -> dict[str, Any]:
     except ImportError:
         figures["sandbox"] = "tooldeck-runner sandbox bench not installed"
     else:
-        figures.update(trio.run(bench_sandbox, 20 if quick else 50))
+        sandbox = dict(trio.run(bench_sandbox, 20 if quick else 50))
+        # Plugin figures with generic names get the plugin's prefix (one flat table).
+        for generic in ("n", "isolation"):
+            if generic in sandbox:
+                sandbox[f"sandbox_{generic}"] = sandbox.pop(generic)
+        figures.update(sandbox)
         from tooldeck_runner.bench import bench_sandbox_limits
 
         # The per-call cgroup and seccomp filter on a warm call, off and on, in one run.
         figures.update(trio.run(bench_sandbox_limits, 10 if quick else 30))
     figures.update(trio.run(_policy_hook_figures, n // 2, repeats))
+    figures.update(trio.run(_sync_tool_figures, n, repeats))
     figures.update(trio.run(_redis_figures, 500 if quick else 3000))
+    try:
+        figures.update(trio.run(sandbox_sustained_figures, 20 if quick else 60))
+    except Exception as exc:  # a machine without a usable sandbox still gets the other lines
+        figures["sandbox_sustained"] = f"skipped: {type(exc).__name__}: {exc}"
     try:
         from ._eval import bench_selection
     except ImportError:
@@ -290,8 +720,21 @@ def run_bench(*, quick: bool = False) -> dict[str, Any]:
         sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
         try:
             figures.update(trio.run(bench_selection, sizes))
+            embedding = trio.run(query_embedding_figures)
+            figures.update(embedding)
+            for size in sizes:
+                label = f"{size // 1000}k"
+                select = figures.get(f"select_p50_ms_{label}")
+                if isinstance(select, float | int):
+                    figures[f"select_vs_query_embedding_ratio_{label}"] = (
+                        select / embedding["query_embedding_ms"]
+                    )
         except Exception as exc:
             figures["selection"] = f"skipped: {type(exc).__name__}: {exc}"
+    try:
+        figures.update(startup_figures(2 if quick else 7, select_runs=1 if quick else 3))
+    except Exception as exc:
+        figures["startup"] = f"skipped: {type(exc).__name__}: {exc}"
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()}
 
 
@@ -302,15 +745,10 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return 0
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="tooldeck bench (medians; lower is better unless noted)")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in figures.items():
-        table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
     console = Console()
-    console.print(table)
+    for table in render_tables(figures):
+        console.print(table)
     if "langchain_ainvoke_us" in figures:
         console.print(
             f"pipeline overhead is {figures['overhead_vs_langchain_ratio']:.3f}x of LangChain "

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
 
-from ._client import RedisConnection
+from ._client import RedisConnection, ReplyError
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
@@ -71,21 +70,21 @@ class RedisApprovalStore:
         key = self._prefix + approval_id
         ttl_ms = max(1, round(ttl_s * 1000))
 
-        def create(client: Any) -> None:
-            pipe = client.pipeline(transaction=True)
-            pipe.hset(
-                key,
-                mapping={
-                    "session": session_id,
-                    "tool": tool,
-                    "args": arguments_hash,
-                    "state": "pending",
-                },
-            )
-            pipe.pexpire(key, ttl_ms)
-            pipe.execute()
-
-        await self.connection.run("approvals cannot be recorded", create)
+        what = "approvals cannot be recorded"
+        # MULTI/EXEC: the hash never exists without its expiry. One round trip.
+        replies = await self.connection.execute(
+            what,
+            ["MULTI"],
+            [
+                "HSET", key, "session", session_id, "tool", tool, "args", arguments_hash,
+                "state", "pending",
+            ],
+            ["PEXPIRE", key, ttl_ms],
+            ["EXEC"],
+        )  # fmt: skip
+        refused = [r for r in replies if isinstance(r, ReplyError)]
+        if refused or not isinstance(replies[-1], list):
+            raise RedisUnavailable(self.connection.url, what, refused[0] if refused else "aborted")
         return approval_id
 
     async def resolve(
@@ -96,11 +95,8 @@ class RedisApprovalStore:
         key = self._prefix + approval_id
         state = "approved" if approved else "denied"
         try:
-            done = await self.connection.run(
-                "approvals cannot be decided",
-                lambda client: self._resolve(
-                    keys=[key], args=[state, session_id or ""], client=client
-                ),
+            done = await self._resolve(
+                "approvals cannot be decided", [key], [state, session_id or ""]
             )
         except RedisUnavailable as exc:
             self.errors += 1
@@ -117,11 +113,8 @@ class RedisApprovalStore:
         """
         key = self._prefix + approval_id
         try:
-            done = await self.connection.run(
-                "approvals cannot be checked",
-                lambda client: self._consume(
-                    keys=[key], args=[session_id, tool, arguments_hash], client=client
-                ),
+            done = await self._consume(
+                "approvals cannot be checked", [key], [session_id, tool, arguments_hash]
             )
         except RedisUnavailable as exc:
             self.errors += 1
@@ -132,12 +125,10 @@ class RedisApprovalStore:
     async def get(self, approval_id: str) -> dict[str, str] | None:
         """The approval's fields (``session``, ``tool``, ``args``, ``state``), or None."""
         key = self._prefix + approval_id
-        raw = await self.connection.run(
-            "approvals cannot be read", lambda client: client.hgetall(key)
-        )
+        raw = await self.connection.call("approvals cannot be read", "HGETALL", key)
         if not raw:
             return None
-        return {_text(k): _text(v) for k, v in raw.items()}
+        return {_text(k): _text(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
 
     async def aclose(self) -> None:
         """Close the connection pool."""

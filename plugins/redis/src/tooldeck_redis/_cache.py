@@ -11,9 +11,10 @@ from typing import Any
 import attrs
 import cattrs
 
-from tooldeck_hookspecs import ToolResult
+from tooldeck_hookspecs import RateLimitOutcome, SessionInfo, ToolDefinition, ToolResult
 
-from ._client import RedisConnection, delete_matching, glob_escape
+from ._client import RedisConnection, ReplyError, delete_matching, glob_escape, parse_info
+from ._limiter import CACHED_OR_WINDOW, RedisRateLimiter
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
@@ -86,6 +87,9 @@ class RedisCache:
         self._evicted_base: int | None = None
         self._evicted_now = 0
         self._evicted_checked = 0.0
+        # Runs on this cache's connection, the one its puts go down: a probe sees every put
+        # this process made before it (one connection's commands run in order).
+        self._combined = connection.script(CACHED_OR_WINDOW)
 
     # ------------------------------------------------------------------ fallback
 
@@ -113,7 +117,7 @@ class RedisCache:
             if pending:
                 await self._invalidate_in_redis(pending)
             else:
-                await self.connection.run("the cache cannot resume", lambda client: client.ping())
+                await self.connection.call("the cache cannot resume", "PING")
         except RedisUnavailable as exc:
             self._failed(exc)
             return
@@ -133,9 +137,8 @@ class RedisCache:
         """The cached result for ``key``, or None (a miss, an expired entry, or Redis down)."""
         await self._after_recovery()
         try:
-            raw = await self.connection.run(
-                "cached results cannot be read",
-                lambda client: client.get(self._prefix + key),
+            raw = await self.connection.call(
+                "cached results cannot be read", "GET", self._prefix + key
             )
         except RedisUnavailable as exc:
             self._failed(exc)
@@ -147,6 +150,9 @@ class RedisCache:
                     return result
             self._misses += 1
             return None
+        return self._decoded(key, raw)
+
+    def _decoded(self, key: str, raw: bytes | None) -> ToolResult | None:
         if raw is None:
             self._misses += 1
             return None
@@ -159,6 +165,47 @@ class RedisCache:
             return None
         self._hits += 1
         return result
+
+    def combines_with(self, limiter: object) -> bool:
+        """Whether :meth:`get_and_hit` can serve this limiter: a :class:`RedisRateLimiter` on
+        the same server (the deck asks once, at start-up)."""
+        return isinstance(limiter, RedisRateLimiter) and limiter.settings.url == self.settings.url
+
+    async def get_and_hit(
+        self, key: str, limiter: RedisRateLimiter, tool: ToolDefinition, session: SessionInfo
+    ) -> tuple[ToolResult | None, RateLimitOutcome | None]:
+        """The cache probe and, on a miss, the rate-limit hit, in one round trip (one script).
+
+        Returns ``(result, None)`` on a hit (the call is not counted, as with two separate
+        stages) and ``(None, outcome)`` on a miss. When Redis fails, each stage answers as it
+        would alone: the cache from its local fallback, the limiter by its ``on_error``.
+
+        :raises RedisUnavailable: Redis failed and the limiter fails closed.
+        """
+        await self._after_recovery()
+        windows, keys, args = limiter.script_arguments(tool, session)
+        try:
+            reply = await self._combined(
+                "cached results and rate limits cannot be read", [self._prefix + key, *keys], args
+            )
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            if self._use_local:
+                result: ToolResult | None = await self._local_cache().get(key)
+                if result is not None:
+                    self._local_hits += 1
+                    self._hits += 1
+                    return result, None
+            self._misses += 1
+            return None, await limiter.hit(tool, session)
+        if int(reply[0]) == 2:
+            hit = self._decoded(key, reply[1])
+            if hit is not None:
+                return hit, None
+            # An unreadable entry is a miss, and the script did not count the call: count it.
+            return None, await limiter.hit(tool, session)
+        self._misses += 1
+        return None, limiter.outcome(windows, reply)
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
         """Store a successful result for ``ttl_s`` seconds (``SET ... PX``)."""
@@ -181,15 +228,20 @@ class RedisCache:
             value = payload
         refresh = time.monotonic() - self._evicted_checked > _EVICTIONS_REFRESH_S
 
-        def store(client: Any) -> int | None:
-            if value is None:
-                client.delete(full_key)
-            else:
-                client.set(full_key, value, px=ttl_ms)
-            return _evicted_keys(client) if refresh else None
-
+        commands: list[list[Any]] = [
+            ["DEL", full_key] if value is None else ["SET", full_key, value, "PX", ttl_ms]
+        ]
+        if refresh:
+            # Rides along in the same write.
+            self._evicted_checked = time.monotonic()
+            commands.append(["INFO", "stats"])
         try:
-            evicted = await self.connection.run("results cannot be cached", store)
+            # Awaited: once put returns, every process sees the entry. Concurrent callers'
+            # puts and probes share the round trip (one pipelined connection).
+            replies = await self.connection.execute("results cannot be cached", *commands)
+            for reply in replies:
+                if isinstance(reply, ReplyError):
+                    raise RedisUnavailable(self.connection.url, "results cannot be cached", reply)
         except RedisUnavailable as exc:
             self._failed(exc)
             if self._use_local and value is not None:
@@ -197,8 +249,8 @@ class RedisCache:
             return
         if value is not None:
             self._stored += 1
-        if evicted is not None:
-            self._note_evictions(evicted)
+        if refresh:
+            self._note_evictions(_evicted_keys(replies[1]))
 
     async def invalidate(self, tools: Sequence[str]) -> int:
         """Drop every cached result of these tools (SCAN + UNLINK by ``name@`` prefix).
@@ -221,10 +273,10 @@ class RedisCache:
     async def _invalidate_in_redis(self, tools: Sequence[str]) -> int:
         patterns = [glob_escape(f"{self._prefix}{name}@") + "*" for name in tools]
 
-        def delete(client: Any) -> int:
-            return sum(delete_matching(client, pattern) for pattern in patterns)
-
-        deleted = int(await self.connection.run("cached results cannot be invalidated", delete))
+        what = "cached results cannot be invalidated"
+        deleted = 0
+        for pattern in patterns:
+            deleted += await delete_matching(self.connection, what, pattern)
         self._invalidated += deleted
         return deleted
 
@@ -240,9 +292,8 @@ class RedisCache:
     async def refresh_statistics(self) -> RedisCacheStatistics:
         """Read the server's ``evicted_keys`` now, then return :meth:`statistics`."""
         try:
-            self._note_evictions(
-                await self.connection.run("statistics cannot be read", _evicted_keys)
-            )
+            info = await self.connection.call("statistics cannot be read", "INFO", "stats")
+            self._note_evictions(_evicted_keys(info))
         except RedisUnavailable as exc:
             self._failed(exc)
         return self.statistics()
@@ -266,16 +317,12 @@ class RedisCache:
         if self._local is not None:
             self._local.clear()
         pattern = glob_escape(self._prefix) + "*"
-        return int(
-            await self.connection.run(
-                "cached results cannot be cleared", lambda client: delete_matching(client, pattern)
-            )
-        )
+        return await delete_matching(self.connection, "cached results cannot be cleared", pattern)
 
     async def aclose(self) -> None:
         """Close the connection pool (the deck calls this on close)."""
         await self.connection.aclose()
 
 
-def _evicted_keys(client: Any) -> int:
-    return int(client.info("stats").get("evicted_keys", 0))
+def _evicted_keys(info: bytes) -> int:
+    return int(parse_info(info).get("evicted_keys", 0))

@@ -1,59 +1,352 @@
-"""One Redis connection pool driven from trio through a bounded set of worker threads."""
+"""One pipelined Redis connection driven by trio itself: no worker threads, no asyncio loop.
+
+Every command of every caller goes down one socket. Commands queued during the same scheduler
+tick leave in one ``send`` (one round trip for all of them), and the replies come back in the
+order the commands were sent (Redis guarantees it), so a reader task hands each caller its own.
+A call whose deadline passes stops waiting at once; its replies are read and dropped later, so
+the connection stays in step.
+"""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import logging
+import math
+import select
+import ssl
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-import redis
 import trio
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
-__all__ = ["RedisConnection", "delete_matching", "glob_escape"]
+__all__ = [
+    "Encoded",
+    "RedisConnection",
+    "ReplyError",
+    "Script",
+    "delete_matching",
+    "glob_escape",
+    "parse_info",
+]
 
 logger = logging.getLogger("tooldeck.redis")
 
-T = TypeVar("T")
+#: A command: its words (bytes, str, int or float).
+Command = Sequence[Any]
+
+
+class ReplyError(Exception):
+    """An error reply of Redis (``-ERR ...``, ``-NOSCRIPT ...``): the server answered, so the
+    connection is fine; the command was refused."""
+
+
+class _ConnectionLost(Exception):
+    """The socket closed, failed or timed out (``timeout``: the commands may have run)."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+# ---------------------------------------------------------------------------- RESP2
+
+
+class Encoded(bytes):
+    """Words already in RESP form (``$3\r\nfoo\r\n...``), ``words`` of them: the constant
+    part of a command encoded once (a script's SHA, a session's window keys)."""
+
+    words: int
+
+    def __new__(cls, *words: Any) -> Encoded:
+        self = super().__new__(cls, _encode_words(words))
+        self.words = len(words)
+        return self
+
+
+def _encode_words(words: Sequence[Any]) -> bytes:
+    return _encode([words])[_header_length(len(words)) :]
+
+
+def _header_length(count: int) -> int:
+    return len(b"*%d\r\n" % count)
+
+
+def _encode(commands: Sequence[Command]) -> bytes:
+    parts: list[bytes] = []
+    append = parts.append
+    for command in commands:
+        count = len(command)
+        for word in command:
+            if type(word) is Encoded:
+                count += word.words - 1
+        append(b"*%d\r\n" % count)
+        for word in command:
+            kind = type(word)  # exact types first: this runs for every word of every command
+            if kind is Encoded:
+                append(word)
+                continue
+            if kind is bytes:
+                data = word
+            elif kind is str:
+                data = word.encode("utf-8")
+            elif kind is int:
+                data = b"%d" % word
+            elif isinstance(word, bytes | bytearray | memoryview):
+                data = bytes(word)
+            elif isinstance(word, str):
+                data = word.encode("utf-8")
+            elif isinstance(word, int | float) and not isinstance(word, bool):
+                data = repr(word).encode("ascii")
+            else:
+                raise TypeError(f"a Redis argument must be bytes, str or a number, not {word!r}")
+            append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def _parse(buffer: bytes | bytearray, pos: int) -> tuple[Any, int]:
+    """One reply from ``buffer`` at ``pos``: (value, position after it)."""
+    end = buffer.find(b"\r\n", pos)
+    if end < 0:
+        raise _Incomplete
+    kind = buffer[pos]
+    line = buffer[pos + 1 : end]
+    pos = end + 2
+    if kind == 36:  # $ bulk string
+        size = int(line)
+        if size < 0:
+            return None, pos
+        if len(buffer) < pos + size + 2:
+            raise _Incomplete
+        return bytes(buffer[pos : pos + size]), pos + size + 2
+    if kind == 58:  # : integer
+        return int(line), pos
+    if kind == 43:  # + simple string
+        return bytes(line), pos
+    if kind == 42:  # * array
+        count = int(line)
+        if count < 0:
+            return None, pos
+        items = []
+        for _ in range(count):
+            item, pos = _parse(buffer, pos)
+            items.append(item)
+        return items, pos
+    if kind == 45:  # - error
+        return ReplyError(bytes(line).decode("utf-8", "replace")), pos
+    raise _ConnectionLost(f"unexpected reply byte {bytes([kind])!r} from Redis")
+
+
+# ---------------------------------------------------------------------------- connection
+
+
+class _Waiter:
+    __slots__ = ("count", "replies", "error", "done", "sent_at")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.replies: list[Any] = []
+        self.error: _ConnectionLost | None = None
+        self.done = trio.Event()
+        # When its bytes left (set by the writer): a reply is overdue only from then on.
+        self.sent_at = math.inf
+
+    def finish(self) -> None:
+        self.done.set()
+
+
+class _Pipe:
+    """One open socket: a writer that flushes whatever was queued, a reader that matches
+    replies to waiters in order. Lives in a trio system task of the run that opened it."""
+
+    def __init__(self, stream: trio.abc.Stream, socket_timeout_s: float) -> None:
+        self.stream = stream
+        self.timeout = socket_timeout_s
+        self.outbox: list[bytes] = []
+        self.queued: list[_Waiter] = []
+        self.pending: collections.deque[_Waiter] = collections.deque()
+        self.wake_writer = trio.Event()
+        self.closed: _ConnectionLost | None = None
+        self.token = trio.lowlevel.current_trio_token()
+        self._scope = trio.CancelScope()
+
+    def submit(self, commands: Sequence[Command]) -> _Waiter:
+        if self.closed is not None:
+            raise self.closed
+        waiter = _Waiter(len(commands))
+        self.outbox.append(_encode(commands))
+        self.queued.append(waiter)
+        self.pending.append(waiter)
+        self.wake_writer.set()
+        return waiter
+
+    async def serve(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._guarded, self._write)
+                    await self._guarded(self._read)
+        finally:
+            self._fail(_ConnectionLost("the connection was closed"))
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.stream.aclose()
+                except Exception:
+                    pass
+
+    async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
+        # A system task must never raise (the run would crash): a failure closes the pipe, and
+        # its waiters learn why.
+        try:
+            await loop()
+        except _ConnectionLost as exc:
+            self._fail(exc)
+        except Exception as exc:
+            self._fail(_ConnectionLost(f"{type(exc).__name__}: {exc}"))
+        self._scope.cancel()
+
+    def _readable_now(self) -> bool:
+        stream: Any = self.stream
+        sock = getattr(stream, "socket", None) or getattr(
+            getattr(stream, "transport_stream", None), "socket", None
+        )
+        if sock is None:
+            return False
+        try:
+            return bool(select.select([sock.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
+
+    def close(self) -> None:
+        self._fail(_ConnectionLost("the connection was closed"))
+        self._scope.cancel()
+
+    def _fail(self, error: _ConnectionLost) -> None:
+        if self.closed is None:
+            self.closed = error
+        while self.pending:
+            waiter = self.pending.popleft()
+            waiter.error = self.closed
+            waiter.finish()
+        self.wake_writer.set()
+
+    async def _write(self) -> None:
+        while self.closed is None:
+            await self.wake_writer.wait()
+            # One more scheduler tick before writing: the callers that became runnable with
+            # this one (woken by the same reply, or by the last write) queue their commands
+            # too, and all of them leave in one send. A send wakes redis-server, which on a
+            # busy machine can take the CPU from us: fewer sends, fewer of those.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self.wake_writer = trio.Event()
+            if not self.outbox:
+                continue
+            data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
+            self.outbox.clear()
+            queued, self.queued = self.queued, []
+            try:
+                with trio.move_on_after(self.timeout) as stuck:
+                    await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise _ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+            if stuck.cancelled_caught:
+                # The server reads nothing (hung, its buffer full): the stream is cut mid-way.
+                raise _ConnectionLost(
+                    f"could not write within {self.timeout:g}s (socket_timeout_s)", timeout=True
+                )
+            now = time.monotonic()
+            for waiter in queued:
+                waiter.sent_at = now
+
+    async def _read(self) -> None:
+        buffer = bytearray()
+        while True:
+            with trio.move_on_after(self.timeout) as idle:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise _ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+            if idle.cancelled_caught:
+                # Silence is fine on an idle connection; not when a reply is overdue, unless
+                # it is already here and only this process was too busy to read it.
+                if (
+                    self.pending
+                    and time.monotonic() - self.pending[0].sent_at >= self.timeout
+                    and not self._readable_now()
+                ):
+                    raise _ConnectionLost(
+                        f"no reply within {self.timeout:g}s (socket_timeout_s)", timeout=True
+                    )
+                continue
+            if not data:
+                raise _ConnectionLost("Redis closed the connection")
+            buffer += data
+            pos = 0
+            try:
+                while pos < len(buffer):
+                    value, pos = _parse(buffer, pos)
+                    if not self.pending:
+                        raise _ConnectionLost("a reply from Redis that nobody asked for")
+                    waiter = self.pending[0]
+                    waiter.replies.append(value)
+                    if len(waiter.replies) == waiter.count:
+                        self.pending.popleft()
+                        waiter.finish()
+                        if self.pending and self.pending[0].sent_at != math.inf:
+                            # The next one's clock starts when its predecessor is answered.
+                            self.pending[0].sent_at = time.monotonic()
+            except _Incomplete:
+                pass
+            del buffer[:pos]
 
 
 class RedisConnection:
-    """A redis-py client whose blocking calls run in worker threads, with a circuit breaker.
+    """One pipelined connection to Redis for trio, with a circuit breaker.
 
-    redis-py's asyncio client needs an asyncio loop and cannot run under trio, so the plain
-    (sync) client is used from ``trio.to_thread.run_sync``. A :class:`trio.CapacityLimiter` of
-    ``max_connections`` bounds both the threads in use and the pool's connections, so a burst of
-    calls queues in trio instead of opening sockets without bound. Every command has a socket
-    timeout; a connection error is retried once at once (a pooled socket may be stale after a
-    server restart), a timeout never (a script that ran must not run twice).
+    ``execute`` queues commands and waits for their replies; everything queued in the same
+    scheduler tick is sent in one write, so N concurrent callers cost one round trip, not N. The
+    caller's deadline (a trio cancel scope) bounds the wait: a hung server (SIGSTOP) holds no call
+    past it. ``socket_timeout_s`` bounds how long a reply may be overdue before the connection is
+    declared broken; a connection error on a connection that had been working is retried once at
+    once (the server may have restarted meanwhile), a timeout never (a script that ran must not
+    run twice).
 
     After a failure the connection is *down* for ``retry_interval_s``: calls fail at once with
     :class:`RedisUnavailable` instead of each waiting for a timeout; the first call after that
-    interval tries Redis again. ``recoveries`` counts the successes that followed a failure, so
-    that a provider notices (in its own task, not in the worker thread) that Redis came back.
+    interval connects again. ``recoveries`` counts the successes that followed a failure.
     """
 
-    def __init__(self, settings: RedisSettings, *, client: redis.Redis | None = None) -> None:
+    def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.url = settings.masked_url
-        if client is None:
-            pool = redis.BlockingConnectionPool.from_url(
-                settings.url,
-                max_connections=settings.max_connections,
-                timeout=settings.socket_timeout_s,
-                socket_timeout=settings.socket_timeout_s,
-                socket_connect_timeout=settings.connect_timeout_s,
-                retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        options = parse_url(settings.url)  # type: ignore[no-untyped-call]
+        self._path: str | None = options.get("path")
+        self._host: str = options.get("host", "127.0.0.1")
+        self._port: int = int(options.get("port", 6379))
+        self._tls = options.get("connection_class") is SSLConnection
+        if options.get("connection_class") is UnixDomainSocketConnection and not self._path:
+            raise ValueError("a unix:// Redis URL needs a path")
+        self._hello: list[list[Any]] = []
+        if options.get("password"):
+            user = options.get("username")
+            self._hello.append(
+                ["AUTH", user, options["password"]] if user else ["AUTH", options["password"]]
             )
-            client = redis.Redis(connection_pool=pool)
-        self.client = client
-        self._limiter = trio.CapacityLimiter(settings.max_connections)
+        if int(options.get("db", 0) or 0):
+            self._hello.append(["SELECT", int(options["db"])])
+        self._pipe: _Pipe | None = None
+        self._connecting: tuple[trio.lowlevel.TrioToken, trio.Lock] | None = None
         self._down_until = 0.0
+        self._failed_before = False
         self._last_error = ""
         self.failures = 0
         self.recoveries = 0
@@ -63,45 +356,178 @@ class RedisConnection:
         """True while the circuit breaker holds calls back after a failure."""
         return time.monotonic() < self._down_until
 
-    def script(self, source: str) -> Any:
-        """Register a Lua script (run by SHA, loaded again when the server lost it)."""
-        return self.client.register_script(source)
+    def script(self, source: str) -> Script:
+        """A Lua script run by SHA (``EVALSHA``), sent in full when the server lost it."""
+        return Script(self, source)
 
-    async def run(self, what: str, function: Callable[[redis.Redis], T]) -> T:
-        """Run ``function(client)`` in a worker thread.
+    async def execute(self, what: str, *commands: Command) -> list[Any]:
+        """Send ``commands`` in one go and return their replies (error replies included, as
+        :class:`ReplyError` values).
 
         :param what: what the call was for, used in the error message
             ("cache get", "rate limit", ...).
-        :raises RedisUnavailable: Redis is down, timed out or failed the command.
+        :raises RedisUnavailable: Redis is down, unreachable, closed the connection or timed out.
         """
+        self._check(what)
+        for attempt in (0, 1):
+            fresh = True
+            pipe: _Pipe | None = None
+            try:
+                pipe, fresh = await self._current_pipe()
+                waiter = pipe.submit(commands)
+                await waiter.done.wait()
+                if waiter.error is not None:
+                    raise waiter.error
+            except _ConnectionLost as exc:
+                # A connection that served before may have been cut by a restart: once more on
+                # a new one. Not after a timeout: the commands may have run.
+                if attempt == 0 and not fresh and not exc.timeout:
+                    continue
+                self._failed(what, exc, pipe)
+            except (OSError, trio.TooSlowError, ssl.SSLError) as exc:
+                self._failed(what, exc, pipe)
+            else:
+                self._succeeded()
+                return waiter.replies
+        raise AssertionError("unreachable")
+
+    def _check(self, what: str) -> None:
         if time.monotonic() < self._down_until:
             raise RedisUnavailable(self.url, what, f"not retried after {self._last_error}")
-        # abandon_on_cancel: a call whose deadline passes returns at once (the deck answers it
-        # TIMEOUT) instead of waiting for the socket timeout of a hung server; the command's
-        # thread finishes on its own, keeping its connection slot until then.
-        return await trio.to_thread.run_sync(
-            self._call, what, function, limiter=self._limiter, abandon_on_cancel=True
-        )
 
-    def _call(self, what: str, function: Callable[[redis.Redis], T]) -> T:
-        recovering = self._down_until != 0.0
-        try:
-            value = function(self.client)
-        except redis.RedisError as exc:
-            self.failures += 1
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            self._down_until = time.monotonic() + self.settings.retry_interval_s
-            logger.warning("Redis at %s failed (%s): %s", self.url, what, self._last_error)
-            raise RedisUnavailable(self.url, what, exc) from exc
-        if recovering:
+    async def _current_pipe(self) -> tuple[_Pipe, bool]:
+        """The open pipe of this run (and False), or a new one (and True)."""
+        pipe = self._pipe
+        if pipe is None or pipe.closed is not None or not self._same_run(pipe):
+            return await self._connect(), True
+        return pipe, False
+
+    def _succeeded(self) -> None:
+        if self._failed_before:
+            self._failed_before = False
             self._down_until = 0.0
             self.recoveries += 1
             logger.warning("Redis at %s is reachable again", self.url)
-        return value
+
+    async def call(self, what: str, *command: Any) -> Any:
+        """One command's reply.
+
+        :raises RedisUnavailable: as :meth:`execute`, and for an error reply.
+        """
+        (reply,) = await self.execute(what, command)
+        if isinstance(reply, ReplyError):
+            raise RedisUnavailable(self.url, what, reply)
+        return reply
+
+    def _failed(self, what: str, exc: BaseException, pipe: _Pipe | None = None) -> None:
+        # Name the failure as redis-py would: a timeout, or a connection error.
+        if isinstance(exc, _ConnectionLost) and exc.timeout:
+            exc = TimeoutError(str(exc))
+        elif isinstance(exc, trio.TooSlowError):
+            exc = TimeoutError(f"no connection within {self.settings.connect_timeout_s:g}s")
+        elif isinstance(exc, _ConnectionLost | OSError) and not isinstance(exc, TimeoutError):
+            exc = ConnectionError(str(exc))
+        self.failures += 1
+        self._failed_before = True
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        self._down_until = time.monotonic() + self.settings.retry_interval_s
+        logger.warning("Redis at %s failed (%s): %s", self.url, what, self._last_error)
+        if pipe is not None and self._pipe is pipe:
+            # Only the connection that failed: another caller may have opened a new one.
+            self._pipe.close()
+            self._pipe = None
+        raise RedisUnavailable(self.url, what, exc) from exc
+
+    @staticmethod
+    def _same_run(pipe: _Pipe) -> bool:
+        # A pipe's tasks belong to the trio run that opened it; another run needs its own.
+        return pipe.token is trio.lowlevel.current_trio_token()
+
+    async def _connect(self) -> _Pipe:
+        token = trio.lowlevel.current_trio_token()
+        if self._connecting is None or self._connecting[0] is not token:
+            # One lock per trio run: a run that ended while connecting left its lock held.
+            self._connecting = (token, trio.Lock())
+        async with self._connecting[1]:
+            pipe = self._pipe
+            if pipe is not None and pipe.closed is None and self._same_run(pipe):
+                return pipe  # another caller connected meanwhile
+            if pipe is not None:
+                pipe.close()
+                self._pipe = None
+            settings = self.settings
+            with trio.fail_after(settings.connect_timeout_s):
+                stream: trio.abc.Stream
+                if self._path:
+                    stream = await trio.open_unix_socket(self._path)
+                else:
+                    stream = await trio.open_tcp_stream(self._host, self._port)
+                if self._tls:
+                    tls = trio.SSLStream(
+                        stream, ssl.create_default_context(), server_hostname=self._host
+                    )
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        await trio.aclose_forcefully(stream)
+                        raise
+                    stream = tls
+            pipe = _Pipe(stream, settings.socket_timeout_s)
+            trio.lowlevel.spawn_system_task(pipe.serve, name="tooldeck-redis-connection")
+            try:
+                if self._hello:
+                    waiter = pipe.submit(self._hello)
+                    with trio.fail_after(settings.connect_timeout_s):
+                        await waiter.done.wait()
+                    if waiter.error is not None:
+                        raise waiter.error
+                    refused = [r for r in waiter.replies if isinstance(r, ReplyError)]
+                    if refused:
+                        raise _ConnectionLost(f"Redis refused the connection: {refused[0]}")
+            except BaseException:
+                pipe.close()  # its task closes the socket
+                raise
+            self._pipe = pipe
+            return pipe
 
     async def aclose(self) -> None:
-        """Close the pool's connections."""
-        await trio.to_thread.run_sync(self.client.close)
+        """Close the connection (a later call opens a new one). Every command that matters was
+        awaited by its caller; what is still pending belongs to callers that gave up."""
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        await trio.lowlevel.checkpoint()
+
+
+class Script:
+    """A Lua script: ``EVALSHA`` by its SHA1, ``EVAL`` again if the server answers NOSCRIPT
+    (after a restart or ``SCRIPT FLUSH``; a NOSCRIPT reply means nothing ran)."""
+
+    def __init__(self, connection: RedisConnection, source: str) -> None:
+        self.connection = connection
+        self.source = source
+        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+        self._evalsha = Encoded("EVALSHA", self.sha)
+
+    def command(self, keys: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        """The ``EVALSHA`` command, to send within a batch (an :class:`Encoded` word stands for
+        as many keys or arguments as it holds)."""
+        count = sum(k.words if type(k) is Encoded else 1 for k in keys)
+        return [self._evalsha, count, *keys, *args]
+
+    async def __call__(self, what: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run the script; its reply.
+
+        :raises RedisUnavailable: as :meth:`RedisConnection.call`.
+        """
+        connection = self.connection
+        (reply,) = await connection.execute(what, self.command(keys, args))
+        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
+            count = sum(k.words if type(k) is Encoded else 1 for k in keys)
+            (reply,) = await connection.execute(what, ["EVAL", self.source, count, *keys, *args])
+        if isinstance(reply, ReplyError):
+            raise RedisUnavailable(connection.url, what, reply)
+        return reply
 
 
 def glob_escape(text: str) -> str:
@@ -109,16 +535,28 @@ def glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-def delete_matching(client: redis.Redis, pattern: str, batch_size: int = 500) -> int:
+async def delete_matching(
+    connection: RedisConnection, what: str, pattern: str, batch_size: int = 500
+) -> int:
     """Delete every key matching ``pattern`` with SCAN + UNLINK (never KEYS, which blocks the
     server); return how many were deleted."""
     deleted = 0
-    batch: list[Any] = []
-    for key in client.scan_iter(match=pattern, count=batch_size):
-        batch.append(key)
-        if len(batch) >= batch_size:
-            deleted += int(client.unlink(*batch))
-            batch.clear()
-    if batch:
-        deleted += int(client.unlink(*batch))
-    return deleted
+    cursor: bytes | int = 0
+    while True:
+        cursor, keys = await connection.call(
+            what, "SCAN", cursor, "MATCH", pattern, "COUNT", batch_size
+        )
+        if keys:
+            deleted += int(await connection.call(what, "UNLINK", *keys))
+        if cursor in (b"0", 0):
+            return deleted
+
+
+def parse_info(raw: bytes) -> dict[str, str]:
+    """The ``field:value`` lines of an ``INFO`` reply."""
+    fields = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not name.startswith("#"):
+            fields[name] = value.strip()
+    return fields

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-import uuid
+import secrets
 from typing import Any
 
 import attrs
@@ -12,27 +13,31 @@ from tooldeck_ratelimit import parse_global_override
 
 from tooldeck_hookspecs import RateLimit, RateLimitOutcome, SessionInfo, ToolDefinition
 
-from ._client import RedisConnection, delete_matching, glob_escape
+from ._client import Encoded, RedisConnection, delete_matching, glob_escape
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
-__all__ = ["RedisRateLimiter"]
+__all__ = ["CACHED_OR_WINDOW", "RedisRateLimiter"]
 
 logger = logging.getLogger("tooldeck.redis")
 
 _ALLOWED = RateLimitOutcome(allowed=True)
+_MEMBER_PREFIX = secrets.token_hex(8) + ":"
+_members = itertools.count()
+#: Sessions' window arguments kept at most (a dict cleared when full).
+_ARGUMENTS_KEPT = 4096
 
-# KEYS: one sorted set per window (members are call ids, scores are times in ms).
-# ARGV: member, then (max_calls, window_ms) per key.
+# The window check on a table `keys` of sorted sets (members are call ids, scores are times in
+# ms); ARGV: member, then (max_calls, window_ms) per key.
 # Every window is trimmed and counted before any is written, all inside one script, so the check
 # and the hits are atomic across processes and a refused call uses no slot. The time comes from
 # the server (TIME), so workers on hosts with skewed clocks still share one window. Redis >= 5
 # replicates a script by its effects, which is what allows TIME before writes.
-_MOVING_WINDOW = """
+_WINDOWS = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
-for i, key in ipairs(KEYS) do
+for i, key in ipairs(keys) do
   local limit = tonumber(ARGV[2 * i])
   local window = tonumber(ARGV[2 * i + 1])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
@@ -47,13 +52,33 @@ for i, key in ipairs(KEYS) do
     return {0, i, retry}
   end
 end
-for i, key in ipairs(KEYS) do
+for i, key in ipairs(keys) do
   local window = tonumber(ARGV[2 * i + 1])
   redis.call('ZADD', key, now, member)
   redis.call('PEXPIRE', key, window)
 end
 return {1, 0, 0}
 """
+
+# KEYS: the windows.
+_MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
+
+# KEYS[1]: a cache entry, then the windows. A hit returns {2, value} and counts nothing (a
+# cached answer is not a call); a miss counts the call as _MOVING_WINDOW does. One round trip
+# for the cache probe and the limit of a cacheable, rate-limited call.
+CACHED_OR_WINDOW = (
+    """
+local value = redis.call('GET', KEYS[1])
+if value then
+  return {2, value}
+end
+local keys = {}
+for i = 2, #KEYS do
+  keys[i - 1] = KEYS[i]
+end
+"""
+    + _WINDOWS
+)
 
 
 @attrs.frozen
@@ -97,6 +122,11 @@ class RedisRateLimiter:
         for name, value in settings.global_overrides.items():
             parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
         self._globals: dict[tuple[str, RateLimit], _Window | None] = {}
+        # Per (tool, limit, session): the windows and the constant part of the script's
+        # arguments, built once (a call then only adds its member).
+        self._arguments: dict[
+            tuple[str, RateLimit, str], tuple[list[_Window], list[Any], list[Any]]
+        ] = {}
         self._local: Any = None
         #: Calls decided by the local fallback while Redis was unavailable.
         self.local_decisions = 0
@@ -144,32 +174,38 @@ class RedisRateLimiter:
             windows.append(glob)
         return windows
 
-    async def hit(self, tool: ToolDefinition, session: SessionInfo) -> RateLimitOutcome:
-        """Count one call of ``tool`` in ``session``; say whether it may proceed.
-
-        Tools without ``security.rate_limit`` are always allowed and not counted.
-
-        :raises RedisUnavailable: Redis failed and ``on_error`` is ``fail_closed``.
-        """
+    def script_arguments(
+        self, tool: ToolDefinition, session: SessionInfo
+    ) -> tuple[list[_Window], list[Any], list[Any]]:
+        """The windows of a rate-limited ``tool`` in ``session``, and the script's KEYS and
+        ARGV for them (used by :meth:`RedisCache.get_and_hit` too; the constant parts are
+        :class:`Encoded` words)."""
         limit = tool.security.rate_limit
-        if limit is None:
-            return _ALLOWED
-        windows = self._windows(tool, limit, session.session_id)
-        keys = [w.key for w in windows]
-        args: list[Any] = [uuid.uuid4().hex]
-        for window in windows:
-            args += [window.max_calls, window.window_ms]
-        try:
-            allowed, index, retry_ms = await self.connection.run(
-                "rate limits cannot be checked",
-                lambda client: self._script(keys=keys, args=args, client=client),
+        assert limit is not None
+        cache_key = (tool.name, limit, session.session_id)
+        known = self._arguments.get(cache_key)
+        if known is None:
+            if len(self._arguments) >= _ARGUMENTS_KEPT:
+                self._arguments.clear()  # many sessions: start over rather than grow
+            windows = self._windows(tool, limit, session.session_id)
+            tail: list[Any] = []
+            for window in windows:
+                tail += [window.max_calls, window.window_ms]
+            # Encoded once: every call of this session sends the same keys and limits.
+            known = self._arguments[cache_key] = (
+                windows,
+                [Encoded(*(w.key for w in windows))],
+                [Encoded(*tail)],
             )
-        except RedisUnavailable:
-            if self.settings.ratelimit_on_error != "local":
-                raise
-            self.local_decisions += 1
-            outcome: RateLimitOutcome = await self._local_limiter().hit(tool, session)
-            return outcome
+        windows, keys, tail = known
+        # A member unique across processes (a random prefix per process) and cheap (uuid4 costs
+        # more than the rest of this method).
+        return windows, keys, [f"{_MEMBER_PREFIX}{next(_members):x}", *tail]
+
+    @staticmethod
+    def outcome(windows: list[_Window], reply: Any) -> RateLimitOutcome:
+        """The script's reply ``{allowed, index, retry_ms}`` as an outcome."""
+        allowed, index, retry_ms = reply[:3]
         if allowed:
             return _ALLOWED
         window = windows[int(index) - 1]
@@ -178,6 +214,26 @@ class RedisRateLimiter:
             retry_after_s=max(0.001, int(retry_ms) / 1000),
             limit=window.label,
         )
+
+    async def hit(self, tool: ToolDefinition, session: SessionInfo) -> RateLimitOutcome:
+        """Count one call of ``tool`` in ``session``; say whether it may proceed.
+
+        Tools without ``security.rate_limit`` are always allowed and not counted.
+
+        :raises RedisUnavailable: Redis failed and ``on_error`` is ``fail_closed``.
+        """
+        if tool.security.rate_limit is None:
+            return _ALLOWED
+        windows, keys, args = self.script_arguments(tool, session)
+        try:
+            reply = await self._script("rate limits cannot be checked", keys, args)
+        except RedisUnavailable:
+            if self.settings.ratelimit_on_error != "local":
+                raise
+            self.local_decisions += 1
+            outcome: RateLimitOutcome = await self._local_limiter().hit(tool, session)
+            return outcome
+        return self.outcome(windows, reply)
 
     def _local_limiter(self) -> Any:
         if self._local is None:
@@ -193,9 +249,7 @@ class RedisRateLimiter:
     async def reset(self) -> int:
         """Delete every window this namespace holds in Redis; return how many keys."""
         pattern = glob_escape(self._prefix) + "*"
-        return await self.connection.run(
-            "rate limits cannot be reset", lambda client: delete_matching(client, pattern)
-        )
+        return await delete_matching(self.connection, "rate limits cannot be reset", pattern)
 
     async def aclose(self) -> None:
         """Close the connection pool and the local fallback (the deck calls this on close)."""

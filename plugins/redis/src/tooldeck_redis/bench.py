@@ -26,7 +26,19 @@ from ._limiter import RedisRateLimiter
 from ._settings import redis_settings
 from .testing import RedisServer, redis_server_binary
 
-__all__ = ["bench_redis"]
+__all__ = ["DESCRIPTIONS", "bench_redis"]
+
+#: What each figure of :func:`bench_redis` measures, in words (for ``tooldeck bench``'s table).
+DESCRIPTIONS = {
+    "redis_vs_memory_miss_calls_per_s_concurrent": "cache miss + rate limit + cache put, "
+    "16 callers: Redis-backed throughput as a fraction of in-memory (higher is better)",
+    "redis_vs_memory_hit_calls_per_s_concurrent": "cache hit, 16 callers: Redis-backed "
+    "throughput as a fraction of in-memory (higher is better)",
+    "calls_per_s_redis": "full pipeline, cacheable and rate-limited tool, 16 callers, Redis",
+    "calls_per_s_memory": "the same in memory",
+    "redis_vs_memory_throughput_ratio": "full pipeline with Redis-backed cache and limits, "
+    "16 callers: throughput as a fraction of in-memory (goal >= 0.5)",
+}
 
 _TOOL = ToolDefinition(
     name="bench_lookup",
@@ -92,7 +104,8 @@ async def bench_redis(
     run sequentially and by ``concurrency`` trio tasks. Without ``url`` a private redis-server is
     started on a free loopback port (and ``{"skipped": reason}`` returned if there is none).
 
-    Returns ``redis_*`` and ``memory_*`` calls/s figures, ``ratio_*`` (memory / Redis), ``n``,
+    Returns ``redis_*`` and ``memory_*`` calls/s figures, ``ratio_*`` (memory / Redis) and
+    ``redis_vs_memory_*`` (Redis / memory, see :data:`DESCRIPTIONS`), ``n``,
     ``concurrency`` and the masked Redis URL.
     """
     from tooldeck_cache import ResultCache
@@ -131,4 +144,5 @@ async def bench_redis(
         figures[f"redis_{name}"] = round(value, 1)
         figures[f"memory_{name}"] = round(memory_figures[name], 1)
         figures[f"ratio_{name}"] = round(memory_figures[name] / value, 1)
+        figures[f"redis_vs_memory_{name}"] = round(value / memory_figures[name], 3)
     return figures

@@ -1,0 +1,68 @@
+"""Commands that only run or list tools load no model stack (torch, sentence-transformers,
+transformers) and no FAISS; importing the MCP server module loads no MCP SDK.
+
+Each check runs in a new process with every installed plugin (the real faiss plugin
+included), since a module imported by any earlier test would hide an import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tooldeck._bench import HEAVY_MODULES
+
+
+def _probe(script: str, cwd: Path) -> dict[str, list[str]]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TOOLDECK_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("PROBE="):
+            return dict(json.loads(line.removeprefix("PROBE=")))
+    raise AssertionError(f"probe failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def test_call_tools_plugins_export_load_no_model_and_no_faiss(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    commands = [
+        ["call", "file_read", '{"path": "notes.txt"}', "--workdir", str(tmp_path)],
+        ["tools", "--json"],
+        ["plugins", "--json"],
+        ["export", "--format", "openai"],
+    ]
+    script = f"""
+import contextlib, io, json, sys
+from tooldeck.cli import main
+found = {{}}
+for argv in {commands!r}:
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    assert code == 0, (argv, code)
+    found[argv[0]] = [m for m in {HEAVY_MODULES!r} if m in sys.modules]
+plugins = {{}}
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    main(["plugins", "--json"])
+found["plugins_loaded"] = [p["name"] for p in json.loads(out.getvalue())["plugins"]]
+print("PROBE=" + json.dumps(found))
+"""
+    found = _probe(script, tmp_path)
+    # The real retriever plugin is installed and loaded: it just loads nothing heavy.
+    assert "faiss" in found.pop("plugins_loaded")
+    assert found == {"call": [], "tools": [], "plugins": [], "export": []}
+
+
+def test_importing_the_mcp_server_does_not_import_the_sdk(tmp_path: Path) -> None:
+    script = """
+import json, sys
+import tooldeck.cli, tooldeck.mcp_server
+loaded = sorted(m for m in ("mcp", "mcp_types", "pydantic") if m in sys.modules)
+print("PROBE=" + json.dumps({"loaded": loaded}))
+"""
+    assert _probe(script, tmp_path) == {"loaded": []}
