@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
@@ -52,6 +52,26 @@ def nap(seconds: float) -> str:
     """Sleep, then answer (for timeouts)."""
     time.sleep(seconds)
     return "awake"
+
+
+@server.tool()
+async def slow_steps(steps: int, ctx: Context) -> str:
+    """Work in steps, reporting progress after each."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+    return "finished"
+
+
+@server.tool()
+def tiny_picture() -> Image:
+    """A 1x1 PNG."""
+    return Image(data=PNG_1X1, format="png")
+
+
+PNG_1X1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
 
 
 if __name__ == "__main__":

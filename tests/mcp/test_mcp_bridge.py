@@ -182,3 +182,24 @@ async def test_bridge_as_an_inline_plugin(helper_server: Path) -> None:
         assert [t.name for t in deck.catalog] == ["inline__add"]
         result = await deck.session(grants={"mcp_inline"}).call("inline__add", {"a": 1, "b": 1})
         assert result.data == {"sum": 2}
+
+
+async def test_bridge_forwards_remote_progress_and_images(helper_server: Path) -> None:
+    import base64
+
+    deck = make_deck(config=_servers(helper_server, "progress"), load_entry_points=ENTRY_POINTS)
+    seen: list[dict[str, Any]] = []
+    async with deck:
+        session = deck.session(grants={"mcp_helper"})
+        done = await session.call("helper__slow_steps", {"steps": 3},
+                                  on_progress=lambda event: seen.append(dict(event)))
+        await trio.sleep(0.05)  # events cross from the bridge's loop thread soon after
+        picture = await session.call("helper__tiny_picture", {})
+    assert done.success, done.error
+    assert [(e["progress"], e.get("total"), e.get("message")) for e in seen] == [
+        (1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")
+    ]
+    assert picture.success, picture.error
+    image = picture.data if isinstance(picture.data, dict) else picture.data[0]
+    assert image["$content"] == "image" and image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")

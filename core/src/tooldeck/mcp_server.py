@@ -39,6 +39,14 @@ elicitation, the server asks the user instead (``elicitation/create``, out of th
 accepted, the call runs (once, or for the rest of the session if they tick "always"); declined or
 unanswered, it is ``PERMISSION_DENIED``.
 
+What a tool does during a call reaches its client: ``ToolContext.emit`` progress as
+``notifications/progress`` (when the request carried a progress token), and the records of
+``ToolContext.logger`` as ``notifications/message`` at or above the level the client asked for
+(``logging/setLevel``, or per request on 2026-07-28+ connections; ``warning`` for the other
+sessions once one client asked; nothing before any did, and the process's own logging keeps its
+level). A tool can ask the client itself through :func:`current_client`: ``sample`` (its model)
+and ``elicit`` (its user), on clients that declared them over a handshake-era connection.
+
 Authentication (HTTP only; stdio belongs to the process that started the server): every
 request must carry ``Authorization: Bearer <token>``. The token is ``mcp.token`` from the
 configuration, else the ``TOOLDECK_MCP_TOKEN`` environment variable, else one generated at
@@ -72,15 +80,14 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
-from mcp import types
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import NotificationOptions, Server
 
 from tooldeck_hookspecs import (
     LEVEL_ORDER,
@@ -94,18 +101,42 @@ from tooldeck_hookspecs import (
 from ._deck import Deck, Session
 from .adapters import export_tool, result_messages
 
+if TYPE_CHECKING:
+    from mcp import types
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import Server
+else:
+    class _SdkTypes:
+        """``mcp.types``, imported on first use.
+
+        The SDK costs about a second to import (its pydantic models): ``tooldeck serve mcp``
+        answers ``initialize`` and the first ``tools/list`` over stdio before it is loaded
+        (see :class:`StdioPreface`), and importing this module stays cheap.
+        """
+
+        def __getattr__(self, name: str) -> Any:
+            import mcp.types
+
+            return getattr(mcp.types, name)
+
+    types = _SdkTypes()
+
 __all__ = [
     "McpServerSettings",
     "DeckMcpServer",
     "SEARCH_TOOL",
     "APPROVE_TOOL",
     "serve_stdio",
+    "StdioPreface",
     "serve_http",
     "serve_mcp_cli",
     "TOKEN_ENV",
     "SessionsFullError",
     "resolve_token",
     "bearer_auth",
+    "McpClient",
+    "McpClientError",
+    "current_client",
 ]
 
 log = logging.getLogger("tooldeck.mcp")
@@ -116,6 +147,10 @@ SEARCH_TOOL = "search_tools"
 APPROVE_TOOL = "approve_call"
 
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+#: ``mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS`` of the SDK (oldest to newest), so that
+#: ``initialize`` can be answered before the SDK is imported; a test keeps them equal.
+_HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 #: Connections without a transport session id (stdio, stateless HTTP) share this session key.
 _DEFAULT_KEY = "default"
@@ -325,10 +360,340 @@ def bearer_auth(app: Any, token: str) -> Any:
 def _call_result(call: ToolCall, result: ToolResult) -> types.CallToolResult:
     message = result_messages("mcp", [(call, result)])[0]
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=b["text"]) for b in message["content"]],
+        content=[_content_block(b) for b in message["content"]],
         structured_content=message["structuredContent"],
         is_error=message["isError"],
     )
+
+
+def _content_block(block: dict[str, Any]) -> Any:
+    """One block of :func:`result_messages` ``mcp`` as the SDK's type (text, image, audio,
+    embedded resource, resource link)."""
+    kind = block["type"]
+    if kind in ("image", "audio"):
+        cls = types.ImageContent if kind == "image" else types.AudioContent
+        return cls(type=kind, data=block["data"], mime_type=block["mimeType"])
+    if kind == "resource":
+        inner = block["resource"]
+        contents: Any
+        if "text" in inner:
+            contents = types.TextResourceContents(
+                uri=inner["uri"], mime_type=inner.get("mimeType"), text=inner["text"]
+            )
+        else:
+            contents = types.BlobResourceContents(
+                uri=inner["uri"], mime_type=inner.get("mimeType"), blob=inner["blob"]
+            )
+        return types.EmbeddedResource(type="resource", resource=contents)
+    if kind == "resource_link":
+        return types.ResourceLink(
+            type="resource_link", uri=block["uri"], name=block["name"],
+            mime_type=block.get("mimeType"), description=block.get("description"),
+        )
+    return types.TextContent(type="text", text=block["text"])
+
+
+#: Progress events queued for one call's client beyond this are dropped (a slow client must not
+#: hold a fast tool's events in memory).
+_PROGRESS_BACKLOG = 256
+
+
+async def _call_reporting_progress(
+    session: Session,
+    call: ToolCall,
+    ctx: ServerRequestContext[Any, Any],
+    log_level: str | None = None,
+) -> ToolResult:
+    """``session.call`` with the tool's ``ToolContext.emit`` events sent to the client as
+    ``notifications/progress`` (progress strictly increasing, as MCP requires), and, with
+    ``log_level``, the tool's log records at or above it as ``notifications/message``.
+
+    ``report_progress`` answers the request's own progress token, and is a no-op when the
+    client sent none, on every transport (JSON-RPC, in-process). The tool can reach the client
+    itself (sampling, elicitation) through :func:`current_client`."""
+    send, receive = trio.open_memory_channel[Mapping[str, Any]](_PROGRESS_BACKLOG)
+
+    def on_progress(event: Mapping[str, Any]) -> None:
+        try:
+            send.send_nowait(event)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the client is slower than the tool: this event is skipped
+
+    async def forward() -> None:
+        last = 0.0
+        async with receive:
+            async for event in receive:
+                value = event.get("progress")
+                progress = float(value) if isinstance(value, int | float) else last + 1
+                if progress <= last:
+                    progress = last + 1e-6 if isinstance(value, int | float) else last + 1
+                last = progress
+                total = event.get("total")
+                try:
+                    await ctx.session.report_progress(
+                        progress,
+                        float(total) if isinstance(total, int | float) and total >= progress
+                        else None,
+                        event.get("message"),
+                    )
+                except Exception as exc:  # the client went away: the call goes on
+                    log.debug("progress not sent: %s: %s", type(exc).__name__, exc)
+                    return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(forward)
+        log_send: trio.MemorySendChannel[tuple[str, str, str]] | None = None
+        sink: Callable[[logging.LogRecord], None] | None = None
+        if log_level is not None:
+            log_send, log_receive = trio.open_memory_channel[tuple[str, str, str]](
+                _PROGRESS_BACKLOG
+            )
+            nursery.start_soon(_forward_logs, ctx, log_receive)
+            sink = _log_sink(log_send, log_level)
+        log_token = _call_log.set(sink)
+        client_token = _current_client.set(McpClient(ctx))
+        try:
+            result = await session.call(
+                call.name, call.arguments, call_id=call.id or None, on_progress=on_progress
+            )
+        finally:
+            _current_client.reset(client_token)
+            _call_log.reset(log_token)
+            send.close()
+            if log_send is not None:
+                log_send.close()
+    return result
+
+
+# ---------------------------------------------------------------------- logging to the client
+
+#: MCP log levels, least to most severe (``logging/setLevel``, ``notifications/message``).
+_MCP_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+#: What a client that never sent ``logging/setLevel`` is sent of the tools' log records.
+_DEFAULT_LOG_LEVEL = "warning"
+
+#: ``_meta`` key of a 2026-07-28+ request opting in to log notifications (``mcp_types``).
+_LOG_LEVEL_META_KEY = "io.modelcontextprotocol/logLevel"
+
+#: The sink of the ``tools/call`` running in this context (its task, the tasks and worker
+#: threads it starts, which inherit the context): where a tool's log record goes.
+_call_log: ContextVar[Callable[[logging.LogRecord], None] | None] = ContextVar(
+    "tooldeck_mcp_call_log", default=None
+)
+
+
+def _mcp_level(levelno: int) -> str:
+    """A :mod:`logging` level as the MCP level of the same severity."""
+    if levelno >= logging.CRITICAL:
+        return "critical"
+    if levelno >= logging.ERROR:
+        return "error"
+    if levelno >= logging.WARNING:
+        return "warning"
+    if levelno >= logging.INFO:
+        return "info"
+    return "debug"
+
+
+def _log_sink(
+    send: trio.MemorySendChannel[tuple[str, str, str]], level: str
+) -> Callable[[logging.LogRecord], None]:
+    """A record sink feeding one call's log channel, callable from any thread."""
+    floor = _MCP_LEVELS.index(level)
+    token = trio.lowlevel.current_trio_token()
+    loop_thread = threading.get_ident()
+
+    def put(item: tuple[str, str, str]) -> None:
+        try:
+            send.send_nowait(item)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the client is slower than the tool (or the call ended): record skipped
+
+    def sink(record: logging.LogRecord) -> None:
+        mcp_level = _mcp_level(record.levelno)
+        if _MCP_LEVELS.index(mcp_level) < floor:
+            return
+        try:
+            text = record.getMessage()
+        except Exception:  # a bad format string must not break the tool
+            text = str(record.msg)
+        item = (mcp_level, record.name, text)
+        if threading.get_ident() == loop_thread:
+            put(item)
+        else:  # a worker thread: trio channels are not thread-safe, the loop puts it
+            try:
+                token.run_sync_soon(put, item)
+            except trio.RunFinishedError:
+                pass
+
+    return sink
+
+
+async def _forward_logs(
+    ctx: ServerRequestContext[Any, Any], receive: trio.MemoryReceiveChannel[tuple[str, str, str]]
+) -> None:
+    """Send one call's log records to its client (on the call's own stream)."""
+    async with receive:
+        async for level, logger_name, text in receive:
+            try:
+                await ctx.session.send_log_message(
+                    level,  # type: ignore[arg-type]  # one of _MCP_LEVELS
+                    text,
+                    logger=logger_name,
+                    related_request_id=ctx.request_id,
+                )
+            except Exception as exc:  # the client went away: the call goes on
+                log.debug("log message not sent: %s: %s", type(exc).__name__, exc)
+                return
+
+
+class _ClientLogHandler(logging.Handler):
+    """On the ``tooldeck.tool`` logger while a client asked for logs: a tool's record goes to
+    the client of the call it was logged in, then on to the handlers above as it would have.
+
+    The logger is set to DEBUG so that ``info``/``debug`` records exist at all (the process's
+    logging is usually at WARNING); it stops propagating, and this handler passes on only what
+    the ``tooldeck`` logger's own level lets through, so stderr sees no more than before.
+    """
+
+    def __init__(self, previous_level: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.previous_level = previous_level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sink = _call_log.get()
+        if sink is not None:
+            sink(record)
+        parent = logging.getLogger("tooldeck")
+        floor = self.previous_level or parent.getEffectiveLevel()
+        if record.levelno >= floor:
+            parent.handle(record)
+
+
+#: The installed handler and how many servers use it (installed on the first
+#: ``logging/setLevel``, removed when the last server that installed it closes).
+_log_handler: list[_ClientLogHandler] = []
+_log_handler_users = [0]
+
+
+def _acquire_log_handler() -> None:
+    if not _log_handler:
+        tools_logger = logging.getLogger("tooldeck.tool")
+        handler = _ClientLogHandler(tools_logger.level)
+        tools_logger.addHandler(handler)
+        tools_logger.setLevel(logging.DEBUG)
+        tools_logger.propagate = False
+        _log_handler.append(handler)
+    _log_handler_users[0] += 1
+
+
+def _release_log_handler() -> None:
+    _log_handler_users[0] -= 1
+    if _log_handler_users[0] > 0 or not _log_handler:
+        return
+    handler = _log_handler.pop()
+    tools_logger = logging.getLogger("tooldeck.tool")
+    tools_logger.removeHandler(handler)
+    tools_logger.setLevel(handler.previous_level)
+    tools_logger.propagate = True
+
+
+# ---------------------------------------------------------------------- the client, for tools
+
+#: The client of the ``tools/call`` running in this context (see :func:`current_client`).
+_current_client: ContextVar[McpClient | None] = ContextVar(
+    "tooldeck_mcp_client", default=None
+)
+
+
+class McpClientError(Exception):
+    """The MCP client cannot do what a tool asked (no such capability, or it failed)."""
+
+
+class McpClient:
+    """The MCP client whose ``tools/call`` is running, for a tool that needs to ask it
+    something: a completion from its model (sampling) or an answer from its user (elicitation).
+
+    Get it with :func:`current_client` inside the tool; it is None when the call did not come
+    through ``tooldeck serve mcp``. A tool that depends on it should say so in its result::
+
+        client = current_client()
+        if client is None or not client.can_sample:
+            raise RuntimeError("this tool needs an MCP client that supports sampling")
+        answer = await client.sample("Summarize: ...", max_tokens=200)
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self._ctx = ctx
+
+    def _capabilities(self) -> Any:
+        return getattr(self._ctx.session, "client_capabilities", None)
+
+    @property
+    def can_sample(self) -> bool:
+        """Whether the client declared sampling (``sampling/createMessage``)."""
+        caps = self._capabilities()
+        if caps is None or getattr(caps, "sampling", None) is None:
+            return False
+        # 2026-07-28+ connections have no back-channel for server requests (sampling is
+        # deprecated there); handshake-era ones do.
+        return bool(getattr(self._ctx.session, "can_send_request", True))
+
+    @property
+    def can_elicit(self) -> bool:
+        """Whether the client declared form elicitation and this request can carry one."""
+        return _can_elicit(self._ctx)
+
+    async def sample(
+        self, prompt: str, *, max_tokens: int = 100, system_prompt: str | None = None
+    ) -> str:
+        """Ask the client's model for a completion of ``prompt`` (one user message).
+
+        :return: the text of the reply ("" when the reply is not text).
+        :raises McpClientError: the client has no sampling capability, or the request failed.
+        """
+        if not self.can_sample:
+            raise McpClientError("the MCP client does not support sampling")
+        message = types.SamplingMessage(
+            role="user", content=types.TextContent(type="text", text=prompt)
+        )
+        try:
+            reply = await self._ctx.session.create_message(
+                [message], max_tokens=max_tokens, system_prompt=system_prompt,
+                related_request_id=self._ctx.request_id,
+            )
+        except Exception as exc:
+            raise McpClientError(f"sampling failed: {type(exc).__name__}: {exc}") from exc
+        content = reply.content
+        blocks = content if isinstance(content, list) else [content]
+        return "".join(getattr(b, "text", "") for b in blocks)
+
+    async def elicit(
+        self, message: str, schema: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Ask the client's user to fill in a form (``elicitation/create``, form mode).
+
+        :param schema: the requested schema (a flat object of primitive properties, as MCP
+            allows).
+        :return: ``(action, content)``: ``"accept"`` with the answers, or ``"decline"`` /
+            ``"cancel"`` with None.
+        :raises McpClientError: the client cannot elicit, or the request failed.
+        """
+        if not self.can_elicit:
+            raise McpClientError("the MCP client does not support elicitation")
+        try:
+            answer = await self._ctx.session.elicit_form(
+                message, dict(schema), related_request_id=self._ctx.request_id
+            )
+        except Exception as exc:
+            raise McpClientError(f"elicitation failed: {type(exc).__name__}: {exc}") from exc
+        return str(answer.action), (dict(answer.content) if answer.content else None)
+
+
+def current_client() -> McpClient | None:
+    """The MCP client of the ``tools/call`` this tool runs in, or None (not served over MCP)."""
+    return _current_client.get()
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -361,7 +726,10 @@ class DeckMcpServer:
     :param session_options: extra keyword arguments for :meth:`Deck.session` (grants, max_level,
         ...); unset ones come from the ``[session]`` table.
 
-    ``server`` is the SDK's low-level server; :meth:`run_stdio` and :meth:`run_http` serve it.
+    ``server`` is the SDK's low-level server (built, and the SDK imported, on first use);
+    :meth:`run_stdio` and :meth:`run_http` serve it. Both start loading the retriever's model and
+    index in the background (:meth:`warm_selection`): ``tools/list`` never waits for it, a
+    search or a hand does (``selection_ready`` is set once it is loaded).
     """
 
     def __init__(
@@ -386,13 +754,86 @@ class DeckMcpServer:
         self._scratch: Session | None = None
         if self.settings.list == "hand" and deck.retriever is None:
             log.warning("mcp.list = 'hand' needs a retriever (tooldeck-faiss); listing all tools")
-        self.server: Server[Any] = Server(
-            "tooldeck",
-            version=__version__,
-            instructions=self._instructions(),
-            on_list_tools=self._on_list_tools,
-            on_call_tool=self._on_call_tool,
-        )
+        self._version = __version__
+        self._server: Server[Any] | None = None
+        #: Set once the retriever's model and index are loaded (at once without a retriever).
+        self.selection_ready = trio.Event()
+        if deck.retriever is None:
+            self.selection_ready.set()
+        #: Client sessions that were listed a provisional hand (the model was still loading):
+        #: told ``tools/list_changed`` once it is ready.
+        self._provisional: list[Any] = []
+        self._warming = False
+        #: ``logging/setLevel`` per MCP session key: the least severe level its calls' tool
+        #: log records are sent to it at (``_DEFAULT_LOG_LEVEL`` until it sets one).
+        self._log_levels: dict[str, str] = {}
+        self._holds_log_handler = False
+
+    @property
+    def server(self) -> Server[Any]:
+        """The SDK's low-level server (the SDK is imported the first time this is read)."""
+        if self._server is None:
+            import warnings
+
+            from mcp.server.lowlevel import Server
+
+            with warnings.catch_warnings():
+                # logging/setLevel is deprecated by the 2026-07-28 revision only; the handshake
+                # versions clients speak today still use it (and the conformance suite checks it).
+                warnings.filterwarnings("ignore", message=".*logging capability is deprecated")
+                self._server = Server(
+                    "tooldeck",
+                    version=self._version,
+                    instructions=self._instructions(),
+                    on_list_tools=self._on_list_tools,
+                    on_call_tool=self._on_call_tool,
+                    on_set_logging_level=self._on_set_logging_level,
+                )
+        return self._server
+
+    def initialize_result(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The ``initialize`` result the SDK answers, as JSON, built without the SDK.
+
+        Used by :class:`StdioPreface` to answer before the SDK is imported; a test keeps it equal
+        to the SDK's own answer.
+        """
+        requested = (params or {}).get("protocolVersion")
+        version = requested if requested in _HANDSHAKE_VERSIONS else _HANDSHAKE_VERSIONS[-1]
+        return {
+            "capabilities": {"logging": {}, "tools": {"listChanged": self._hand_mode}},
+            "instructions": self._instructions(),
+            "protocolVersion": version,
+            "serverInfo": {"name": "tooldeck", "version": self._version},
+        }
+
+    async def warm_selection(self) -> None:
+        """Load the retriever's model and index the catalog now (in worker threads), then set
+        :attr:`selection_ready`; a failure is logged and left to the first search to report."""
+        if self.deck.retriever is None:
+            self.selection_ready.set()
+            return
+        if self._warming:  # already loading (or loaded): wait for that one
+            await self.selection_ready.wait()
+            return
+        self._warming = True
+        try:
+            warm_up = getattr(self.deck.retriever, "warm_up", None)
+            if warm_up is not None:
+                # Loading a model takes seconds and cannot be interrupted: it runs in a thread
+                # (with an event loop of its own) that a server shutting down leaves behind,
+                # so a client closing the connection never waits for it.
+                await trio.to_thread.run_sync(trio.run, warm_up, abandon_on_cancel=True)
+            await self.deck.ensure_index()  # quick now: the model is loaded
+        except Exception as exc:  # the search that needs it answers with the error
+            log.warning("loading the retriever failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self.selection_ready.set()
+        provisional, self._provisional = self._provisional, []
+        for server_session in provisional:
+            try:
+                await server_session.send_tool_list_changed()
+            except Exception as exc:  # a client that cannot hear it re-lists on its own terms
+                log.debug("tools/list_changed not sent: %s: %s", type(exc).__name__, exc)
 
     # ------------------------------------------------------------------ sessions
 
@@ -490,6 +931,7 @@ class DeckMcpServer:
             return
         del self._sessions[key]
         self._busy.pop(key, None)
+        self._log_levels.pop(key, None)
         await current.aclose()
 
     async def _close_dropped(self) -> None:
@@ -504,7 +946,11 @@ class DeckMcpServer:
             sessions.append(self._scratch)
         self._sessions.clear()
         self._busy.clear()
+        self._log_levels.clear()
         self._scratch = None
+        if self._holds_log_handler:
+            self._holds_log_handler = False
+            _release_log_handler()
         for session in sessions:
             await session.aclose()
 
@@ -547,48 +993,67 @@ class DeckMcpServer:
         hand = await session.select(self.settings.default_task)
         return list(hand.tools)
 
-    def _meta_tools(self) -> list[types.Tool]:
-        extra: list[types.Tool] = []
+    def _meta_tool_specs(self) -> list[dict[str, Any]]:
+        """The server's own tools (search, approvals) as ``tools/list`` entries (wire JSON)."""
+        extra: list[dict[str, Any]] = []
         if self.deck.retriever is not None and SEARCH_TOOL not in self.deck.catalog:
             extra.append(
-                types.Tool(
-                    name=SEARCH_TOOL,
-                    title="search tools",
-                    description=(
+                {
+                    "name": SEARCH_TOOL,
+                    "title": "search tools",
+                    "description": (
                         "Find the tools for a task: returns the best matching tools with their "
                         "descriptions, relevance scores and full input schemas. Use it when the "
                         "tool you need is not in your list."
                     ),
-                    input_schema=_SEARCH_SCHEMA,
-                    annotations=types.ToolAnnotations(
-                        title="search tools",
-                        read_only_hint=True,
-                        destructive_hint=False,
-                        idempotent_hint=True,
-                        open_world_hint=False,
-                    ),
-                )
+                    "inputSchema": _SEARCH_SCHEMA,
+                    "annotations": {
+                        "title": "search tools",
+                        "readOnlyHint": True,
+                        "destructiveHint": False,
+                        "idempotentHint": True,
+                        "openWorldHint": False,
+                    },
+                }
             )
         if self.settings.allow_approvals and APPROVE_TOOL not in self.deck.catalog:
             extra.append(
-                types.Tool(
-                    name=APPROVE_TOOL,
-                    title="approve call",
-                    description=(
+                {
+                    "name": APPROVE_TOOL,
+                    "title": "approve call",
+                    "description": (
                         "Run a call that returned CONFIRMATION_REQUIRED, exactly as it was asked "
                         "for, once. Only call this after the user explicitly approved that call."
                     ),
-                    input_schema=_APPROVE_SCHEMA,
-                    annotations=types.ToolAnnotations(
-                        title="approve call",
-                        read_only_hint=False,
-                        destructive_hint=True,
-                        idempotent_hint=False,
-                        open_world_hint=True,
-                    ),
-                )
+                    "inputSchema": _APPROVE_SCHEMA,
+                    "annotations": {
+                        "title": "approve call",
+                        "readOnlyHint": False,
+                        "destructiveHint": True,
+                        "idempotentHint": False,
+                        "openWorldHint": True,
+                    },
+                }
             )
         return extra
+
+    def _meta_tools(self) -> list[types.Tool]:
+        return [_mcp_tool(spec) for spec in self._meta_tool_specs()]
+
+    def listing_needs_selection(self, session: Session) -> bool:
+        """Whether ``tools/list`` for ``session`` deals a hand (waits for the model)."""
+        return self._hand_mode and (session.hand is not None or bool(self.settings.default_task))
+
+    def tool_specs(self, session: Session) -> list[dict[str, Any]]:
+        """``tools/list`` entries (wire JSON) when no hand is needed: the whole catalog in
+        ``all`` mode, the pinned tools in ``hand`` mode without a hand yet; plus the server's
+        own tools. Needs neither the SDK nor the model."""
+        if self._hand_mode:
+            tools = [t for t in (self.deck.catalog.get(n) for n in session.pinned) if t]
+        else:
+            tools = list(self.deck.catalog)
+        listed = [export_tool(t, "mcp") for t in self._visible(session, tools)]
+        return listed + self._meta_tool_specs()
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any] | None = None
@@ -604,10 +1069,16 @@ class DeckMcpServer:
 
             raise MCPError(types.INTERNAL_ERROR, f"{exc}; try again later") from exc
         await self._close_dropped()
-        if self._hand_mode:
-            tools = await self._default_hand(session)
-        else:
-            tools = list(self.deck.catalog)
+        if not self.listing_needs_selection(session):
+            return [_mcp_tool(spec) for spec in self.tool_specs(session)]
+        if session.hand is None and self._warming and not self.selection_ready.is_set():
+            # The model is still loading: the pinned tools and search_tools now, the default
+            # task's hand once it is ready (the client is told tools/list changed).
+            server_session = getattr(ctx, "session", None)
+            if server_session is not None and server_session not in self._provisional:
+                self._provisional.append(server_session)
+            return [_mcp_tool(spec) for spec in self.tool_specs(session)]
+        tools = await self._default_hand(session)
         listed = [_mcp_tool(export_tool(t, "mcp")) for t in self._visible(session, tools)]
         return listed + self._meta_tools()
 
@@ -667,7 +1138,10 @@ class DeckMcpServer:
         if name == APPROVE_TOOL and APPROVE_TOOL not in self.deck.catalog:
             if self.settings.allow_approvals:
                 return _call_result(call, await self._approve(session, call.arguments))
-        result = await session.call(call.name, call.arguments, call_id=call.id or None)
+        if ctx is None:
+            result = await session.call(call.name, call.arguments, call_id=call.id or None)
+        else:
+            result = await _call_reporting_progress(session, call, ctx, self._log_level(ctx))
         if (
             self.settings.confirm == "elicit"
             and result.error is not None
@@ -738,6 +1212,37 @@ class DeckMcpServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         return await self.call_tool(params.name, params.arguments, ctx)
+
+    def _log_level(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The least severe level of tool log records this call sends its client, or None.
+
+        2026-07-28+ clients opt in per request (the ``io.modelcontextprotocol/logLevel`` key of
+        ``_meta``); earlier ones once per session with ``logging/setLevel``.
+        """
+        meta = getattr(ctx, "meta", None)
+        requested = meta.get(_LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+        if requested in _MCP_LEVELS:
+            self._hold_log_handler()
+            return str(requested)
+        if not self._holds_log_handler:
+            return None
+        return self._log_levels.get(self._key(ctx), _DEFAULT_LOG_LEVEL)
+
+    def _hold_log_handler(self) -> None:
+        if not self._holds_log_handler:
+            # Only once a client asks: until then tool logging is left exactly as configured.
+            self._holds_log_handler = True
+            _acquire_log_handler()
+
+    async def _on_set_logging_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """``logging/setLevel``: from now on, this MCP session's calls send it their tools'
+        log records (``ToolContext.logger``) at or above ``level`` as ``notifications/message``.
+        """
+        self._log_levels[self._key(ctx)] = str(params.level)
+        self._hold_log_handler()
+        return types.EmptyResult()
 
     def _explain(self, result: ToolResult) -> ToolResult:
         """Tell the model how (or whether) a CONFIRMATION_REQUIRED can be answered over MCP."""
@@ -816,12 +1321,27 @@ class DeckMcpServer:
 
     # ------------------------------------------------------------------ transports
 
-    async def run_stdio(self) -> None:
-        """Serve one client over stdin/stdout until it closes stdin."""
+    async def run_stdio(self, preface: StdioPreface | None = None) -> None:
+        """Serve one client over stdin/stdout until it closes stdin.
+
+        :param preface: what :class:`StdioPreface` already read and answered before the SDK
+            was imported: its messages are replayed to the SDK first (its own answer to the
+            replayed ``initialize`` is dropped: the client already has it).
+        """
+        from mcp.server.lowlevel import NotificationOptions
         from mcp.server.stdio import stdio_server
 
+        if preface is not None and preface.session is not None:
+            adopted = self._sessions.setdefault(_DEFAULT_KEY, preface.session)
+            if adopted is not preface.session:  # this server already had its stdio session
+                await preface.session.aclose()
         try:
-            async with stdio_server() as (read_stream, write_stream):
+            async with stdio_server() as (read_stream, write_stream), trio.open_nursery() as tasks:
+                tasks.start_soon(self.warm_selection)
+                if preface is not None and (preface.replay or preface.answered_ids):
+                    read_stream, write_stream = await tasks.start(
+                        _replaying_streams, preface, read_stream, write_stream
+                    )
                 await self.server.run(
                     read_stream,
                     write_stream,
@@ -829,6 +1349,7 @@ class DeckMcpServer:
                         NotificationOptions(tools_changed=self._hand_mode)
                     ),
                 )
+                tasks.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await self.aclose()
@@ -931,9 +1452,167 @@ class DeckMcpServer:
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(started)
                 task_status.started(binds[0].rstrip("/") + path)
+                # Listening first, loading the model after: tools/list never waits for it.
+                nursery.start_soon(self.warm_selection)
         finally:
             with trio.CancelScope(shield=True):
                 await self.aclose()
+
+
+class StdioPreface:
+    """The start of a stdio connection, served before the MCP SDK is imported.
+
+    Importing the SDK costs about a second; a client's first requests need none of it. This
+    reads the client's messages straight from file descriptor 0 (unbuffered, so nothing is
+    read that the SDK's own reader will not get back through :attr:`replay`), answers
+    ``initialize`` (exactly as the SDK would: a test compares them), ``ping`` and the first
+    ``tools/list`` when it needs no hand (``all`` mode, or ``hand`` mode without a default
+    task), and stops at the first message it does not answer itself. The SDK then gets every
+    message read so far that it has to see (``initialize`` and ``notifications/initialized``
+    included, so its session state is what it would have been) in :attr:`replay`.
+
+    :param read_fd: / :param write_fd: the connection (default: standard input and output).
+    """
+
+    def __init__(
+        self, server: DeckMcpServer, session: Session, *, read_fd: int = 0, write_fd: int = 1
+    ) -> None:
+        self.server = server
+        #: The connection's deck session (the server adopts it as its stdio session).
+        self.session: Session | None = session
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._buffer = b""
+        #: Raw lines for the SDK, in the order they came.
+        self.replay: list[bytes] = []
+        #: Request ids answered here whose replay the SDK will answer again (dropped).
+        self.answered_ids: list[Any] = []
+        #: Whether the client closed the connection during the preface.
+        self.closed = False
+        #: Seconds from the preface's start until ``tools/list`` was answered (None if not).
+        self.listed_after_s: float | None = None
+
+    def _line(self) -> bytes | None:
+        while b"\n" not in self._buffer:
+            chunk = os.read(self._read_fd, 65536)
+            if not chunk:
+                line, self._buffer = self._buffer, b""
+                return line if line.strip() else None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        while data:
+            data = data[os.write(self._write_fd, data) :]
+
+    def run(self) -> StdioPreface:
+        """Serve the start of the connection; return self (what the SDK must be given)."""
+        import time
+
+        started = time.perf_counter()
+        first = True
+        while True:
+            line = self._line()
+            if line is None:
+                self.closed = True
+                break
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                self.replay.append(line)  # the SDK reports it as the SDK does
+                break
+            method, request_id = message.get("method"), message.get("id")
+            if first:
+                first = False
+                if method != "initialize" or request_id is None:
+                    self.replay.append(line)  # not the handshake era: all for the SDK
+                    break
+                params = message.get("params")
+                result = self.server.initialize_result(params if isinstance(params, dict) else {})
+                self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+                self.replay.append(line)
+                self.answered_ids.append(request_id)
+                continue
+            if method == "notifications/initialized" and request_id is None:
+                self.replay.append(line)
+                continue
+            if method == "ping" and request_id is not None:
+                self._send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+                continue
+            if (
+                method == "tools/list"
+                and request_id is not None
+                and self.session is not None
+                and not self.server.listing_needs_selection(self.session)
+            ):
+                tools = self.server.tool_specs(self.session)
+                self._send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+                self.listed_after_s = time.perf_counter() - started
+                break
+            self.replay.append(line)
+            break
+        # Whatever else was read already belongs to the SDK; a partial line is completed first
+        # (the client is in the middle of sending it), since the SDK reads on from the pipe.
+        while self._buffer and not self._buffer.endswith(b"\n"):
+            chunk = os.read(self._read_fd, 65536)
+            if not chunk:
+                break
+            self._buffer += chunk
+        self.replay.extend(line for line in self._buffer.split(b"\n") if line.strip())
+        self._buffer = b""
+        return self
+
+
+async def _replaying_streams(
+    preface: StdioPreface,
+    read_stream: Any,
+    write_stream: Any,
+    *,
+    task_status: trio.TaskStatus[tuple[Any, Any]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Streams for the SDK: the preface's messages first, then the connection's; and the
+    connection's writer without the SDK's answers to requests the preface already answered."""
+    import mcp_types
+    from mcp.shared._context_streams import create_context_streams
+    from mcp.shared.message import SessionMessage
+
+    to_sdk, sdk_reads = create_context_streams[Any](0)
+    sdk_writes, from_sdk = create_context_streams[Any](0)
+    answered = list(preface.answered_ids)
+
+    async def feed() -> None:
+        async with to_sdk:
+            for line in preface.replay:
+                try:
+                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception as exc:  # as the SDK's own reader does
+                    await to_sdk.send(exc)
+                    continue
+                await to_sdk.send(SessionMessage(message))
+            async for item in read_stream:
+                await to_sdk.send(item)
+
+    async def drain() -> None:
+        # Closing the connection's writer ends the transport (as the SDK does with its own).
+        async with from_sdk, write_stream:
+            async for item in from_sdk:
+                message = getattr(item, "message", None)
+                request_id = getattr(message, "id", None)
+                if request_id in answered and hasattr(message, "result"):
+                    answered.remove(request_id)
+                    continue
+                await write_stream.send(item)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(feed)
+        nursery.start_soon(drain)
+        task_status.started((sdk_reads, sdk_writes))
 
 
 async def serve_stdio(
@@ -941,10 +1620,18 @@ async def serve_stdio(
     *,
     workdir: str | None = None,
     session_options: Mapping[str, Any] | None = None,
+    server: DeckMcpServer | None = None,
+    preface: StdioPreface | None = None,
 ) -> None:
-    """Serve ``deck`` over stdio (enters and closes the deck)."""
+    """Serve ``deck`` over stdio (enters and closes the deck).
+
+    :param server: the server to run (default: a new one over ``deck``).
+    :param preface: the start of the connection, already served (see :class:`StdioPreface`).
+    """
     async with deck:
-        await DeckMcpServer(deck, workdir=workdir, session_options=session_options).run_stdio()
+        if server is None:
+            server = DeckMcpServer(deck, workdir=workdir, session_options=session_options)
+        await server.run_stdio(preface)
 
 
 async def serve_http(
@@ -1048,7 +1735,10 @@ def serve_mcp_cli(
             return 2
     options = {"grants": list(grants)} if grants else {}
     if transport == "stdio":
-        trio.run(lambda: serve_stdio(deck, workdir=workdir, session_options=options))
+        server = DeckMcpServer(deck, workdir=workdir, session_options=options)
+        # initialize and the first tools/list are answered before the SDK is even imported.
+        preface = StdioPreface(server, server._new_session()).run()
+        trio.run(lambda: serve_stdio(deck, server=server, preface=preface))
         return 0
     token: str | None = None
     source = "disabled"

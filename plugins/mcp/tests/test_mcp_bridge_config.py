@@ -123,7 +123,20 @@ def test_results_become_data_or_execution_errors() -> None:
         ]
     )
     data = convert_result("s", "t", mixed).data
-    assert data[0] == "a" and data[1]["mimeType"] == "image/png"
+    # A remote image stays an image (a native block for the deck's own clients), not base64 text.
+    from tooldeck_hookspecs.content import Image, Resource
+
+    assert data[0] == "a" and data[1] == Image("aGk=", "image/png")
+    with_structured = types.CallToolResult(
+        content=[
+            types.TextContent(type="text", text="{}"),
+            types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+                uri="file:///x.txt", text="hello", mime_type="text/plain")),
+        ],
+        structured_content={"n": 1},
+    )
+    data = convert_result("s", "t", with_structured).data  # the resource is not dropped
+    assert data[1] == Resource("file:///x.txt", text="hello", mime_type="text/plain")
     error = convert_result(
         "s", "t", types.CallToolResult(content=[types.TextContent(type="text", text="nope")],
                                        is_error=True)

@@ -40,10 +40,30 @@ _TIMEOUT_GRACE_S = 2.0
 
 
 def _content_item(block: Any) -> Any:
+    """A remote content block as tooldeck data: text as a string; images, audio, resources and
+    links as :mod:`tooldeck_hookspecs.content` objects (so that they reach the deck's own
+    clients as native blocks again, not as base64 text); anything else as its JSON."""
     from mcp import types
 
-    if isinstance(block, types.TextContent):
-        return block.text
+    from tooldeck_hookspecs.content import Audio, Image, Resource, ResourceLink
+
+    try:
+        if isinstance(block, types.TextContent):
+            return block.text
+        if isinstance(block, types.ImageContent):
+            return Image(block.data, block.mime_type)
+        if isinstance(block, types.AudioContent):
+            return Audio(block.data, block.mime_type)
+        if isinstance(block, types.EmbeddedResource):
+            inner = block.resource
+            if isinstance(inner, types.TextResourceContents):
+                return Resource(str(inner.uri), text=inner.text, mime_type=inner.mime_type)
+            return Resource(str(inner.uri), data=inner.blob, mime_type=inner.mime_type)
+        if isinstance(block, types.ResourceLink):
+            return ResourceLink(str(block.uri), block.name, mime_type=block.mime_type,
+                                description=block.description)
+    except (ValueError, TypeError):  # a malformed block (bad base64): kept as its JSON
+        pass
     dump = getattr(block, "model_dump", None)
     return dump(mode="json", by_alias=True, exclude_none=True) if callable(dump) else block
 
@@ -51,9 +71,10 @@ def _content_item(block: Any) -> Any:
 def convert_result(server: str, tool: str, result: types.CallToolResult) -> ToolResult:
     """An MCP ``CallToolResult`` as a ToolResult.
 
-    Data is the ``structuredContent`` when the server sent one, else the text of a single text
-    block, else the list of blocks (text as strings, others as their JSON). ``isError`` becomes
-    ``EXECUTION_ERROR`` carrying the server's text.
+    Data is the ``structuredContent`` when the server sent one (and no image, audio or
+    resource, which would be lost), else the text of a single text block, else the list of
+    blocks (text as strings, media and resources as content objects, others as their JSON).
+    ``isError`` becomes ``EXECUTION_ERROR`` carrying the server's text.
     """
     items = [_content_item(b) for b in result.content]
     if result.is_error:
@@ -67,7 +88,8 @@ def convert_result(server: str, tool: str, result: types.CallToolResult) -> Tool
                 **({"structured": result.structured_content} if result.structured_content else {}),
             },
         )
-    if result.structured_content is not None:
+    rich = any(not isinstance(i, str | dict) for i in items)
+    if result.structured_content is not None and not rich:
         data: Any = result.structured_content
     elif len(items) == 1 and isinstance(items[0], str):
         data = items[0]
@@ -160,7 +182,7 @@ def _make_execute(remote: RemoteServer, remote_name: str) -> Any:
     server = remote.config.name
 
     async def execute(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        result = await remote.call(remote_name, dict(arguments))
+        result = await remote.call(remote_name, dict(arguments), progress=context.emit)
         return convert_result(server, remote_name, result)
 
     execute.__name__ = f"mcp_{slug(server)}_{slug(remote_name)}"
@@ -270,7 +292,9 @@ class McpBridge:
                     log.warning("%s; its tools are not registered", message)
                 continue
             for definition in definitions_for(config, tools, remote):
-                register(definition)
+                # A remote catalog is not ours to fix: a schema or name strict registration
+                # refuses is repaired by the deck, and each change reported as a warning.
+                register(definition, lenient=True)
         if problems:
             raise RegistrationError(problems)
 

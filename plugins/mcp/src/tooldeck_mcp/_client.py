@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -252,12 +252,19 @@ class RemoteServer:
         """Connect if needed and list the server's tools (blocks; for registration)."""
         return _LOOP.portal().call(self._list_tools)
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> types.CallToolResult:
         """Forward one ``tools/call`` from trio (or asyncio).
 
+        :param progress: receives the server's progress notifications for this call
+            (``ToolContext.emit`` of the bridged tool: it hands them to the deck's caller).
         :raises ToolFailure: the server could not be reached, died, refused or timed out.
         """
-        future = _LOOP.portal().start_task_soon(self._call, tool, arguments)
+        future = _LOOP.portal().start_task_soon(self._call, tool, arguments, progress)
         return await wait_future(future)
 
     def statistics(self) -> ServerStatistics:
@@ -348,7 +355,12 @@ class RemoteServer:
             self._connection = None
         await connection.close()
 
-    async def _call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> types.CallToolResult:
         connection = await self._ensure()
         client = connection.client
         config = self.config
@@ -363,7 +375,9 @@ class RemoteServer:
             raise ToolFailure(ErrorCode.EXECUTION_ERROR, lost, retryable=True, suggestion=again)
         try:
             with anyio.fail_after(config.timeout_s):
-                result = await client.call_tool(tool, arguments)
+                result = await client.call_tool(
+                    tool, arguments, progress_callback=_forward(progress) if progress else None
+                )
         except TimeoutError:
             raise ToolFailure(
                 ErrorCode.TIMEOUT,
@@ -410,3 +424,20 @@ class RemoteServer:
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.close()
+
+
+def _forward(progress: Callable[[Mapping[str, Any]], None]) -> Any:
+    """An MCP progress callback that hands each notification to ``progress`` as an event."""
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        event: dict[str, Any] = {"progress": value}
+        if total is not None:
+            event["total"] = total
+        if message is not None:
+            event["message"] = message
+        try:
+            progress(event)
+        except Exception:  # a listener's bug must not end the remote call
+            log.debug("progress listener raised", exc_info=True)
+
+    return on_progress
