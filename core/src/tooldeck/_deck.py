@@ -55,7 +55,7 @@ from tooldeck_hookspecs import (
 )
 
 from ._approvals import InMemoryApprovalStore
-from ._catalog import ToolCatalog
+from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
 from ._config import Config, load_config
 from ._introspect import apply_override, definition_from_function
 from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, json_size, shorten, too_deep
@@ -99,6 +99,12 @@ class Hand:
     reasons: Mapping[str, tuple[str, ...]]
     exclusions: tuple[Exclusion, ...]
     candidates: int
+    #: Estimated schema tokens of the dealt tools (``tooldeck._catalog.schema_tokens``).
+    tokens: int = 0
+    #: The token budget the hand was dealt under (``hand.max_tokens``), or None.
+    max_tokens: int | None = None
+    #: Tools ranked into the hand but left out because their schema did not fit the budget.
+    over_budget: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -190,6 +196,57 @@ def _arguments_hash(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
 
 
+def _runtime_definition(tool: ToolDefinition | Callable[..., Any], plugin: str) -> ToolDefinition:
+    """What ``add_tools`` admits: a definition as given, or one built from a function."""
+    if isinstance(tool, ToolDefinition):
+        return attrs.evolve(tool, plugin=tool.plugin or plugin)
+    if callable(tool):
+        return definition_from_function(tool, plugin=plugin, options=_app_options(tool))
+    raise RegistrationError(
+        [f"add_tools() takes ToolDefinition objects or functions, not {type(tool).__name__}"]
+    )
+
+
+def _app_options(function: Callable[..., Any]) -> dict[str, Any]:
+    """An app's function without ``@tool(category=...)`` gets the category ``app``."""
+    from tooldeck_hookspecs import TOOL_OPTIONS_ATTR
+
+    return {} if getattr(function, TOOL_OPTIONS_ATTR, {}).get("category") else {"category": "app"}
+
+
+def _refuse_functions(plugins: Sequence[object]) -> None:
+    """A function passed as a plugin would register no hook at all: say what was meant."""
+    import functools
+    import inspect
+
+    for plugin in plugins:
+        if inspect.isroutine(plugin) or isinstance(plugin, functools.partial):
+            name = getattr(plugin, "__name__", repr(plugin))
+            raise TypeError(
+                f"Deck.load(plugins=[...]): {name!r} is a function, not a plugin (a plugin is an "
+                f"object or module with @hookimpl hooks). To register it as a tool, pass "
+                f"Deck.load(tools=[{name}])"
+            )
+
+
+def _app_tools(tools: Sequence[ToolDefinition | Callable[..., Any]]) -> object:
+    """The inline pack behind ``Deck.load(tools=...)``, named ``app``: the caller's own tools."""
+    import types
+
+    from tooldeck_hookspecs import hookimpl
+
+    def tooldeck_register_tools(register: Callable[..., Any]) -> None:
+        for tool in tools:
+            if isinstance(tool, ToolDefinition):
+                register(tool)
+            else:
+                register(tool, **_app_options(tool))
+
+    return types.SimpleNamespace(
+        __tooldeck_name__="app", tooldeck_register_tools=hookimpl(tooldeck_register_tools)
+    )
+
+
 class Deck:
     """A loaded set of plugins and tools; the factory of sessions.
 
@@ -219,6 +276,7 @@ class Deck:
         self._index_lock = trio.Lock()
         self._cache: Any = None
         self._limiter: Any = None
+        self._cache_and_limit: Any = None
         self._executor: Any = None
         self._approvals: Any = None
         self.providers: dict[str, str | None] = {}
@@ -239,6 +297,10 @@ class Deck:
         self.failed_plugins: dict[str, FailedPlugin] = {}
         #: Warning-level configuration problems found at start-up, one line each.
         self.config_warnings: list[str] = []
+        #: Every change lenient registration made to admit a tool (``register(tool,
+        #: lenient=True)``, ``add_tools(..., lenient=True)``), each listed (and logged) once.
+        self.registration_warnings: list[RegistrationWarning] = []
+        self._warned: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ loading
 
@@ -248,6 +310,7 @@ class Deck:
         config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         plugins: Iterable[object] = (),
+        tools: Iterable[ToolDefinition | Callable[..., Any]] = (),
         entry_points: bool | Iterable[str] = True,
         strict: bool = False,
     ) -> Deck:
@@ -260,6 +323,12 @@ class Deck:
             is validated as a whole against the schemas of the core and of the plugins
             (``tooldeck_config_schema``); every problem is reported at once.
         :param plugins: extra plugin objects registered inline (after the entry points).
+            A plain function is refused with a TypeError: tools go in ``tools``.
+        :param tools: the application's own tools, without packaging: functions (sync or
+            async; name, description and parameters come from the signature, type hints and
+            docstring, options from ``@tool`` as in a pack; category ``app`` unless given) or
+            :class:`ToolDefinition` objects. They are registered by an inline pack named
+            ``app`` and, like inline plugins, fail loudly.
         :param entry_points: True loads every installed plugin of the ``tooldeck`` group, False
             none, or an iterable of entry-point names loads just those.
         :param strict: fail when any installed plugin fails. By default an entry-point plugin
@@ -292,7 +361,12 @@ class Deck:
             only = None if entry_points is True else list(entry_points)  # type: ignore[arg-type]
             manager.load_entry_points(config.allows, only=only, strict=strict)
         inline: list[str] = []
-        for index, plugin in enumerate(plugins):
+        given = list(plugins)
+        _refuse_functions(given)
+        app_tools = list(tools)
+        if app_tools:
+            given.append(_app_tools(app_tools))
+        for index, plugin in enumerate(given):
             name = getattr(plugin, "__tooldeck_name__", None) or getattr(
                 plugin, "__name__", f"inline-{index}"
             )
@@ -378,6 +452,14 @@ class Deck:
             )
             if provider is not None
         }
+        # A cache that can probe and count the limit in one round trip (optional provider
+        # methods ``combines_with(limiter)`` and ``get_and_hit(key, limiter, tool, session)``).
+        combines = getattr(self._cache, "combines_with", None)
+        self._cache_and_limit = (
+            self._cache.get_and_hit
+            if self._limiter is not None and callable(combines) and combines(self._limiter)
+            else None
+        )
 
     def _authorize_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
         """The ``tooldeck_authorize_call`` implementations: (run on the loop, run in a thread)."""
@@ -401,7 +483,9 @@ class Deck:
             # Installed packs are kept apart from each other: one broken pack must not stop
             # the deck. The caller's inline plugins (and strict=True) keep failing loudly.
             lenient = not strict and self.plugins.is_entry_point(impl.plugin)
-            register = self._make_register(impl.plugin, pending)
+            # ids of the definitions registered with register(tool, lenient=True)
+            repair: set[int] = set()
+            register = self._make_register(impl.plugin, pending, repair)
             refused: list[str] = []
             if lenient:
                 # A definition register() cannot build (bad options, a function it cannot
@@ -450,7 +534,7 @@ class Deck:
                     config_problems.extend(exc.problems)
                     continue
                 admissible.append(definition)
-            problems = self._admit(admissible)
+            problems = self._admit(admissible, repair=repair)
             if not problems and not refused:
                 continue
             if not lenient:
@@ -460,7 +544,7 @@ class Deck:
             bad: list[str] = list(refused)
             if problems:
                 for definition in admissible:
-                    bad.extend(self._admit([definition]))
+                    bad.extend(self._admit([definition], repair=repair))
             self.plugins.record_failure(
                 impl.plugin,
                 "tools",
@@ -481,9 +565,15 @@ class Deck:
                 warnings.append(str(problem))
         self._catalog_ready()
 
-    def _make_register(self, plugin: str, pending: list[ToolDefinition]) -> Callable[..., Any]:
-        def register(tool: Any, /, **options: Any) -> Any:
-            """Register a ToolDefinition, or a function with options; returns it unchanged."""
+    def _make_register(
+        self, plugin: str, pending: list[ToolDefinition], repair: set[int] | None = None
+    ) -> Callable[..., Any]:
+        def register(tool: Any, /, *, lenient: bool = False, **options: Any) -> Any:
+            """Register a ToolDefinition, or a function with options; returns it unchanged.
+
+            ``lenient=True`` admits a definition strict registration refuses for a repairable
+            reason (see :func:`tooldeck._catalog.repair_definition`), with a warning per change.
+            """
             if isinstance(tool, ToolDefinition):
                 definition = attrs.evolve(tool, plugin=plugin, **options)
             elif callable(tool):
@@ -496,12 +586,25 @@ class Deck:
                     ]
                 )
             pending.append(definition)
+            if lenient and repair is not None:
+                repair.add(id(definition))
             return tool
 
         return register
 
-    def _admit(self, tools: Sequence[ToolDefinition]) -> list[str]:
-        """Validate and add tools; return the problems (and add nothing when there are any)."""
+    def _admit(
+        self,
+        tools: Sequence[ToolDefinition],
+        *,
+        repair: bool | set[int] = False,
+        admitted: list[ToolDefinition] | None = None,
+    ) -> list[str]:
+        """Validate and add tools; return the problems (and add nothing when there are any).
+
+        ``repair`` (True, or the ids of the definitions it applies to) admits them leniently:
+        :func:`repair_definition` first, its changes recorded in ``registration_warnings`` once
+        the batch is in. ``admitted`` receives the definitions as registered, in input order.
+        """
         validate_impls = self._impls("tooldeck_validate_tool")
         if not validate_impls or not self._impls("tooldeck_argument_validator"):
             hook, package = STAGE_PACKAGES["register"]
@@ -511,7 +614,11 @@ class Deck:
         for name in self.catalog.names():
             staged.add(self.catalog.get(name), self.catalog.validator(name))  # type: ignore[arg-type]
         accepted: list[tuple[ToolDefinition, ArgumentValidator | None]] = []
+        changes: list[RegistrationWarning] = []
         for tool in tools:
+            if repair is True or (repair and id(tool) in repair):
+                tool, changed = repair_definition(tool, lambda n: staged.get(n) is not None)
+                changes.extend(changed)
             try:
                 tool = apply_override(
                     tool, self.config.tool_override(tool.name), self.config.source or "config"
@@ -542,9 +649,33 @@ class Deck:
             staged.add(tool, validator)
             accepted.append((tool, validator))
         if not problems:
+            originals: dict[str, list[str]] = {}
+            for change in changes:
+                originals.setdefault(change.tool, []).append(change.original)
             for tool, validator in accepted:
-                self.catalog.add(tool, validator)
+                self.catalog.add(tool, validator, aliases=originals.get(tool.name, ()))
+            if admitted is not None:
+                admitted.extend(tool for tool, _ in accepted)
+            self._record_warnings(changes)
         return problems
+
+    def _record_warnings(self, changes: Sequence[RegistrationWarning]) -> None:
+        """List and log each change once; a big catalog logs the first 20 and a count."""
+        fresh = []
+        for change in changes:
+            key = (change.kind, change.tool, change.original)
+            if key not in self._warned:
+                self._warned.add(key)
+                fresh.append(change)
+        self.registration_warnings.extend(fresh)
+        for change in fresh[:20]:
+            log.warning("tooldeck: lenient registration: %s", change.message)
+        if len(fresh) > 20:
+            log.warning(
+                "tooldeck: lenient registration: %d more change(s); deck.registration_warnings "
+                "lists them all",
+                len(fresh) - 20,
+            )
 
     def _compile_validator(self, tool: ToolDefinition) -> ArgumentValidator | None:
         for impl in self._impls("tooldeck_argument_validator"):
@@ -562,18 +693,35 @@ class Deck:
 
     # ------------------------------------------------------------------ runtime changes
 
-    async def add_tools(self, tools: Iterable[ToolDefinition], *, plugin: str = "runtime") -> None:
+    async def add_tools(
+        self,
+        tools: Iterable[ToolDefinition | Callable[..., Any]],
+        *,
+        plugin: str = "runtime",
+        lenient: bool = False,
+    ) -> list[ToolDefinition]:
         """Register tools at run time; the retriever's index is updated without a rebuild.
 
+        :param tools: :class:`ToolDefinition` objects, or functions described as ``@tool``
+            functions are (signature, type hints, docstring, ``@tool`` options; category
+            ``app`` unless given).
+        :param lenient: admit real-world catalogs: an empty description is derived, a name
+            that is not snake_case, over 64 characters or taken gets a provider-safe alias
+            (calls by the original name still resolve), a malformed parameter schema is
+            repaired where it has one reading; each change is logged once and listed in
+            :attr:`registration_warnings`. What cannot be repaired still raises.
+        :returns: the definitions as registered (renamed ones under their alias), in order.
         :raises RegistrationError: when any of them is invalid (then none is added).
         """
-        definitions = [attrs.evolve(t, plugin=t.plugin or plugin) for t in tools]
-        problems = self._admit(definitions)
+        definitions = [_runtime_definition(t, plugin) for t in tools]
+        admitted: list[ToolDefinition] = []
+        problems = self._admit(definitions, repair=lenient, admitted=admitted)
         if problems:
             raise RegistrationError(problems)
         if self._retriever is not None and self._indexed:
-            await self._retriever.add(definitions)
+            await self._retriever.add(admitted)
         self._catalog_ready()
+        return admitted
 
     async def remove_tools(self, names: Iterable[str]) -> list[str]:
         """Remove tools at run time; return the names that were registered."""
@@ -817,6 +965,10 @@ class Session:
         self.recall = int(settings.get("recall", 20))
         self.fallback_recall = int(settings.get("fallback_recall", 40))
         self.sticky_turns = int(settings.get("sticky_turns", 3))
+        #: The schema-token budget of a hand (``hand.max_tokens``); None: only ``limit`` counts.
+        self.max_tokens: int | None = (
+            int(settings["max_tokens"]) if settings.get("max_tokens") is not None else None
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -883,15 +1035,23 @@ class Session:
 
     # ------------------------------------------------------------------ the hand
 
-    async def select(self, task: str, *, limit: int | None = None) -> Hand:
+    async def select(
+        self, task: str, *, limit: int | None = None, max_tokens: int | None = None
+    ) -> Hand:
         """Deal the tools that matter for ``task``: recall, rule filters, pinned and sticky tools.
 
+        :param limit: at most this many tools (default ``hand.limit``).
+        :param max_tokens: at most this many schema tokens in all (default ``hand.max_tokens``,
+            none): tools are dealt best first, pinned and sticky ones first of all, and a tool
+            whose schema does not fit what is left is skipped (listed in ``over_budget``),
+            never cut. Schema tokens are :func:`tooldeck._catalog.schema_tokens` estimates.
         :raises StageMissingError: when no plugin provides a retriever.
         """
         deck = self.deck
         started = time.perf_counter()
         await deck.ensure_index()
         limit = self.limit if limit is None else max(1, int(limit))
+        budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
         self._turn += 1
         candidates: list[ScoredTool] = await deck._retriever.search(task, max(self.recall, limit))
         scores = {c.name: c.score for c in candidates}
@@ -918,8 +1078,24 @@ class Session:
             reverse=True,
         )
         chosen = [deck.catalog.get(n) for n in forced if n not in excluded]
-        room = max(0, limit - len(chosen))
-        chosen += ranked[:room]
+        over_budget: list[str] = []
+        used = 0
+        if budget is None:
+            room = max(0, limit - len(chosen))
+            chosen += ranked[:room]
+            used = sum(deck.catalog.schema_tokens(t.name) for t in chosen if t is not None)
+        else:
+            fitting: list[ToolDefinition | None] = []
+            for tool in [*chosen, *ranked]:
+                if tool is None or len(fitting) >= limit:
+                    continue
+                cost = deck.catalog.schema_tokens(tool.name)
+                if used + cost > budget:
+                    over_budget.append(tool.name)
+                    continue
+                used += cost
+                fitting.append(tool)
+            chosen = fitting
         hand = Hand(
             query=task,
             tools=tuple(t for t in chosen if t is not None),
@@ -927,6 +1103,9 @@ class Session:
             reasons={k: tuple(v) for k, v in reasons.items() if k in {t.name for t in chosen if t}},
             exclusions=tuple(e for es in excluded.values() for e in es),
             candidates=len(candidates),
+            tokens=used,
+            max_tokens=budget,
+            over_budget=tuple(over_budget),
         )
         self.hand = hand
         self._offered = set(hand.names)
@@ -1103,6 +1282,12 @@ class Session:
         if self._generation != generation:
             return self._cancelled_before_start(call)
         tool = deck.catalog.get(call.name) if type(call.name) is str else None
+        if tool is None and type(call.name) is str:
+            # A name lenient registration replaced (the catalog's original spelling): the
+            # call goes on under the registered name.
+            tool = deck.catalog.resolve(call.name)
+            if tool is not None:
+                call = attrs.evolve(call, name=tool.name)
         if tool is None:
             close = self._usable_names(deck.closest_names(str(call.name), n=20))[:5]
             return ToolResult.fail(
@@ -1176,33 +1361,49 @@ class Session:
             # cancel() came while policy or the user's confirmation was being asked.
             return self._cancelled_before_start(call)
         key = None
+        outcome = None
+        limited = deck._limiter is not None and tool.security.rate_limit is not None
         if deck._cache is not None and tool.execution.cacheable:
             key = cache_key(tool, call.arguments, info)
-            try:
-                if deck._may_stall.get("cache_get"):
-                    hit = None
+            if limited and deck._cache_and_limit is not None:
+                # The cache probe and, on a miss, the limit in one round trip (a cache that
+                # shares the limiter's store, e.g. tooldeck-redis): under the deadline, and
+                # failing closed as the limiter alone would.
+                pair = None
+                try:
                     with trio.move_on_after(tool.execution.timeout_s):
+                        pair = await deck._cache_and_limit(key, deck._limiter, tool, info)
+                except Exception as exc:
+                    return self._plugin_error("rate limiter", exc)
+                if pair is None:
+                    return self._provider_timeout("rate limiter", tool)
+                hit, outcome = pair
+            else:
+                try:
+                    if deck._may_stall.get("cache_get"):
+                        hit = None
+                        with trio.move_on_after(tool.execution.timeout_s):
+                            hit = await deck._cache.get(key)
+                    else:
                         hit = await deck._cache.get(key)
-                else:
-                    hit = await deck._cache.get(key)
-            except Exception:
-                log.exception("cache get failed")
-                hit = None
+                except Exception:
+                    log.exception("cache get failed")
+                    hit = None
             if isinstance(hit, ToolResult):
                 self._used(tool.name)
                 return hit.with_metadata(cached=True, **metadata)
-        if deck._limiter is not None and tool.security.rate_limit is not None:
-            try:
-                if deck._may_stall.get("limiter"):
-                    outcome = None
-                    with trio.move_on_after(tool.execution.timeout_s):
+        if limited:
+            if outcome is None:
+                try:
+                    if deck._may_stall.get("limiter"):
+                        with trio.move_on_after(tool.execution.timeout_s):
+                            outcome = await deck._limiter.hit(tool, info)
+                        if outcome is None:
+                            return self._provider_timeout("rate limiter", tool)
+                    else:
                         outcome = await deck._limiter.hit(tool, info)
-                    if outcome is None:
-                        return self._provider_timeout("rate limiter", tool)
-                else:
-                    outcome = await deck._limiter.hit(tool, info)
-            except Exception as exc:
-                return self._plugin_error("rate limiter", exc)
+                except Exception as exc:
+                    return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
                 return await self._finish(
                     call,
@@ -1264,6 +1465,15 @@ class Session:
         if self._last_used.get(name) != self._turn:
             self._last_used[name] = self._turn
             self._changed()
+            if self.hand is not None and name in self._offered:
+                # Learning from use: a retriever that keeps history lifts this tool for
+                # similar tasks later. Keyed by the task of the hand it was dealt in.
+                recorder = getattr(self.deck._retriever, "record_use", None)
+                if recorder is not None:
+                    try:
+                        recorder(self.hand.query, name)
+                    except Exception:
+                        log.exception("retriever.record_use failed")
 
     def _invalid(self, problems: Sequence[ArgumentProblem]) -> ToolResult:
         listed = "; ".join(f"{p.path}: {p.message}" for p in problems[:10])
