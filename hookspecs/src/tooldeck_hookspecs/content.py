@@ -70,34 +70,35 @@ def _b64(data: bytes | bytearray | memoryview | str) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
 
-class Image(Content):
+class _Media(Content):
+    """Bytes of one media type (an image, a sound clip): raw bytes, or base64 text."""
+
+    __slots__ = ("data", "mime_type")
+    default_mime_type = ""
+
+    def __init__(self, data: bytes | str, mime_type: str | None = None) -> None:
+        self.data = _b64(data)
+        self.mime_type = mime_type or self.default_mime_type
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"$content": <kind>, "mimeType": ..., "data": <base64>}``."""
+        return {CONTENT_KEY: self.kind, "mimeType": self.mime_type, "data": self.data}
+
+
+class Image(_Media):
     """An image (PNG, JPEG, GIF, WebP): raw bytes, or base64 text."""
 
-    __slots__ = ("data", "mime_type")
+    __slots__ = ()
     kind = "image"
-
-    def __init__(self, data: bytes | str, mime_type: str = "image/png") -> None:
-        self.data = _b64(data)
-        self.mime_type = mime_type
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"$content": "image", "mimeType": ..., "data": <base64>}``."""
-        return {CONTENT_KEY: "image", "mimeType": self.mime_type, "data": self.data}
+    default_mime_type = "image/png"
 
 
-class Audio(Content):
+class Audio(_Media):
     """A sound clip (WAV, MP3, ...): raw bytes, or base64 text."""
 
-    __slots__ = ("data", "mime_type")
+    __slots__ = ()
     kind = "audio"
-
-    def __init__(self, data: bytes | str, mime_type: str = "audio/wav") -> None:
-        self.data = _b64(data)
-        self.mime_type = mime_type
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"$content": "audio", "mimeType": ..., "data": <base64>}``."""
-        return {CONTENT_KEY: "audio", "mimeType": self.mime_type, "data": self.data}
+    default_mime_type = "audio/wav"
 
 
 class Resource(Content):
