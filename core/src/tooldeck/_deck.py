@@ -163,6 +163,10 @@ def _must_propagate(exc: BaseException) -> bool:
     return False
 
 
+# Result data of these exact types is plain JSON and small: _normalised has nothing to do.
+_LEAF_RESULTS = frozenset({int, bool, type(None)})  # not float: NaN is normalised to None
+
+
 def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
     """A result whose data and error details are plain JSON (see :func:`json_safe`), and whose
     data is at most ``max_output_bytes`` (``execution.max_output_bytes``; the sandbox enforces the
@@ -1436,9 +1440,15 @@ class Session:
         else:
             result = await self._execute_scoped(call, tool)
         self._used(tool.name)
-        result = _normalised(result, tool.execution.max_output_bytes)
+        data = result.data
+        if result.error is not None or not (type(data) in _LEAF_RESULTS or (
+            type(data) is str and len(data) * 4 <= tool.execution.max_output_bytes
+        )):  # a successful int/bool/None or short text is plain JSON within the cap already
+            result = _normalised(result, tool.execution.max_output_bytes)
         result = await self._finish(call, tool, result)
-        if deck._cache is not None and result.success:
+        if deck._cache is not None and result.success and (
+            key is not None or tool.execution.invalidates
+        ):
             try:
                 stalls = deck._may_stall
                 if stalls.get("cache_put") or stalls.get("cache_invalidate"):
@@ -1861,7 +1871,7 @@ class Session:
                 self.deck.plugin_settings(tool.plugin),
                 self.deck._logger(tool.name),
             )
-        return ToolContext(
+        context = ToolContext(
             session_id=self.id,
             workdir=self.workdir,
             call_id=call.id,
@@ -1871,8 +1881,11 @@ class Session:
             settings=parts[2],
             protected_paths=self.deck.protected_paths,
             logger=parts[3],
-            **({"emit": _emitter(listener, call.id)} if (listener := _PROGRESS.get()) else {}),
         )
+        listener = _PROGRESS.get()
+        if listener is not None:  # Session.call(on_progress=...): emit reaches the caller
+            context.emit = _emitter(listener, call.id)
+        return context
 
     async def _execute_scoped(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call with a cancel scope of the session's, for executors without their own
@@ -1917,7 +1930,11 @@ class Session:
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
                 offload = getattr(impl.function, "tooldeck_offload", None)
-                if offload is not None and offload(result):
+                if (
+                    offload is not None
+                    and type(result.data) not in _LEAF_RESULTS  # a scalar is never big
+                    and offload(result)
+                ):
                     changed = await self._process_in_thread(impl, call, tool, result)
                     if isinstance(changed, _Withheld):
                         return changed.result

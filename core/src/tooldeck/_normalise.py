@@ -33,8 +33,18 @@ _MAX_RESULT_DEPTH = 200
 _SCALARS = (str, int, bool, type(None))
 
 
+_LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
     """Whether ``value`` nests containers deeper than ``limit`` (iterative: never recurses)."""
+    if type(value) is dict and limit >= 1:
+        # The usual arguments: a flat dict of JSON scalars, checked by exact type (no ABCs).
+        for child in value.values():
+            if type(child) not in _LEAF_TYPES:
+                break
+        else:
+            return False
     children: Iterable[Any]
     if isinstance(value, Mapping):
         children = value.values()

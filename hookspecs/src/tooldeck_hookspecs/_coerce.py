@@ -25,7 +25,6 @@ import pathlib
 import threading
 import typing
 import uuid
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -232,30 +231,33 @@ def _tidy(schema: dict[str, Any]) -> dict[str, Any]:
     return tidy
 
 
-# function -> its RichParameters, or None (plain); weak so that dropped tools are forgotten.
-_cache: weakref.WeakKeyDictionary[Any, RichParameters | None] = weakref.WeakKeyDictionary()
-_by_id: dict[int, RichParameters | None] = {}  # for callables that refuse weak references
+# function -> its RichParameters, or None (plain). A plain dict: the look-up is on every call's
+# path (a WeakKeyDictionary costs ~10x more); bounded, emptied when full (functions of dropped
+# tools are forgotten then).
+_cache: dict[Any, RichParameters | None] = {}
+_CACHE_MAX = 10_000
 _lock = threading.Lock()
+_MISSING = object()
 
 
 def _rich_for(function: Callable[..., Any], context_param: str | None) -> RichParameters | None:
     try:
-        return _cache[function]
-    except KeyError:
-        pass
-    except TypeError:  # not weak-referenceable (a builtin, some callable objects)
-        if id(function) in _by_id:
-            return _by_id[id(function)]
+        found = _cache.get(function, _MISSING)
+    except TypeError:  # unhashable callable: not cached
+        found = _MISSING
+    if found is not _MISSING:
+        return found  # type: ignore[return-value]
     try:
         rich = rich_parameters(function, context_param=context_param)
     except TypeError:
         rich = None  # registration already reported it; at call time pass arguments as is
     with _lock:
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
         try:
             _cache[function] = rich
         except TypeError:
-            if len(_by_id) < 10_000:
-                _by_id[id(function)] = rich
+            pass
     return rich
 
 

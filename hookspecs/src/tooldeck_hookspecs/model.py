@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import orjson
 
-from ._coerce import coerce_arguments
+from ._coerce import _MISSING, coerce_arguments
+from ._coerce import _cache as _coerce_cache
 from .errors import DEFAULT_SUGGESTIONS, ErrorCode
 from .protected import DEFAULT_PROTECTED_PATHS
 
@@ -414,7 +415,13 @@ def call_tool_function(
         )
     if tool.call_style == "kwargs":
         # Rich parameter types (models, dataclasses, enums, dates): JSON → the declared types.
-        arguments = coerce_arguments(function, arguments, tool.context_param)
+        # The cached "plain function" answer is looked up here, without a call (hot path).
+        try:
+            plain = _coerce_cache.get(function, _MISSING) is None
+        except TypeError:  # an unhashable callable object
+            plain = False
+        if not plain:
+            arguments = coerce_arguments(function, arguments, tool.context_param)
         if not tool.context_param:
             return function(**arguments)
         kwargs = dict(arguments)

@@ -77,7 +77,7 @@ from typing import Any
 
 import attrs
 
-from tooldeck_hookspecs import ToolResult, call_deadline
+from tooldeck_hookspecs import CALL_DEADLINE, ToolResult
 
 try:  # An optional accelerator: one C pass for all keywords instead of one scan per keyword.
     import ahocorasick as _ahocorasick  # type: ignore[import-not-found,unused-ignore]
@@ -1544,7 +1544,31 @@ def needs_offload(result: ToolResult) -> bool:
     attribute, so that the core can call the hook through ``trio.to_thread.run_sync`` for big
     results and inline for the rest.
     """
+    data = result.data
+    if result.error is None and (type(data) in _PLAIN or (
+        type(data) is str and len(data) <= _SMALL_DATA_CHARS
+    )):
+        # The common small result: a scalar or a short text with a little metadata. Only the
+        # metadata's strings could add up, and they are few: count them without the full walk.
+        metadata = result.metadata
+        if not metadata:
+            return type(data) is str and len(data) > OFFLOAD_CHARS
+        small = 0
+        for value in metadata.values():
+            kind = type(value)
+            if kind is str:
+                small += len(value)
+            elif kind not in _PLAIN:
+                break
+        else:
+            return len(data) + small > OFFLOAD_CHARS if type(data) is str else (
+                small > OFFLOAD_CHARS
+            )
     return result_size(result, OFFLOAD_CHARS) > OFFLOAD_CHARS
+
+
+# A result whose data is a text up to this size skips result_size's walk (see needs_offload).
+_SMALL_DATA_CHARS = OFFLOAD_CHARS // 2
 
 
 def redact_result(result: ToolResult, *, deadline: float | None = None) -> ToolResult | None:
@@ -1557,10 +1581,22 @@ def redact_result(result: ToolResult, *, deadline: float | None = None) -> ToolR
     rules and strings) and nothing is returned, so an unredacted result never escapes.
     """
     _known.quick_check()
+    if result.error is None and type(result.data) in _PLAIN:
+        # The common small result (a number, a flag, None) with metadata of numbers and
+        # already-seen clean words: nothing to redact, decided without the walk's calls.
+        for key, value in result.metadata.items():
+            kind = type(value)
+            if kind in _PLAIN and type(key) is str:
+                continue
+            if (kind is not str or len(value) > _CLEAN_MAX_LENGTH or value not in _clean
+                    or type(key) is not str or secret_name(key)):  # (lru-cached: no frame)
+                break
+        else:
+            return None
     if deadline is None:
         # The core sets the call's deadline when it redacts a big result in a worker thread:
         # once the core stopped waiting, further work would only burn a core.
-        deadline = call_deadline()
+        deadline = CALL_DEADLINE.get()  # call_deadline(), without the call (hot path)
     if deadline is None:
         return _redact_result(result)
     token = _DEADLINE.set(deadline)
