@@ -713,6 +713,15 @@ def run_bench(*, quick: bool = False) -> dict[str, Any]:
     except Exception as exc:  # a machine without a usable sandbox still gets the other lines
         figures["sandbox_sustained"] = f"skipped: {type(exc).__name__}: {exc}"
     try:
+        from tooldeck_runner.bench import bench_sandbox_throughput
+
+        # Single-use workers vs the zygote (`[runner] zygote = true`), in one run.
+        throughput = dict(trio.run(bench_sandbox_throughput, 20 if quick else 60))
+        throughput.pop("n", None)
+        figures.update(throughput)
+    except Exception as exc:
+        figures["sandbox_throughput"] = f"skipped: {type(exc).__name__}: {exc}"
+    try:
         from ._eval import bench_selection
     except ImportError:
         figures["selection"] = "tooldeck-faiss not installed"

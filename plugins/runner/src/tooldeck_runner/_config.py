@@ -56,6 +56,11 @@ class RunnerSettings:
     cgroups: bool = True
     #: The sandbox's seccomp filter (setuid bits, Unix sockets without network, io_uring).
     seccomp: bool = True
+    #: Serve a session's sandboxed calls by forking per call inside one long-lived sandbox per
+    #: (session, mount set), a zygote: each call in its own user, mount (fresh /tmp), PID, IPC,
+    #: UTS and network namespaces and its own cgroup (see the README). Needs bubblewrap and
+    #: per-call cgroups; otherwise, and when off, every call gets a single-use worker.
+    zygote: bool = False
     #: The host uid sandboxed code runs as when the deck is root (id-mapped workdir, see the
     #: README); ``None`` (``uid = "deck"`` in TOML): the deck's own uid, as uid 0 inside.
     uid: int | None = 65534
@@ -97,7 +102,7 @@ class RunnerSettings:
                     f"not {table['sandbox']!r}"
                 )
             kw["sandbox"] = table["sandbox"]
-        for name in ("allow_degraded", "cgroups", "seccomp"):
+        for name in ("allow_degraded", "cgroups", "seccomp", "zygote"):
             if name in table:
                 if not isinstance(table[name], bool):
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be true or false")

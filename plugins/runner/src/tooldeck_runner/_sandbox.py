@@ -47,6 +47,7 @@ After a writing call (the sandbox is dead by then, nothing races with these):
 
 from __future__ import annotations
 
+import array
 import errno
 import functools
 import json
@@ -56,7 +57,9 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -149,6 +152,14 @@ _SWEEP_MAX_ENTRIES = 50_000
 _PROTECTED_DEPTH = 16
 _PROTECTED_ENTRIES = 50_000
 _warned_degraded = False
+# The zygote's own cgroup (it imports and forks; the calls run in cgroups of their own).
+_ZYGOTE_MEMORY_MB = 512
+_ZYGOTE_DESCRIPTION = (
+    "forked in the session's zygote: own user, mount, PID, IPC, UTS (and, without network, "
+    "network) namespaces, fresh /tmp and /dev/shm, own cgroup"
+)
+# struct ucred: pid, uid, gid.
+_UCRED = struct.Struct("iII")
 
 
 @attrs.frozen
@@ -176,6 +187,12 @@ class SandboxStatistics:
     discarded_stale: int = 0
     #: ``"cgroup v1"``, ``"cgroup v2"`` or why per-call cgroups are not in use.
     cgroups: str = ""
+    #: Live zygotes (``zygote = true``: one sandbox per session and mount set, forking per call).
+    zygotes: int = 0
+    #: Calls served by a fork inside a zygote.
+    served_zygote: int = 0
+    #: Why calls went to single-use workers although ``zygote = true`` (empty: they did not).
+    zygote_fallback: str = ""
 
 
 @attrs.frozen
@@ -223,6 +240,21 @@ class _Worker:
     staged: str | None = None
     #: ``metadata["limits"]`` entries saying what the tool runs as on the host.
     identity_limits: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define(eq=False)
+class _Zygote:
+    """A long-lived sandbox of one session and mount set that forks one process per call."""
+
+    worker: _Worker
+    #: The host's end of the SOCK_SEQPACKET calls socket (see ``_worker._zygote``).
+    control: trio.socket.SocketType
+    #: The host's end of the admin socket (module imports; closing it ends the zygote).
+    admin: trio.socket.SocketType
+    #: Tool modules it has imported (forked calls find them loaded).
+    modules: set[str] = attrs.field(factory=set)
+    in_flight: int = 0
+    retired: bool = False
 
 
 @attrs.define(eq=False)
@@ -447,6 +479,13 @@ class SandboxPool:
     # The sandboxes' host uid: decided at the first bubblewrap spawn (see ``_idmap``).
     _ids: _Ids | None = None
     _ids_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    # zygote = true: (session id, mount set) -> its zygote; never shared across either.
+    _zygotes: OrderedDict[tuple[str, PoolKey], _Zygote] = attrs.field(factory=OrderedDict)
+    _zygote_locks: dict[tuple[str, PoolKey], trio.Lock] = attrs.field(factory=dict)
+    _served_zygote: int = 0
+    # Set when forking inside a zygote proved impossible here (no nested user namespaces, say):
+    # from then on, single-use workers.
+    _zygote_broken: str = ""
 
     def __attrs_post_init__(self) -> None:
         global _warned_degraded
@@ -513,6 +552,11 @@ class SandboxPool:
             rules = DEFAULT_PROTECTED_PATHS
         key = PoolKey(workdir, tool.security.writes_workdir, tool.security.network, rules)
         self._remember_module(key, entrypoint.partition(":")[0])
+        # A workdir that is (or contains) the call's fresh /tmp would be covered by it.
+        if self._zygote_usable() and workdir not in ("/", "/tmp", "/dev", "/dev/shm"):
+            served = await self._run_in_zygote(key, tool, call, context, entrypoint, rules)
+            if served is not None:
+                return served
         worker = await self._take_warm(key)
         if worker is None:
             try:
@@ -532,6 +576,34 @@ class SandboxPool:
             # the answer (it is owned by the pool, and aclose() kills what it starts).
             trio.lowlevel.spawn_system_task(self._refill_quietly, key)
         applied = self._apply_call_limits(worker, tool)
+        limits, request = self._request(key, tool, call, context, entrypoint, rules, applied)
+        started = time.time()
+        try:
+            result = await self._exchange(
+                worker, encode_frame(dumps(request)), limits, progress=context.emit
+            )
+        except BaseException:
+            # Timed out or cancelled: the sandbox is dead, but what it wrote is not. Protected
+            # paths it created and setuid bits it set are cleaned up all the same.
+            if key.writable:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        self._check_workdir, worker, None, applied, started
+                    )
+            raise
+        return await self._finish(worker, result, applied, started)
+
+    def _request(
+        self,
+        key: PoolKey,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        entrypoint: str,
+        rules: tuple[str, ...],
+        applied: dict[str, Any],
+    ) -> tuple[Limits, SandboxRequest]:
+        workdir = key.workdir
         limits = Limits(
             memory_mb=tool.execution.memory_mb,
             # The wall clock is the real limit; CPU seconds only stop a spinning process whose
@@ -561,21 +633,12 @@ class SandboxPool:
             context_param=tool.context_param,
             limits=limits,
         )
-        started = time.time()
-        try:
-            result = await self._exchange(
-                worker, encode_frame(dumps(request)), limits, progress=context.emit
-            )
-        except BaseException:
-            # Timed out or cancelled: the sandbox is dead, but what it wrote is not. Protected
-            # paths it created and setuid bits it set are cleaned up all the same.
-            if key.writable:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(
-                        self._check_workdir, worker, None, applied, started
-                    )
-            raise
-        if key.writable:
+        return limits, request
+
+    async def _finish(
+        self, worker: _Worker, result: ToolResult, applied: dict[str, Any], started: float
+    ) -> ToolResult:
+        if worker.key.writable:
             # Walks of the workdir: off the event loop, and never interrupted half-way.
             with trio.CancelScope(shield=True):
                 result = await trio.to_thread.run_sync(
@@ -595,6 +658,9 @@ class SandboxPool:
             spawned=self._spawned,
             discarded_stale=self._discarded_stale,
             cgroups=self.cgroups,
+            zygotes=len(self._zygotes),
+            served_zygote=self._served_zygote,
+            zygote_fallback=self._zygote_broken if self.settings.zygote else "",
         )
 
     async def prewarm(self, workdir: str, *, writable: bool = False, network: bool = False) -> None:
@@ -605,6 +671,12 @@ class SandboxPool:
         """Kill every worker, idle or starting, and remove their cgroups."""
         self._closed = True
         self._idle.clear()
+        zygotes = list(self._zygotes.values())
+        self._zygotes.clear()
+        for zygote in zygotes:
+            zygote.retired = True
+            zygote.control.close()
+            zygote.admin.close()
         with trio.CancelScope(shield=True):
             if self._refills:
                 self._refills_done = trio.Event()
@@ -622,6 +694,323 @@ class SandboxPool:
                 if self._sweep_leftover_cgroups():
                     break
                 await trio.sleep(0.01)
+
+    # -- zygotes ------------------------------------------------------------------------------
+
+    def _zygote_usable(self) -> bool:
+        support = self._cgroups
+        return bool(
+            self.settings.zygote
+            and self.settings.warm_workers
+            and not self._zygote_broken
+            and not self._closed
+            and self.isolation == ISOLATION_BWRAP
+            # The call's limits are its own cgroup's: without cgroups, single-use workers.
+            and support is not None
+            and support.available
+        )
+
+    async def _zygote_for(self, session: str, key: PoolKey) -> tuple[_Zygote, bool] | None:
+        """The session's zygote for this mount set (started if needed), and whether it was
+        already running; None if none could be started."""
+        zkey = (session, key)
+        lock = self._zygote_locks.setdefault(zkey, trio.Lock())
+        async with lock:
+            zygote = self._zygotes.get(zkey)
+            if zygote is not None:
+                worker = zygote.worker
+                alive = worker.process.returncode is None and worker.process.poll() is None
+                if alive and worker.protected is not None:  # a walk of the workdir: off the loop
+                    valid = await trio.to_thread.run_sync(self._still_valid, worker)
+                else:
+                    valid = alive and self._still_valid(worker)
+                if valid:
+                    self._zygotes.move_to_end(zkey)
+                    return zygote, True
+                if alive:
+                    self._discarded_stale += 1
+                await self._retire(zkey, zygote)
+            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            admin, admin_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                worker = await self._spawn(
+                    key,
+                    preload=tuple(self._preload.get(key, ())),
+                    zygote_fds=(child.fileno(), admin_child.fileno()),
+                )
+            except OSError as exc:
+                parent.close()
+                admin.close()
+                logger.warning("tooldeck-runner: could not start a zygote: %s", exc)
+                return None
+            finally:
+                child.close()
+                admin_child.close()
+            if worker.cgroup is not None:
+                # The zygote's own group (calls are moved out to theirs): it only imports and
+                # forks, so a fixed bound suffices.
+                try:
+                    worker.cgroup.set_memory(_ZYGOTE_MEMORY_MB * 1024 * 1024)
+                except OSError:
+                    pass
+            zygote = _Zygote(
+                worker,
+                trio.socket.from_stdlib_socket(parent),
+                trio.socket.from_stdlib_socket(admin),
+                modules=set(self._preload.get(key, ())),
+            )
+            self._zygotes[zkey] = zygote
+            while len(self._zygotes) > max(1, self.settings.max_warm_keys):
+                oldest = next(iter(self._zygotes))
+                if oldest == zkey:
+                    break
+                await self._retire(oldest, self._zygotes[oldest])
+                old_lock = self._zygote_locks.get(oldest)
+                if old_lock is not None and not old_lock.locked():
+                    del self._zygote_locks[oldest]
+            return zygote, False
+
+    async def _retire(self, zkey: tuple[str, PoolKey], zygote: _Zygote) -> None:
+        """No new calls for this zygote; killed now, or when its last call ends."""
+        if self._zygotes.get(zkey) is zygote:
+            del self._zygotes[zkey]
+        zygote.retired = True
+        if zygote.in_flight == 0:
+            zygote.control.close()
+            zygote.admin.close()
+            await self._kill(zygote.worker)
+
+    async def _run_in_zygote(
+        self,
+        key: PoolKey,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        entrypoint: str,
+        rules: tuple[str, ...],
+    ) -> ToolResult | None:
+        """One call forked inside the session's zygote; None: use a single-use worker."""
+        found = await self._zygote_for(context.session_id, key)
+        if found is None:
+            return None
+        zygote, warm = found
+        support = self._cgroups
+        assert support is not None
+        try:
+            group = support.create(pids_max=self.settings.max_processes)
+        except OSError as exc:
+            logger.warning("tooldeck-runner: cannot create a cgroup for a call: %s", exc)
+            return None
+        worker = _Worker(
+            process=zygote.worker.process,
+            key=key,
+            warm=warm,
+            cgroup=group,
+            identity=zygote.worker.identity,
+            protected=zygote.worker.protected,
+            identity_limits=zygote.worker.identity_limits,
+        )
+        zygote.in_flight += 1
+        try:
+            return await self._call_in_zygote(
+                zygote, worker, tool, call, context, entrypoint, rules
+            )
+        finally:
+            zygote.in_flight -= 1
+            with trio.CancelScope(shield=True):
+                # Whatever happened, the call's processes end here (the group is killed and
+                # removed in the background), and a retired zygote goes with its last call.
+                group.kill()
+                self._release_cgroup(worker)
+                if zygote.retired and zygote.in_flight == 0:
+                    zygote.control.close()
+                    zygote.admin.close()
+                    await self._kill(zygote.worker)
+
+    async def _call_in_zygote(
+        self,
+        zygote: _Zygote,
+        worker: _Worker,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        entrypoint: str,
+        rules: tuple[str, ...],
+    ) -> ToolResult | None:
+        key = worker.key
+        group = worker.cgroup
+        assert group is not None
+        module = entrypoint.partition(":")[0]
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        try:
+            # The kernel stamps the call process's pid (translated to ours) on what it sends.
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            if module not in zygote.modules:
+                zygote.modules.add(module)
+                await zygote.admin.send(b"p" + module.encode())
+            fds = array.array("i", [theirs.fileno(), out_w])
+            await zygote.control.sendmsg([b"c"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        except OSError as exc:
+            mine.close()
+            os.close(out_r)
+            await self._retire((context.session_id, key), zygote)
+            logger.warning("tooldeck-runner: the zygote is gone (%s); single-use worker", exc)
+            return None
+        finally:
+            theirs.close()
+            os.close(out_w)
+        channel = trio.socket.from_stdlib_socket(mine)
+        output = trio.lowlevel.FdStream(out_r)
+        try:
+            ready, ancillary, _, _ = await channel.recvmsg(1, socket.CMSG_SPACE(_UCRED.size))
+            pid = _ucred_pid(ancillary)
+            if ready != b"r" or pid is None:
+                why = _drain_now(out_r, 4000).decode("utf-8", "replace").strip()
+                alive = zygote.worker.process.poll() is None
+                await self._retire((context.session_id, key), zygote)
+                if alive:
+                    # The zygote lives but cannot isolate a call (no nested user namespaces,
+                    # say): single-use workers from now on.
+                    self._zygote_broken = why or "the call process could not start"
+                    logger.warning(
+                        "tooldeck-runner: cannot fork calls in a zygote (%s); single-use "
+                        "workers instead", self._zygote_broken,
+                    )
+                return None
+            # Off the event loop: on cgroup v1 a move waits for an RCU grace period (ms).
+            try:
+                await trio.to_thread.run_sync(_join_cgroup, group, pid)
+                await channel.send(b"a")
+            except OSError as exc:
+                # The call's process is gone before the tool started: nothing ran yet, so the
+                # call may still go to a single-use worker.
+                logger.warning("tooldeck-runner: a forked call could not start: %s", exc)
+                return None
+            applied = self._apply_call_limits(worker, tool)
+            applied["sandbox"] = _ZYGOTE_DESCRIPTION
+            limits, request = self._request(key, tool, call, context, entrypoint, rules, applied)
+            started = time.time()
+            try:
+                result = await self._exchange_forked(
+                    worker, channel, output, encode_frame(dumps(request)), limits, context.emit
+                )
+            except BaseException:
+                group.kill()
+                if key.writable:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(
+                            self._check_workdir, worker, None, applied, started
+                        )
+                raise
+            self._served_zygote += 1
+            if worker.warm:
+                self._served_warm += 1
+            else:
+                self._served_cold += 1
+            # The cgroup's events (OOM kill, pids.max) are what _after_call reports.
+            worker.events = (group.oom_killed(), group.pids_exhausted())
+            return await self._finish(worker, result, applied, started)
+        finally:
+            channel.close()
+            with trio.CancelScope(shield=True):
+                await output.aclose()
+
+    async def _exchange_forked(
+        self,
+        worker: _Worker,
+        channel: trio.socket.SocketType,
+        output: trio.lowlevel.FdStream,
+        request: bytes,
+        limits: Limits,
+        progress: Callable[[Mapping[str, Any]], None] | None,
+    ) -> ToolResult:
+        """``_exchange`` for a call forked in a zygote: same frames, the call's cgroup is what
+        gets killed."""
+        group = worker.cgroup
+        assert group is not None
+        got = _Exchange()
+        cap = limits.max_output_bytes
+        frame_cap = max(cap, 65536) + HEADER.size
+        returncode: int | None = None
+
+        async def watch_writes(baseline: int) -> None:
+            budget = self.settings.workdir_write_mb * 1024 * 1024
+            while True:
+                await trio.sleep(_WRITE_POLL_S)
+                used = _used_bytes(worker.key.workdir)
+                if used is not None and used - baseline > budget:
+                    got.wrote_too_much = used - baseline
+                    group.kill()
+                    return
+
+        async def read_output() -> None:
+            try:
+                async for chunk in output:
+                    room = cap - len(got.output)
+                    got.output += chunk[: max(room, 0)]
+                    if len(chunk) > room:
+                        got.truncated = True
+                        group.kill()
+                        return
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+
+        baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
+        try:
+            view = memoryview(request)
+            while view:
+                view = view[await channel.send(view) :]
+        except OSError:
+            pass  # the call process died; its status frame or end of file tells why
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_output)
+            if worker.key.writable and baseline is not None:
+                nursery.start_soon(watch_writes, baseline)
+            buffer = bytearray()
+            done = False
+            while not done:
+                chunk = await channel.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while len(buffer) >= HEADER.size:
+                    (length,) = HEADER.unpack_from(buffer)
+                    if len(buffer) < HEADER.size + length:
+                        break
+                    payload = bytes(buffer[HEADER.size : HEADER.size + length])
+                    del buffer[: HEADER.size + length]
+                    if payload.startswith(b"!exit "):
+                        # The call process's last word: its tool's exit status, no answer.
+                        returncode = int(payload[6:])
+                        done = True
+                        break
+                    event = parse_progress(payload)
+                    if event is None:
+                        got.frame = payload
+                        done = True
+                        break
+                    if progress is not None:
+                        try:
+                            progress(event)
+                        except Exception:
+                            logger.debug("progress listener raised", exc_info=True)
+                if not done and len(buffer) > frame_cap:
+                    got.truncated = True
+                    break
+            # Answered (or gone): the call's processes end now, daemons included.
+            group.kill()
+            nursery.cancel_scope.cancel()
+        if not got.truncated:
+            room = cap - len(got.output)
+            rest = _drain_now(output.fileno(), room + 1)
+            got.output += rest[:room]
+            got.truncated = len(rest) > room
+        if baseline is not None and not got.wrote_too_much:
+            used = _used_bytes(worker.key.workdir)
+            if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
+                got.wrote_too_much = used - baseline
+        return self._interpret(got, returncode, limits)
 
     # -- limits -------------------------------------------------------------------------------
 
@@ -961,6 +1350,7 @@ class SandboxPool:
         preload: Sequence[str],
         protected: _Protected | None,
         staged: str | None = None,
+        zygote_fds: tuple[int, int] | None = None,
     ) -> list[str]:
         python = self.settings.python
         # --monitor in both modes: the worker forks the tool's process after reading the
@@ -968,6 +1358,12 @@ class SandboxPool:
         # the kernel shields from signals sent inside (so the tool's own abort() must not run
         # there: it would turn into SIGSEGV).
         worker = [python, "-P", _WORKER, "--monitor"]
+        if zygote_fds is not None:
+            worker = [python, "-P", _WORKER, "--zygote", str(zygote_fds[0])]
+            worker += ["--admin", str(zygote_fds[1])]
+            worker += ["--tmp-bytes", str(self.settings.tmp_size_mb * 1024 * 1024)]
+            if key.network:
+                worker.append("--network")
         if preload:
             worker += ["--preload", ",".join(preload)]
         if self.isolation == ISOLATION_PROCESS:
@@ -1063,7 +1459,9 @@ class SandboxPool:
             cmd += ["--setenv", name, value]
         return [*cmd, "--", *worker]
 
-    async def _spawn(self, key: PoolKey, preload: Sequence[str]) -> _Worker:
+    async def _spawn(
+        self, key: PoolKey, preload: Sequence[str], zygote_fds: tuple[int, int] | None = None
+    ) -> _Worker:
         if self.isolation == ISOLATION_BWRAP and self._paths is None:
             self._paths = await trio.to_thread.run_sync(_interpreter_paths, self.settings.python)
         st = os.stat(key.workdir)
@@ -1083,7 +1481,7 @@ class SandboxPool:
                 # mounts. This workdir's sandboxes keep the deck's uid, and say so.
                 why_not = f"no id-mapped mount of the workdir: {exc.strerror or exc}"
         identity_limits = self._identity_limits(staged, why_not)
-        cmd = self._command(key, preload, protected, staged)
+        cmd = self._command(key, preload, protected, staged, zygote_fds)
         group = None
         support = self._cgroups
         if support is not None and support.available:
@@ -1099,7 +1497,8 @@ class SandboxPool:
                 cmd,
                 cwd=key.workdir,
                 env=self._environment(),
-                pass_fds=(mapper.userns_fd,) if staged and mapper else (),
+                pass_fds=((mapper.userns_fd,) if staged and mapper else ())
+                + (zygote_fds or ()),
             )
         except BaseException:
             if group is not None:
@@ -1478,6 +1877,23 @@ def _drain_now(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         limit -= len(chunk)
     return b"".join(chunks)
+
+
+def _join_cgroup(group: _cgroup.Cgroup, pid: int) -> None:
+    """Move ``pid`` (a call's tool process, not yet running the tool) into the call's cgroup."""
+    for procs in group.procs_files():
+        with open(procs, "w") as fh:
+            fh.write(str(pid))
+
+
+def _ucred_pid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The sender's pid from SCM_CREDENTIALS, as the kernel translated it into our namespace."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            if len(data) >= _UCRED.size:
+                pid, _uid, _gid = _UCRED.unpack_from(data)
+                return int(pid) if pid > 0 else None
+    return None
 
 
 def _kill_bwrap(process: trio.Process) -> None:

@@ -33,7 +33,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import signal
+import stat
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -241,6 +243,8 @@ def _warm_up(wire: Any, outcomes: Any) -> None:
 
 def main() -> None:
     """Serve one request; see the module docstring."""
+    if "--zygote" in sys.argv[1:]:
+        zygote_main(sys.argv[1:])
     # First: before the response channel exists in a second descriptor, and long before any
     # program of the tool could look at /proc/<this pid>.
     if not _prctl(_PR_SET_DUMPABLE, 0):
@@ -279,7 +283,14 @@ def main() -> None:
             os.close(devnull)
             _monitor(child)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the tool's process dies with its monitor
-    stdin = os.fdopen(0, "rb", buffering=0)
+    _serve(0, response_fd, wire, outcomes, seccomp_module)
+
+
+def _serve(
+    request_fd: int, response_fd: int, wire: Any, outcomes: Any, seccomp_module: Any
+) -> None:
+    """Read one request, run the tool under the call's limits, answer, exit. Never returns."""
+    stdin = os.fdopen(request_fd, "rb", buffering=0, closefd=False)
     frame = wire.read_frame(stdin, 256 * 1024 * 1024)
     if frame is None:
         os._exit(3)
@@ -327,6 +338,339 @@ def main() -> None:
         view = view[written:]
     # _exit: threads or atexit handlers the tool left behind must not keep the process alive.
     os._exit(0)
+
+
+# -- zygote ---------------------------------------------------------------------------------
+#
+# ``--zygote FD --admin FD``: the sandbox's PID 1 stays up and forks one process per call. The
+# host sends on the admin socket ``b"p<module>"`` (import a trusted tool module now, like
+# --preload), and on the calls socket (both SOCK_SEQPACKET) one ``b"c"`` per call with two
+# descriptors (SCM_RIGHTS): the call's own stream socket and the write end of its output pipe.
+# A spare call process takes it. The zygote never reads a request: what a call carries is only
+# ever in the memory of that call's processes, never in the zygote's (which every later call
+# inherits by fork).
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_PR_CAPBSET_DROP = 24
+_SYS_OPEN_TREE = 428  # the same number on x86-64 and arm64 (syscalls added after 5.0 are)
+_SYS_MOVE_MOUNT = 429
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = 0o2000000
+_AT_RECURSIVE = 0x8000
+_MOVE_MOUNT_F_EMPTY_PATH = 4
+_MSG_CMSG_CLOEXEC = 0x40000000
+# Call processes kept forked and isolated ahead of their calls.
+_SPARES = 2
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        import ctypes
+
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _write_file(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _mounts_below(target: str) -> list[str]:
+    """Mount points strictly below ``target``, outermost only (their children come along)."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            raw = line.split(" ")[4]
+            # mountinfo escapes space, tab, newline and backslash as octal.
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), raw)
+            if point.startswith(target + "/"):
+                found.append(point)
+    outer: list[str] = []
+    for point in sorted(set(found)):
+        if not any(point.startswith(o + "/") for o in outer):
+            outer.append(point)
+    return outer
+
+
+def _isolate_call(tmp_bytes: int, network: bool) -> None:
+    """Give this call process namespaces of its own (see the module docstring), then drop every
+    capability those namespaces gave it."""
+    import ctypes
+
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if not network:
+        flags |= _CLONE_NEWNET  # its own loopback: concurrent calls cannot talk over 127.0.0.1
+    _check(libc.unshare(flags), "unshare")
+    # The same ids inside as outside: the tool stays the unprivileged uid of the sandbox. A
+    # non-dumpable process's /proc files belong to root, so for these three writes only this
+    # process (which holds no call data yet, and is already in a user namespace no other call
+    # can ptrace into) is dumpable.
+    _prctl(_PR_SET_DUMPABLE, 1)
+    try:
+        _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
+    finally:
+        if not _prctl(_PR_SET_DUMPABLE, 0):
+            os._exit(4)
+    options = f"size={tmp_bytes},mode=1777".encode()
+    for target in ("/tmp", "/dev/shm"):
+        # What bubblewrap mounted below it (a workdir or import path under /tmp) is carried
+        # over: cloned (recursively: read-only and protected binds included) before the fresh
+        # tmpfs covers it, and attached again at the same place on top.
+        below = _mounts_below(target)
+        clones = []
+        for path in below:
+            fd = libc.syscall(
+                ctypes.c_long(_SYS_OPEN_TREE),
+                ctypes.c_int(-100),  # AT_FDCWD
+                path.encode(),
+                ctypes.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE),
+            )
+            if fd < 0:
+                _check(-1, f"open_tree({path})")
+            clones.append((path, fd))
+        # A fresh tmpfs over the zygote's: nothing a previous call left in /tmp is visible.
+        _check(
+            libc.mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options),
+            f"mount tmpfs on {target}",
+        )
+        for path, fd in clones:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            ret = libc.syscall(
+                ctypes.c_long(_SYS_MOVE_MOUNT),
+                ctypes.c_int(fd),
+                b"",
+                ctypes.c_int(-100),
+                path.encode(),
+                ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH),
+            )
+            _check(0 if ret == 0 else -1, f"move_mount({path})")
+            os.close(fd)
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the kernel's last capability
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capset(header, data), "capset")
+
+
+def _spare(
+    calls_fd: int, notify_fd: int, tmp_bytes: int, network: bool, wire: Any, outcomes: Any,
+    seccomp_module: Any,
+) -> None:
+    """A call's process, forked by the zygote ahead of its call. Never returns.
+
+    It isolates itself (M) and forks the call's PID 1 (P1), then exits; P1 forks the tool's
+    process (T, PID 2: its own signals behave normally): all of that is off the call's path. P1
+    takes one call message from the calls socket, tells the zygote to fork a replacement, and
+    hands the call's descriptors to T. T tells the host it is ready (the host reads T's pid
+    from the socket's credentials and moves it into the call's cgroup), waits for the go, and
+    serves the request. P1 reaps orphans until T is done and reports T's exit status as a last
+    frame ``!exit N``; when P1 exits, the kernel ends every process left in the call's PID
+    namespace. P1 and T die with the zygote
+    (the sandbox's PID 1: its PID namespace contains the call's).
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    failure = ""
+    try:
+        _isolate_call(tmp_bytes, network)
+        if os.fork():
+            os._exit(0)
+    except OSError as exc:
+        # This process takes the call all the same, only to say why it cannot serve it.
+        failure = f"tooldeck-runner: cannot isolate the call: {exc}\n"
+    _call_init(calls_fd, notify_fd, failure, wire, outcomes, seccomp_module)
+
+
+def _call_init(
+    calls_fd: int, notify_fd: int, failure: str, wire: Any, outcomes: Any, seccomp_module: Any
+) -> None:
+    """P1 of ``_spare``. Never returns."""
+    import socket
+
+    tool = -1
+    if not failure:
+        # The tool's process too is forked ahead: it waits for the call's descriptors, which
+        # this process hands it on a private socket pair.
+        handoff, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        tool = os.fork()
+        if tool == 0:
+            handoff.close()
+            os.close(calls_fd)
+            os.close(notify_fd)
+            _tool_process(theirs, wire, outcomes, seccomp_module)
+        theirs.close()
+    calls = socket.socket(fileno=calls_fd)
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(calls, 16, 4, _MSG_CMSG_CLOEXEC)
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+    calls.close()  # one call only: nothing of this process ever sees another call's message
+    try:
+        os.write(notify_fd, b"x")
+    except OSError:
+        pass
+    os.close(notify_fd)
+    if message != b"c" or len(fds) != 2:
+        os._exit(0)  # end of file: the pool is done with this zygote
+    call_fd, out_fd = fds
+    if failure:
+        os.dup2(out_fd, 2)
+        try:
+            os.write(2, failure.encode())
+        except OSError:
+            pass
+        os._exit(126)
+    try:
+        socket.send_fds(handoff, [b"c"], [call_fd, out_fd])
+    except OSError:
+        os._exit(126)
+    handoff.close()
+    os.close(out_fd)
+    while True:  # PID 1: reap orphans until the tool's process is done
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == tool:
+            break
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    try:
+        view = memoryview(wire.encode_frame(f"!exit {code}".encode()))
+        while view:
+            view = view[os.write(call_fd, view):]
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _tool_process(handoff: Any, wire: Any, outcomes: Any, seccomp_module: Any) -> None:
+    """T of ``_spare``: gets the call's descriptors from P1, reports ready, serves. Never
+    returns."""
+    import socket
+
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        message, fds, _flags, _addr = socket.recv_fds(handoff, 16, 4, _MSG_CMSG_CLOEXEC)
+    except OSError:
+        os._exit(0)
+    handoff.close()
+    if message != b"c" or len(fds) != 2:
+        os._exit(0)  # P1 ended without a call (the zygote is closing)
+    call_fd, out_fd = fds
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    channel = socket.socket(fileno=call_fd)
+    channel.sendall(b"r")
+    if channel.recv(1) != b"a":
+        os._exit(125)  # the host gave up (cancelled, or could not place it in its cgroup)
+    channel.detach()
+    _serve(call_fd, call_fd, wire, outcomes, seccomp_module)
+
+
+def _zygote(
+    calls_fd: int, admin_fd: int, tmp_bytes: int, network: bool, wire: Any, outcomes: Any,
+    seccomp_module: Any,
+) -> None:
+    """Keep ``_SPARES`` call processes ready, one more each time one takes a call; import the
+    modules the host names on the admin socket. Never returns."""
+    import select
+    import socket
+
+    # Auto-reap the call processes and the orphans that come to PID 1: no zombie piles up.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    admin = socket.socket(fileno=admin_fd)
+    notify_r, notify_w = os.pipe()
+
+    def fork_spare() -> None:
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:
+            admin.close()
+            os.close(notify_r)
+            _spare(calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module)
+
+    for _ in range(_SPARES):
+        fork_spare()
+    while True:
+        try:
+            ready, _, _ = select.select([admin.fileno(), notify_r], [], [])
+        except InterruptedError:
+            continue
+        if notify_r in ready:
+            for _ in os.read(notify_r, 64):
+                fork_spare()
+        if admin.fileno() in ready:
+            try:
+                message = admin.recv(4096)
+            except OSError:
+                message = b""
+            if not message:
+                os._exit(0)  # the host closed the admin socket: the pool is done with us
+            if message[:1] == b"p":
+                try:
+                    importlib.import_module(message[1:].decode())
+                except BaseException:  # a broken preload must not kill the zygote
+                    pass
+
+
+def zygote_main(args: list[str]) -> None:
+    """``--zygote FD --admin FD --tmp-bytes N [--network]``: see ``_zygote``."""
+    if not _prctl(_PR_SET_DUMPABLE, 0):
+        os._exit(4)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    calls_fd = int(args[args.index("--zygote") + 1])
+    admin_fd = int(args[args.index("--admin") + 1])
+    tmp_bytes = int(args[args.index("--tmp-bytes") + 1])
+    network = "--network" in args
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    wire = _load("_wire")
+    outcomes = _load("_outcomes")
+    seccomp_module = _load("_seccomp")
+    preload = args[args.index("--preload") + 1].split(",") if "--preload" in args else []
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            pass
+    _warm_up(wire, outcomes)
+    _zygote(calls_fd, admin_fd, tmp_bytes, network, wire, outcomes, seccomp_module)
 
 
 if __name__ == "__main__":

@@ -217,6 +217,18 @@ SYNC_BENCH_TOOLS = (bench_sync_add, bench_sync_add_nonblocking)
 
 #: What each figure of :func:`bench_sync_tools` measures, in words (for ``tooldeck bench``).
 DESCRIPTIONS = {
+    "sandbox_calls_per_s_sequential_single_use": "sandboxed calls per second back to back, "
+    "single-use bubblewrap workers (the default)",
+    "sandbox_calls_per_s_concurrent_single_use": "sandboxed calls per second, all at once, "
+    "single-use bubblewrap workers (the default)",
+    "sandbox_calls_per_s_sequential_zygote": "sandboxed calls per second back to back, each "
+    "forked in the session's zygote ([runner] zygote = true)",
+    "sandbox_calls_per_s_concurrent_zygote": "sandboxed calls per second, all at once, forked "
+    "in the session's zygote ([runner] zygote = true)",
+    "sandbox_throughput_sequential_ratio": "zygote / single-use workers, back to back (same run)",
+    "sandbox_throughput_concurrent_ratio": "zygote / single-use workers, all at once (same run)",
+    "sandbox_zygote_fallback": "why the zygote fell back to single-use workers (None: it did not)",
+    "sandbox_throughput": "the zygote throughput bench (skipped, with the reason)",
     "sync_tool_overhead_us": "a plain def tool: what the pipeline adds to calling the function "
     "(worker thread), µs",
     "sync_tool_nonblocking_overhead_us": "the same tool marked @nonblocking (run on the event "
