@@ -38,6 +38,17 @@ BIG = ToolDefinition(
     parameters={"type": "object", "properties": {"size": {"type": "integer"}}},
     execute=_big,
     call_style="kwargs",
+    execution=ExecutionConfig(timeout_s=10, max_output_bytes=50_000_000),
+)
+
+# The same tool with a short timeout: for the processor that outlives its deadline.
+QUICK_BIG = ToolDefinition(
+    name="quick_big",
+    description="Return a big text, quickly.",
+    category="demo",
+    parameters={"type": "object", "properties": {"size": {"type": "integer"}}},
+    execute=_big,
+    call_style="kwargs",
     execution=ExecutionConfig(timeout_s=0.5, max_output_bytes=50_000_000),
 )
 
@@ -81,11 +92,11 @@ async def test_a_slow_processor_withholds_the_result_and_stalls_nobody():
     outcome: dict = {}
     try:
         async with make_deck(_processor("slowredact", block=release, seen=seen),
-                             load_entry_points=STAGES, tools=[quick, BIG]) as deck:
+                             load_entry_points=STAGES, tools=[quick, QUICK_BIG]) as deck:
             slow, fast = deck.session(), deck.session()
 
             async def big_call() -> None:
-                outcome["big"] = await slow.call("big", {})
+                outcome["big"] = await slow.call("quick_big", {})
 
             with trio.fail_after(30):
                 async with trio.open_nursery() as nursery:
