@@ -64,7 +64,7 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -934,27 +934,8 @@ class SandboxPool:
         frame_cap = max(cap, 65536) + HEADER.size
         returncode: int | None = None
 
-        async def watch_writes(baseline: int) -> None:
-            budget = self.settings.workdir_write_mb * 1024 * 1024
-            while True:
-                await trio.sleep(_WRITE_POLL_S)
-                used = _used_bytes(worker.key.workdir)
-                if used is not None and used - baseline > budget:
-                    got.wrote_too_much = used - baseline
-                    group.kill()
-                    return
-
-        async def read_output() -> None:
-            try:
-                async for chunk in output:
-                    room = cap - len(got.output)
-                    got.output += chunk[: max(room, 0)]
-                    if len(chunk) > room:
-                        got.truncated = True
-                        group.kill()
-                        return
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
+        async def kill() -> None:
+            group.kill()
 
         baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
         try:
@@ -964,9 +945,9 @@ class SandboxPool:
         except OSError:
             pass  # the call process died; its status frame or end of file tells why
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_output)
+            nursery.start_soon(_read_output, output, cap, got, kill)
             if worker.key.writable and baseline is not None:
-                nursery.start_soon(watch_writes, baseline)
+                nursery.start_soon(self._watch_writes, worker, baseline, got, kill)
             buffer = bytearray()
             done = False
             while not done:
@@ -974,27 +955,16 @@ class SandboxPool:
                 if not chunk:
                     break
                 buffer += chunk
-                while len(buffer) >= HEADER.size:
-                    (length,) = HEADER.unpack_from(buffer)
-                    if len(buffer) < HEADER.size + length:
-                        break
-                    payload = bytes(buffer[HEADER.size : HEADER.size + length])
-                    del buffer[: HEADER.size + length]
+                while (payload := _next_frame(buffer)) is not None:
                     if payload.startswith(b"!exit "):
                         # The call process's last word: its tool's exit status, no answer.
                         returncode = int(payload[6:])
                         done = True
                         break
-                    event = parse_progress(payload)
-                    if event is None:
+                    if not _progress_frame(payload, progress):
                         got.frame = payload
                         done = True
                         break
-                    if progress is not None:
-                        try:
-                            progress(event)
-                        except Exception:
-                            logger.debug("progress listener raised", exc_info=True)
                 if not done and len(buffer) > frame_cap:
                     got.truncated = True
                     break
@@ -1619,29 +1589,8 @@ class SandboxPool:
         # does not (leaving room for its small OUTPUT_TRUNCATED answer when the cap is tiny).
         frame_cap = max(cap, 65536) + HEADER.size
 
-        async def watch_writes(baseline: int) -> None:
-            # Polled, not evented: no kernel interface counts bytes written below a folder.
-            # Precision: the poll interval times the write rate (RLIMIT_FSIZE bounds each file).
-            budget = self.settings.workdir_write_mb * 1024 * 1024
-            while True:
-                await trio.sleep(_WRITE_POLL_S)
-                used = _used_bytes(worker.key.workdir)
-                if used is not None and used - baseline > budget:
-                    got.wrote_too_much = used - baseline
-                    await self._kill_quick(worker)
-                    return
-
-        async def read_output() -> None:
-            try:
-                async for chunk in stderr:
-                    room = cap - len(got.output)
-                    got.output += chunk[: max(room, 0)]
-                    if len(chunk) > room:
-                        got.truncated = True
-                        await self._kill_quick(worker)
-                        return
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
+        async def kill() -> None:
+            await self._kill_quick(worker)
 
         baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
         try:
@@ -1651,29 +1600,18 @@ class SandboxPool:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the worker died; its exit status tells why
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_output)
+                nursery.start_soon(_read_output, stderr, cap, got, kill)
                 if worker.key.writable and baseline is not None:
-                    nursery.start_soon(watch_writes, baseline)
+                    nursery.start_soon(self._watch_writes, worker, baseline, got, kill)
                 buffer = bytearray()
                 async for chunk in stdout:
                     buffer += chunk
                     # Progress frames (the tool's emit) come first, each handed on as it
                     # arrives; the first other frame is the result.
-                    while len(buffer) >= HEADER.size:
-                        (length,) = HEADER.unpack_from(buffer)
-                        if len(buffer) < HEADER.size + length:
-                            break
-                        payload = bytes(buffer[HEADER.size : HEADER.size + length])
-                        event = parse_progress(payload)
-                        if event is None:
+                    while (payload := _next_frame(buffer)) is not None:
+                        if not _progress_frame(payload, progress):
                             got.frame = payload
                             break
-                        del buffer[: HEADER.size + length]
-                        if progress is not None:
-                            try:
-                                progress(event)
-                            except Exception:
-                                logger.debug("progress listener raised", exc_info=True)
                     if got.frame is not None:
                         break
                     if len(buffer) > frame_cap:
@@ -1713,6 +1651,25 @@ class SandboxPool:
             if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
                 got.wrote_too_much = used - baseline
         return self._interpret(got, process.returncode, limits)
+
+    async def _watch_writes(
+        self,
+        worker: _Worker,
+        baseline: int,
+        got: _Exchange,
+        kill: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Kill the call (``kill``) once the workdir grew past the write budget."""
+        # Polled, not evented: no kernel interface counts bytes written below a folder.
+        # Precision: the poll interval times the write rate (RLIMIT_FSIZE bounds each file).
+        budget = self.settings.workdir_write_mb * 1024 * 1024
+        while True:
+            await trio.sleep(_WRITE_POLL_S)
+            used = _used_bytes(worker.key.workdir)
+            if used is not None and used - baseline > budget:
+                got.wrote_too_much = used - baseline
+                await kill()
+                return
 
     async def _kill_quick(self, worker: _Worker) -> None:
         process = worker.process
@@ -1862,6 +1819,49 @@ def _clear_setid_bits(root: str, since: float) -> list[str]:
                     _remove(entry.path)
                     cleared.append(os.path.relpath(entry.path, root))
     return cleared
+
+
+async def _read_output(
+    stream: Any, cap: int, got: _Exchange, kill: Callable[[], Awaitable[None]]
+) -> None:
+    """Collect what the tool prints into ``got.output``, up to ``cap``; past it, ``kill``."""
+    try:
+        async for chunk in stream:
+            room = cap - len(got.output)
+            got.output += chunk[: max(room, 0)]
+            if len(chunk) > room:
+                got.truncated = True
+                await kill()
+                return
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
+
+
+def _next_frame(buffer: bytearray) -> bytes | None:
+    """Take the first complete frame's payload off ``buffer``; None until one is complete."""
+    if len(buffer) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack_from(buffer)
+    if len(buffer) < HEADER.size + length:
+        return None
+    payload = bytes(buffer[HEADER.size : HEADER.size + length])
+    del buffer[: HEADER.size + length]
+    return payload
+
+
+def _progress_frame(
+    payload: bytes, progress: Callable[[Mapping[str, Any]], None] | None
+) -> bool:
+    """Whether ``payload`` is a progress frame (then handed to ``progress``), not a result."""
+    event = parse_progress(payload)
+    if event is None:
+        return False
+    if progress is not None:
+        try:
+            progress(event)
+        except Exception:
+            logger.debug("progress listener raised", exc_info=True)
+    return True
 
 
 def _drain_now(fd: int, limit: int) -> bytes:
