@@ -142,15 +142,19 @@ class RedisCache:
             )
         except RedisUnavailable as exc:
             self._failed(exc)
-            if self._use_local:
-                result: ToolResult | None = await self._local_cache().get(key)
-                if result is not None:
-                    self._local_hits += 1
-                    self._hits += 1
-                    return result
-            self._misses += 1
-            return None
+            return await self._local_get(key)
         return self._decoded(key, raw)
+
+    async def _local_get(self, key: str) -> ToolResult | None:
+        """The entry of the process-local fallback cache while Redis fails (counted)."""
+        if self._use_local:
+            result: ToolResult | None = await self._local_cache().get(key)
+            if result is not None:
+                self._local_hits += 1
+                self._hits += 1
+                return result
+        self._misses += 1
+        return None
 
     def _decoded(self, key: str, raw: bytes | None) -> ToolResult | None:
         if raw is None:
@@ -190,13 +194,9 @@ class RedisCache:
             )
         except RedisUnavailable as exc:
             self._failed(exc)
-            if self._use_local:
-                result: ToolResult | None = await self._local_cache().get(key)
-                if result is not None:
-                    self._local_hits += 1
-                    self._hits += 1
-                    return result, None
-            self._misses += 1
+            result = await self._local_get(key)
+            if result is not None:
+                return result, None
             return None, await limiter.hit(tool, session)
         if int(reply[0]) == 2:
             hit = self._decoded(key, reply[1])
