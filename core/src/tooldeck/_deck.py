@@ -53,6 +53,7 @@ from tooldeck_hookspecs import (
     never_suspends,
     normalise_rules,
 )
+from tooldeck_hookspecs._progress import clean_progress
 
 from ._approvals import InMemoryApprovalStore
 from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
@@ -866,8 +867,6 @@ class Deck:
 _PROGRESS: contextvars.ContextVar[Callable[[Mapping[str, Any]], None] | None] = (
     contextvars.ContextVar("tooldeck_progress", default=None)
 )
-#: A progress message longer than this is shortened (a tool printing a huge line).
-_PROGRESS_MESSAGE_MAX = 1000
 
 
 def _emitter(
@@ -885,17 +884,7 @@ def _emitter(
             log.exception("progress listener of call %s raised", call_id)
 
     def emit(event: Mapping[str, Any]) -> None:
-        if not isinstance(event, Mapping):
-            event = {"message": str(event)}
-        clean: dict[str, Any] = {}
-        for key in ("progress", "total"):
-            value = event.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                if value == value and abs(value) != float("inf"):
-                    clean[key] = value
-        message = event.get("message")
-        if message is not None:
-            clean["message"] = shorten(str(message), _PROGRESS_MESSAGE_MAX)
+        clean = clean_progress(event)
         clean["call_id"] = call_id
         if threading.get_ident() == loop_thread:
             deliver(clean)

@@ -14,6 +14,7 @@ import attrs
 import cattrs
 
 from tooldeck_hookspecs import ToolCall, ToolResult
+from tooldeck_hookspecs._progress import clean_progress
 from tooldeck_hookspecs.content import Content
 
 __all__ = [
@@ -140,22 +141,14 @@ def structure_request(data: bytes) -> SandboxRequest:
 
 
 def progress_payload(event: Any) -> bytes:
-    """The payload of a progress frame for ``event`` (a mapping; its message shortened)."""
-    if not isinstance(event, dict):
-        try:
-            event = dict(event)
-        except (TypeError, ValueError):
-            event = {"message": str(event)}
-    clean: dict[str, Any] = {}
-    for key in ("progress", "total"):
-        value = event.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            clean[key] = value
-    if event.get("message") is not None:
-        clean["message"] = str(event["message"])[:2000]
-    return b'{"$progress":' + json.dumps(clean, ensure_ascii=False, default=str).encode(
-        "utf-8", "surrogatepass"
-    )[: PROGRESS_MAX_BYTES - 64] + b"}"
+    """The payload of a progress frame for ``event`` (see ``clean_progress``: its message is
+    shortened, so the frame always fits :data:`PROGRESS_MAX_BYTES` and stays whole JSON)."""
+    payload = b'{"$progress":' + json.dumps(
+        clean_progress(event), ensure_ascii=False, default=str
+    ).encode("utf-8", "surrogatepass") + b"}"
+    if len(payload) > PROGRESS_MAX_BYTES:  # never cut JSON: a cut frame would read as the result
+        payload = b'{"$progress":' + json.dumps(clean_progress({})).encode() + b"}"
+    return payload
 
 
 def parse_progress(payload: bytes) -> dict[str, Any] | None:
