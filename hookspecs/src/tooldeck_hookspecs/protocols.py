@@ -73,7 +73,13 @@ class ArgumentValidator(Protocol):
 
 
 class Retriever(Protocol):
-    """Top-k recall over the catalog for a task description (the filter stage)."""
+    """Top-k recall over the catalog for a task description (the filter stage).
+
+    ``index``, ``add``, ``remove`` and ``search`` are required. ``record_use`` is optional:
+    the core looks it up with ``getattr`` and skips it when absent, so a retriever written
+    before it existed keeps working; a class that subclasses this protocol inherits the no-op
+    default below.
+    """
 
     async def index(self, tools: Sequence[ToolDefinition]) -> None:
         """(Re)build the index for exactly these tools. Called once the catalog is ready."""
@@ -86,6 +92,17 @@ class Retriever(Protocol):
 
     async def search(self, query: str, k: int) -> list[ScoredTool]:
         """The ``k`` best candidates for ``query``, best first."""
+
+    def record_use(self, query: str, tool: str) -> None:
+        """Learning from use (optional): the model called ``tool``, dealt for ``query``.
+
+        Called by the core on the event loop, once per tool and turn, with the task of the
+        hand the tool was dealt in. It must return at once (no I/O, no encoding: queue the
+        work for the next ``search``, which runs in a worker thread) and should not raise; an
+        exception is logged and ignored. A retriever may use the (task, tool) pairs to rank
+        tools used for similar tasks higher, per deployment. The default does nothing.
+        """
+        return None
 
 
 class Cache(Protocol):

@@ -106,3 +106,23 @@ def test_default_history_file(monkeypatch, tmp_path):
     monkeypatch.delenv("PYTEST_CURRENT_TEST")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert default_history_path() == str(tmp_path / "state" / "tooldeck" / "selection-history.json")
+
+
+async def test_an_unknown_history_store_is_a_config_error(make_retriever, handmade):
+    import pytest
+
+    from tooldeck_hookspecs import ConfigError
+
+    retriever = make_retriever(history_store="no_such_store")
+    with pytest.raises(ConfigError, match="no_such_store"):
+        await retriever.index(handmade)
+
+
+async def test_memory_store_writes_no_file(make_retriever, handmade, tmp_path):
+    path = tmp_path / "h.json"
+    retriever = make_retriever(history_file=str(path), history_store="memory")
+    await retriever.index(handmade)
+    await retriever.search(TASK, 5)
+    retriever.record_use(TASK, "python_exec")
+    await retriever.aclose()
+    assert not path.exists() and len(retriever.history) == 1

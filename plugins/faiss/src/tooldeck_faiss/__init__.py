@@ -3,6 +3,14 @@ tool retrieval, with on-disk embedding cache, run-time add/remove and per-intent
 
 from __future__ import annotations
 
+from ._history import (
+    HISTORY_STORES_GROUP,
+    HistoryRow,
+    HistoryStatistics,
+    HistoryStore,
+    HistoryStoreFactory,
+    SelectionHistory,
+)
 from ._retriever import (
     DEFAULT_FIELD_WEIGHTS,
     FaissRetriever,
@@ -15,6 +23,12 @@ from ._text import dense_text, segment_query, split_identifier, tokenize
 __all__ = [
     "DEFAULT_FIELD_WEIGHTS",
     "FaissRetriever",
+    "HISTORY_STORES_GROUP",
+    "HistoryRow",
+    "HistoryStatistics",
+    "HistoryStore",
+    "HistoryStoreFactory",
+    "SelectionHistory",
     "RetrieverSettings",
     "RetrieverStatistics",
     "default_model_path",

@@ -6,25 +6,48 @@ a new query's vectors with the recorded tasks' and lifts the tools used for clos
 file written atomically with mode 0600 (the tasks are the deployment's users' words). The file
 is bounded: at most ``max_records`` records of at most ``max_query_chars`` characters each; the
 least recently used record goes first.
+
+Where several processes serve one deployment, a shared :class:`HistoryStore` (tooldeck-redis
+provides one) replaces the file: the history keeps its records in memory for searches and
+exchanges the new uses with the store from the search thread, at most every
+``sync_interval_s``, under the store's own deadline. A store that fails or stalls is skipped for
+``retry_interval_s`` (logged once): selection then runs on the records in memory.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
-__all__ = ["SelectionHistory", "HistoryStatistics", "default_history_path"]
+__all__ = [
+    "HISTORY_STORES_GROUP",
+    "HistoryRow",
+    "HistoryStatistics",
+    "HistoryStore",
+    "HistoryStoreFactory",
+    "SelectionHistory",
+    "default_history_path",
+    "open_history_store",
+]
+
+log = logging.getLogger("tooldeck.faiss.history")
+
+#: The entry-point group of shared history stores. Each entry point names a
+#: :class:`HistoryStoreFactory`; it is loaded only when a history opens (never at import or in
+#: ``tooldeck call``), and returns None when its backend is not configured.
+HISTORY_STORES_GROUP = "tooldeck.history_stores"
 
 #: Environment variable naming the history file; ``off`` (or empty) keeps history in memory.
 HISTORY_FILE_ENV = "TOOLDECK_HISTORY_FILE"
@@ -50,11 +73,97 @@ def default_history_path() -> str | None:
 
 @attrs.frozen
 class HistoryStatistics:
-    """A snapshot of a history: records held, records added since start, file (or None)."""
+    """A snapshot of a history: records held, records added since start, file (or None).
+
+    ``store`` names the shared store (None without one), ``store_down`` says it is being
+    skipped after a failure, ``syncs``/``store_errors`` count exchanges with it.
+    """
 
     records: int
     recorded: int
     path: str | None
+    store: str | None = None
+    store_down: bool = False
+    syncs: int = 0
+    store_errors: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class HistoryRow:
+    """One record as a store sees it.
+
+    Sent to a store, ``count`` is how many uses to add (0: only attach ``vector``); received,
+    it is the record's total. ``last`` is the store's clock of the last use (seconds).
+    ``vector`` is the task's embedding by the history's model (float32, unit length) or None.
+    """
+
+    query: str
+    tool: str
+    count: int
+    last: float = 0.0
+    vector: np.ndarray | None = None
+
+
+class HistoryStore(Protocol):
+    """Where the processes of one deployment share their records (tooldeck-redis: Redis).
+
+    A store is bound to one deployment (its key prefix) and one model id (the vectors it
+    hands back are that model's, never another's). Its methods are called from worker threads,
+    one at a time per history; each must return or raise within the store's own deadline.
+    """
+
+    #: How the store is named in statistics and log lines (no passwords).
+    label: str
+
+    def exchange(self, uses: Sequence[HistoryRow], since: float) -> tuple[list[HistoryRow], float]:
+        """Add ``uses`` atomically (bounded, oldest first out), return what changed.
+
+        Returns the records used at or after ``since`` (the store's clock; 0 = all of them),
+        and the clock value to pass as ``since`` next time.
+        """
+
+    def forget(self, tools: Sequence[str]) -> None:
+        """Drop the records of these tools."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class HistoryStoreFactory(Protocol):
+    """An entry point of :data:`HISTORY_STORES_GROUP`: a store for these settings, or None.
+
+    ``settings`` is the deck's whole configuration (the ``[tool.tooldeck]`` table).
+    """
+
+    def __call__(
+        self, settings: Mapping[str, Any], *, model_id: str, max_records: int
+    ) -> HistoryStore | None: ...
+
+
+def open_history_store(
+    settings: Mapping[str, Any], name: str, *, model_id: str, max_records: int
+) -> HistoryStore | None:
+    """The store of the first entry point (``name``, or any when ``"auto"``) that offers one.
+
+    :raises ValueError: ``name`` is not ``"auto"`` and no such entry point gives a store.
+    """
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=HISTORY_STORES_GROUP), key=lambda ep: ep.name)
+    for ep in found:
+        if name != "auto" and ep.name != name:
+            continue
+        factory = ep.load()
+        store = factory(settings, model_id=model_id, max_records=max_records)
+        if store is not None:
+            return store  # type: ignore[no-any-return]
+    if name != "auto":
+        names = ", ".join(ep.name for ep in found) or "none installed"
+        raise ValueError(
+            f"history_store = {name!r}: no {HISTORY_STORES_GROUP} entry point of that name "
+            f"offers a store for this configuration (entry points: {names})"
+        )
+    return None
 
 
 @attrs.define
@@ -95,8 +204,15 @@ class SelectionHistory:
         model_id: str = "",
         max_records: int = 5_000,
         max_query_chars: int = 1_000,
+        store: HistoryStore | None = None,
+        sync_interval_s: float = 1.0,
+        retry_interval_s: float = 10.0,
     ) -> None:
-        self.path = Path(path) if path else None
+        self.store = store
+        self.sync_interval_s = float(sync_interval_s)
+        self.retry_interval_s = float(retry_interval_s)
+        # With a shared store the store is the persistence: no file as well.
+        self.path = Path(path) if path and store is None else None
         self.model_id = model_id
         self.max_records = max(1, int(max_records))
         self.max_query_chars = max(1, int(max_query_chars))
@@ -106,6 +222,15 @@ class SelectionHistory:
         self._dirty = False
         self._recorded = 0
         self._last_save = 0.0
+        # Shared store: uses not yet sent (key -> [added uses, vector to attach or None]).
+        self._unsent: dict[tuple[str, str], list[Any]] = {}
+        self._sync_lock = threading.Lock()
+        self._since = 0.0
+        self._last_sync = float("-inf")
+        self._down_until = float("-inf")
+        self._down = False
+        self._syncs = 0
+        self._store_errors = 0
         if self.path is not None:
             self._load()
 
@@ -141,7 +266,13 @@ class SelectionHistory:
             )
 
     def save(self) -> None:
-        """Write the records now (atomically, mode 0600); a no-op without a path."""
+        """Write the records now (atomically, mode 0600), or send them to the shared store.
+
+        A no-op with neither a path nor a store.
+        """
+        if self.store is not None:
+            self.sync(force=True)
+            return
         if self.path is None:
             return
         with self._lock:
@@ -174,9 +305,105 @@ class SelectionHistory:
                 self._dirty = True  # read-only or full disk: keep serving, retry later
 
     def maybe_save(self, every_s: float = 5.0) -> None:
-        """Save when something changed and the last save is older than ``every_s``."""
+        """Save when something changed and the last save is older than ``every_s``.
+
+        With a shared store: exchange with it when the last exchange is older than
+        ``sync_interval_s`` (see :meth:`sync`).
+        """
+        if self.store is not None:
+            if time.monotonic() - self._last_sync >= self.sync_interval_s:
+                self.sync()
+            return
         if self._dirty and time.monotonic() - self._last_save >= every_s:
             self.save()
+
+    def sync(self, *, force: bool = False) -> bool:
+        """Send the uses recorded since the last exchange and take in the other processes'.
+
+        Runs in the caller's (worker) thread, bounded by the store's deadline. Never raises:
+        a failing store is skipped for ``retry_interval_s`` (``force`` tries anyway), its
+        unsent uses kept for the next exchange. Returns whether an exchange happened. A sync
+        already running in another thread is not waited for.
+        """
+        store = self.store
+        if store is None:
+            return False
+        now = time.monotonic()
+        if not force and now < self._down_until:
+            return False
+        if not self._sync_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                unsent, self._unsent = self._unsent, {}
+            uses = [
+                HistoryRow(query=q, tool=t, count=n, vector=v) for (q, t), (n, v) in unsent.items()
+            ]
+            try:
+                rows, since = store.exchange(uses, self._since)
+            except Exception as exc:  # any store failure: keep serving from memory
+                with self._lock:
+                    for key, (n, v) in unsent.items():
+                        self._queue(key, n, v)
+                self._store_errors += 1
+                self._down_until = time.monotonic() + self.retry_interval_s
+                self._last_sync = time.monotonic()
+                if not self._down:
+                    self._down = True
+                    log.warning(
+                        "selection history store %s unavailable (%s: %s); selecting with the "
+                        "records in memory, retrying every %.0f s",
+                        store.label, type(exc).__name__, exc, self.retry_interval_s,
+                    )
+                return False
+            if self._down:
+                self._down = False
+                log.warning("selection history store %s is back", store.label)
+            self._merge(rows)
+            self._since = since
+            self._syncs += 1
+            self._last_sync = time.monotonic()
+            return True
+        finally:
+            self._sync_lock.release()
+
+    def _queue(self, key: tuple[str, str], count: int, vector: np.ndarray | None) -> None:
+        # Caller holds self._lock. Bounded like the records: while the store is down, the
+        # oldest unsent uses go first.
+        entry = self._unsent.pop(key, None) or [0, None]
+        entry[0] += count
+        if vector is not None:
+            entry[1] = vector
+        self._unsent[key] = entry
+        while len(self._unsent) > self.max_records:
+            self._unsent.pop(next(iter(self._unsent)))
+
+    def _merge(self, rows: Sequence[HistoryRow]) -> None:
+        """Take the store's records: its counts are the totals (plus uses not yet sent)."""
+        with self._lock:
+            for row in sorted(rows, key=lambda r: r.last):
+                query = row.query[: self.max_query_chars]
+                key = (query, row.tool)
+                local = self._records.pop(key, None)
+                unsent = self._unsent.get(key)
+                count = max(1, int(row.count)) + (unsent[0] if unsent else 0)
+                vector = row.vector
+                if vector is None and local is not None:
+                    vector = local.vector  # same model, same task: the same vector
+                vector = None if vector is None else np.asarray(vector, np.float32).ravel()
+                self._records[key] = _Record(query, row.tool, count, row.last, vector)
+            while len(self._records) > self.max_records:
+                self._records.popitem(last=False)
+            self._matrix = None
+
+    def close(self) -> None:
+        """Save (or send the last uses to the store) and release the store."""
+        self.save()
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:
+                log.debug("closing the history store failed", exc_info=True)
 
     # ------------------------------------------------------------------ records
 
@@ -195,6 +422,8 @@ class SelectionHistory:
             if vector is not None:
                 rec.vector = np.asarray(vector, dtype=np.float32).ravel()
             self._records[key] = rec  # most recent last
+            if self.store is not None:
+                self._queue(key, 1, rec.vector)
             while len(self._records) > self.max_records:
                 self._records.popitem(last=False)
             self._matrix = None
@@ -209,9 +438,13 @@ class SelectionHistory:
     def set_vectors(self, vectors: dict[str, np.ndarray]) -> None:
         """Attach vectors to the records of these tasks."""
         with self._lock:
-            for rec in self._records.values():
+            for key, rec in self._records.items():
                 if rec.vector is None and rec.query in vectors:
                     rec.vector = np.asarray(vectors[rec.query], dtype=np.float32).ravel()
+                    if self.store is not None:
+                        # Share the vector: the deployment's other processes of this model
+                        # then need not embed the task again.
+                        self._queue(key, 0, rec.vector)
             self._matrix = None
 
     def forget(self, tools: Iterable[str]) -> None:
@@ -220,8 +453,15 @@ class SelectionHistory:
         with self._lock:
             for key in [k for k in self._records if k[1] in gone]:
                 del self._records[key]
+            for key in [k for k in self._unsent if k[1] in gone]:
+                del self._unsent[key]
             self._matrix = None
             self._dirty = True
+        if self.store is not None and gone and time.monotonic() >= self._down_until:
+            try:
+                self.store.forget(sorted(gone))
+            except Exception as exc:
+                log.warning("selection history store %s: forget failed (%s)", self.store.label, exc)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -231,6 +471,11 @@ class SelectionHistory:
         with self._lock:
             if self._matrix is None:
                 recs = [r for r in self._records.values() if r.vector is not None]
+                if recs:
+                    # A vector of another size (a store holding another model's under the
+                    # same id, a damaged row) cannot be compared: leave it out.
+                    dim = recs[-1].vector.size  # type: ignore[union-attr]
+                    recs = [r for r in recs if r.vector.size == dim]  # type: ignore[union-attr]
                 if recs:
                     vecs = np.stack([r.vector for r in recs]).astype(np.float32)  # type: ignore[misc]
                 else:
@@ -266,6 +511,10 @@ class SelectionHistory:
             records=len(self._records),
             recorded=self._recorded,
             path=str(self.path) if self.path else None,
+            store=self.store.label if self.store is not None else None,
+            store_down=self._down,
+            syncs=self._syncs,
+            store_errors=self._store_errors,
         )
 
     def as_rows(self) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
 from ._fusion import FusionParams, fuse, spread_over_intents
-from ._history import SelectionHistory, default_history_path
+from ._history import SelectionHistory, default_history_path, open_history_store
 from ._store import EmbeddingStore, text_key
 from ._text import (
     REQUEST_VERBS,
@@ -117,6 +117,12 @@ class RetrieverSettings:
     #: None = memory only.
     history_file: str | None = "auto"
     history_max_records: int = 5_000
+    #: Where the records live: "auto" (a shared store when one is configured, e.g. Redis
+    #: through tooldeck-redis, else ``history_file``), "file" (``history_file`` only),
+    #: "memory", or the name of a ``tooldeck.history_stores`` entry point ("redis").
+    history_store: str = "auto"
+    #: With a shared store: exchange new uses with it at most this often (from searches).
+    history_sync_s: float = 1.0
     #: Cosine a recorded task must reach to count, and the lift of a tool at cosine 1.
     history_threshold: float = 0.6
     history_weight: float = 1.0
@@ -243,8 +249,16 @@ class FaissRetriever:
     ``settings.model`` names, since cached vectors are keyed by that folder.
     """
 
-    def __init__(self, settings: RetrieverSettings | None = None, *, model: Any = None) -> None:
+    def __init__(
+        self,
+        settings: RetrieverSettings | None = None,
+        *,
+        model: Any = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.settings = settings or RetrieverSettings()
+        # The deck's whole configuration: a shared history store reads its own table there.
+        self._config: Mapping[str, Any] = config or {}
         self._model = model  # injectable (tests, benchmarks share one loaded model)
         self._model_lock = threading.Lock()
         self._ready = False
@@ -470,11 +484,30 @@ class FaissRetriever:
     def _open_history(self) -> None:
         if not self.settings.history or self._history is not None:
             return
+        kind = self.settings.history_store
         path = self.settings.history_file
         if path == "auto":
             path = default_history_path()
+        store = None
+        # "auto" shares through a configured store unless the file is switched off
+        # (TOOLDECK_HISTORY_FILE=off, history_file = none): off means memory only, and
+        # evaluation decks rely on it to stay out of the deployment's history.
+        if kind not in ("file", "memory") and (kind != "auto" or path):
+            try:
+                store = open_history_store(
+                    self._config, kind, model_id=self.model_id,
+                    max_records=self.settings.history_max_records,
+                )
+            except ValueError as exc:
+                raise ConfigError(f"[tool.tooldeck.faiss]: {exc}") from exc
         self._history = SelectionHistory(
-            path, model_id=self.model_id, max_records=self.settings.history_max_records
+            None if kind == "memory" else path,
+            model_id=self.model_id,
+            max_records=self.settings.history_max_records,
+            store=store,
+            sync_interval_s=self.settings.history_sync_s,
+            # The store's own back-off after a failure (tooldeck-redis: retry_interval_s).
+            retry_interval_s=float(getattr(store, "retry_interval_s", 10.0)),
         )
 
     @property
@@ -665,9 +698,10 @@ class FaissRetriever:
         if not segments:
             return []
         if self._history is not None:
-            # Both off the event loop: this runs in a worker thread.
-            self._embed_pending_history()
+            # Both off the event loop: this runs in a worker thread. Exchange with a shared
+            # store first, so that tasks it brings are embedded before this search ranks.
             self._history.maybe_save()
+            self._embed_pending_history()
         return self._rank(segments, self._embed_query(segments), k)
 
     # ------------------------------------------------------------------ public API
@@ -724,7 +758,7 @@ class FaissRetriever:
     async def aclose(self) -> None:
         """Persist the use history (called by the deck when it closes)."""
         if self._history is not None:
-            await trio.to_thread.run_sync(self._history.save)
+            await trio.to_thread.run_sync(self._history.close)
 
     async def warm_up(self) -> None:
         """Load the model now rather than on the first search."""

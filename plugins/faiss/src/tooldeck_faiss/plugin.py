@@ -14,7 +14,10 @@ from ._retriever import FaissRetriever, RetrieverSettings
 def tooldeck_retriever(settings: Mapping[str, Any]) -> FaissRetriever:
     """A hybrid BM25 + embedding retriever configured from ``settings["faiss"]``."""
     table = settings.get("faiss", {}) if isinstance(settings, Mapping) else {}
-    return FaissRetriever(RetrieverSettings.from_mapping(table or {}))
+    return FaissRetriever(
+        RetrieverSettings.from_mapping(table or {}),
+        config=settings if isinstance(settings, Mapping) else None,
+    )
 
 
 @hookimpl

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
@@ -328,6 +327,10 @@ class RedisConnection:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.url = settings.masked_url
+        # Imported here, not at module level: the plugin loads in every command (``tooldeck
+        # call`` included) and redis-py costs ~150 ms to import; only a configured URL needs it.
+        from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
+
         options = parse_url(settings.url)  # type: ignore[no-untyped-call]
         self._path: str | None = options.get("path")
         self._host: str = options.get("host", "127.0.0.1")
