@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import sys
 import time
@@ -380,3 +381,22 @@ def create_then_sleep(arguments: dict[str, Any], context: Any) -> None:
 def hard_link(arguments: dict[str, Any], context: Any) -> str:
     os.link(arguments["source"], arguments["name"])
     return "linked"
+
+
+def proc_listing(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Every process this call can see in /proc: pid -> command line (argv joined by spaces)."""
+    seen: dict[str, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    seen[entry] = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+    return {"self": os.readlink("/proc/self"), "pid": os.getpid(), "processes": seen}
+
+
+def random_draws(arguments: dict[str, Any], context: Any) -> list[float]:
+    """What ``random`` (imported with this module by the zygote: its state is inherited by
+    fork) draws in this call."""
+    return [random.random() for _ in range(4)]

@@ -131,7 +131,8 @@ async def test_every_process_of_the_sandbox_is_unprivileged_on_the_host(
 ) -> None:
     settings = {} if uid is None else {"uid": uid, "gid": gid}
     want_uid, want_gid = (65534, 65534) if uid is None else (uid, gid)
-    ex = executor(**settings)
+    # A single-use worker's process tree (a zygote's: test_throughput_zygote).
+    ex = executor(zygote=False, **settings)
     linger = sandboxed("linger")
     marker = f"tooldeck-nonroot-{uuid.uuid4().hex}"
     seen: dict[int, dict[str, str]] = {}

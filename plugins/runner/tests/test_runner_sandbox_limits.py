@@ -555,7 +555,8 @@ async def test_a_killed_deck_leaves_no_sandbox_behind(mode: str, tmp_path: Path)
 
 @needs_bwrap
 async def test_a_deleted_and_recreated_workdir_gets_fresh_workers(tmp_path: Path) -> None:
-    ex = executor(warm_workers=2)
+    # Single-use workers (zygotes: test_throughput_zygote): their warm pool is what counts.
+    ex = executor(warm_workers=2, zygote=False)
     workdir = tmp_path / "w"
     try:
         workdir.mkdir()
@@ -576,7 +577,8 @@ async def test_a_deleted_and_recreated_workdir_gets_fresh_workers(tmp_path: Path
 
 @needs_bwrap
 async def test_a_new_protected_path_makes_warm_workers_stale(tmp_path: Path) -> None:
-    ex = executor(warm_workers=1)
+    # Single-use workers (zygotes: test_throughput_zygote): their warm pool is what counts.
+    ex = executor(warm_workers=1, zygote=False)
     try:
         tool = sandboxed("protected_writes", writes=True)
         assert (await call(ex, tmp_path, tool, writes={"a.txt": "1"})).success

@@ -242,7 +242,7 @@ async def test_a_call_cannot_reach_the_zygotes_or_its_pid_1s_plumbing(tmp_path: 
     probe = (
         "import json, os\n"
         "me = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
-        "parent = int(me[1])\n"  # T, numbered in the zygote's PID namespace (its /proc)
+        "parent = int(me[1])\n"  # T (PID 2 of the call's own PID namespace and /proc)
         "grand = int(open(f'/proc/{parent}/stat').read().rsplit(')', 1)[1].split()[1])\n"
         "out = {}\n"
         "for pid in sorted({1, parent, grand}):\n"
@@ -262,7 +262,11 @@ async def test_a_call_cannot_reach_the_zygotes_or_its_pid_1s_plumbing(tmp_path: 
     import json
 
     report = json.loads(result.data["stdout"])
-    assert len(report) == 9 and all(v == "Permission denied" for v in report.values()), report
+    # The zygote is not even in the call's /proc (its own PID namespace's): P1 and T are all
+    # there is of the plumbing, and neither's descriptors, memory or environment is readable.
+    expected = [f"{pid}/{what}" for pid in (1, 2) for what in ("environ", "fd", "mem")]
+    assert sorted(report) == expected, report
+    assert all(v == "Permission denied" for v in report.values()), report
 
 
 async def test_nothing_is_left_behind_after_aclose(tmp_path: Path) -> None:
@@ -318,3 +322,49 @@ async def test_a_replaced_workdir_or_a_new_protected_path_retires_the_zygote(
         "[runner]\n"
     )
     assert stats.discarded_stale == 2 and stats.spawned == 3
+
+
+async def test_a_call_cannot_see_a_concurrent_calls_processes_in_proc(tmp_path: Path) -> None:
+    ex = executor()
+    zygote_usable(ex)
+    marker = f"tooldeck-hidden-{uuid.uuid4().hex}"
+    try:
+        async with trio.open_nursery() as nursery:
+            # The same session and workdir: the same zygote, the other call runs meanwhile.
+            nursery.start_soon(lambda: call(ex, tmp_path, sandboxed("sleep_marked"), marker=marker))
+            for _ in range(500):
+                if marked_pids(marker):
+                    break
+                await trio.sleep(0.02)
+            assert marked_pids(marker), "the other call's process never appeared"
+            listing = await call(ex, tmp_path, sandboxed("proc_listing"))
+            still_running = bool(marked_pids(marker))
+            nursery.cancel_scope.cancel()
+        stats = ex.sandbox_pool().statistics()
+    finally:
+        await ex.aclose()
+    assert listing.success, listing.error
+    assert still_running and stats.served_zygote >= 1 and stats.zygote_fallback == ""
+    processes = listing.data["processes"]
+    # A /proc of the call's own PID namespace: its PID 1, itself (PID 2, what /proc/self and
+    # getpid() agree on), nothing of the zygote, its spares or the other call.
+    assert listing.data["self"] == str(listing.data["pid"]) == "2", listing.data
+    assert set(processes) == {"1", "2"}, processes
+    assert not any(marker in cmdline for cmdline in processes.values()), processes
+
+
+async def test_random_differs_between_calls(tmp_path: Path) -> None:
+    ex = executor()
+    zygote_usable(ex)
+    tool = sandboxed("random_draws")
+    try:
+        # runner_sandbox_tools (which imports random) is preloaded in the zygote after the
+        # first call: the later calls inherit the same generator state by fork.
+        draws = [await call(ex, tmp_path, tool) for _ in range(4)]
+        stats = ex.sandbox_pool().statistics()
+    finally:
+        await ex.aclose()
+    assert all(r.success for r in draws), draws
+    assert stats.served_zygote == 4
+    values = [tuple(r.data) for r in draws]
+    assert len(set(values)) == 4, values

@@ -58,9 +58,10 @@ class RunnerSettings:
     seccomp: bool = True
     #: Serve a session's sandboxed calls by forking per call inside one long-lived sandbox per
     #: (session, mount set), a zygote: each call in its own user, mount (fresh /tmp), PID, IPC,
-    #: UTS and network namespaces and its own cgroup (see the README). Needs bubblewrap and
-    #: per-call cgroups; otherwise, and when off, every call gets a single-use worker.
-    zygote: bool = False
+    #: UTS and network namespaces, its own /proc and its own cgroup (see the README). Needs
+    #: bubblewrap and per-call cgroups; otherwise, and when off, every call gets a single-use
+    #: worker.
+    zygote: bool = True
     #: The host uid sandboxed code runs as when the deck is root (id-mapped workdir, see the
     #: README); ``None`` (``uid = "deck"`` in TOML): the deck's own uid, as uid 0 inside.
     uid: int | None = 65534

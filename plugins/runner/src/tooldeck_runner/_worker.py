@@ -358,6 +358,7 @@ _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _MS_NOSUID = 2
 _MS_NODEV = 4
+_MS_NOEXEC = 8
 _PR_CAPBSET_DROP = 24
 _SYS_OPEN_TREE = 428  # the same number on x86-64 and arm64 (syscalls added after 5.0 are)
 _SYS_MOVE_MOUNT = 429
@@ -370,10 +371,56 @@ _MSG_CMSG_CLOEXEC = 0x40000000
 _SPARES = 2
 
 
-def _libc() -> Any:
-    import ctypes
+_LIBC: Any = None
+# clone(2)'s number: the same "fork with flags" ABI everywhere when the stack and the pointers
+# are all 0 (x86-64 and arm64 only differ in the order of the last two, both 0 here).
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
-    return ctypes.CDLL(None, use_errno=True)
+
+def _libc() -> Any:
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def _call_flags(network: bool) -> int:
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if not network:
+        flags |= _CLONE_NEWNET  # its own loopback: concurrent calls cannot talk over 127.0.0.1
+    return flags
+
+
+def _clone_into(flags: int) -> int:
+    """``fork()`` straight into new namespaces (``clone(flags | SIGCHLD)``): the child is born
+    PID 1 of its own PID namespace, in its own user namespace with its capabilities, so the
+    spare needs no second fork. Returns like ``os.fork``; ``OSError`` when the kernel refuses
+    (the caller falls back to fork + unshare). Python's fork hooks run as for ``os.fork``
+    (``PyOS_AfterFork_Child``: the interpreter's state, and ``random`` reseeds itself)."""
+    import ctypes
+    import platform
+
+    number = _SYS_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(38, "clone: no syscall number for this architecture")
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    zero = ctypes.c_ulong(0)
+    pid = libc.syscall(
+        ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD), zero, zero, zero, zero
+    )
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    errno = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(errno, f"clone: {os.strerror(errno)}")
+    return int(pid)
 
 
 def _check(ret: int, what: str) -> None:
@@ -409,17 +456,17 @@ def _mounts_below(target: str) -> list[str]:
     return outer
 
 
-def _isolate_call(tmp_bytes: int, network: bool) -> None:
-    """Give this call process namespaces of its own (see the module docstring), then drop every
-    capability those namespaces gave it."""
+def _isolate_call(tmp_bytes: int, network: bool, *, cloned: bool = False) -> None:
+    """Give this call process namespaces of its own (see the module docstring), or, when
+    ``cloned`` (born in them by ``_clone_into``), set up the ones it has. It keeps the
+    capabilities of its new user namespace: the call's PID 1 mounts the call's ``/proc`` and
+    then drops them all (``_drop_capabilities``)."""
     import ctypes
 
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
-    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
-    if not network:
-        flags |= _CLONE_NEWNET  # its own loopback: concurrent calls cannot talk over 127.0.0.1
-    _check(libc.unshare(flags), "unshare")
+    if not cloned:
+        _check(libc.unshare(_call_flags(network)), "unshare")
     # The same ids inside as outside: the tool stays the unprivileged uid of the sandbox. A
     # non-dumpable process's /proc files belong to root, so for these three writes only this
     # process (which holds no call data yet, and is already in a user namespace no other call
@@ -470,6 +517,34 @@ def _isolate_call(tmp_bytes: int, network: bool) -> None:
             )
             _check(0 if ret == 0 else -1, f"move_mount({path})")
             os.close(fd)
+
+
+def _mount_private_proc() -> None:
+    """Cover the zygote's ``/proc`` with a fresh ``proc`` of the call's own PID namespace.
+
+    Done by the call's PID 1 (a proc instance is that of the mounting process's PID namespace,
+    and mounting it needs ``CAP_SYS_ADMIN`` over that namespace's user namespace: the call's,
+    whose capabilities this process still holds). The kernel allows a new proc in a user
+    namespace only when an existing proc mount is *fully visible* (``mount_too_revealing``: no
+    locked mount over a non-empty directory in it). Bubblewrap mounted the zygote's ``/proc``
+    as an unprivileged uid of the deck's user namespace, where its read-only covers of
+    ``/proc/sys``, ``irq``, ``bus`` and ``sysrq-trigger`` are skipped (those belong to the
+    host's root, which is not mapped there, so bubblewrap cannot write them anyway): nothing
+    covers it, and the mount is allowed. With ``uid = "deck"`` as root the covers are there
+    and this fails, which sends the pool to single-use workers (``zygote_fallback``).
+    """
+    libc = _libc()
+    _check(
+        libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None),
+        "mount a private /proc",
+    )
+
+
+def _drop_capabilities() -> None:
+    """Drop the bounding set and every capability the call's user namespace gave."""
+    import ctypes
+
+    libc = _libc()
     for cap in range(64):
         if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
             break  # EINVAL: past the kernel's last capability
@@ -480,11 +555,12 @@ def _isolate_call(tmp_bytes: int, network: bool) -> None:
 
 def _spare(
     calls_fd: int, notify_fd: int, tmp_bytes: int, network: bool, wire: Any, outcomes: Any,
-    seccomp_module: Any,
+    seccomp_module: Any, cloned: bool = False,
 ) -> None:
     """A call's process, forked by the zygote ahead of its call. Never returns.
 
-    It isolates itself (M) and forks the call's PID 1 (P1), then exits; P1 forks the tool's
+    Born by ``_clone_into`` (``cloned``), it already is the call's PID 1 (P1) in its namespaces;
+    else it isolates itself (M) and forks P1, then exits. P1 forks the tool's
     process (T, PID 2: its own signals behave normally): all of that is off the call's path. P1
     takes one call message from the calls socket, tells the zygote to fork a replacement, and
     hands the call's descriptors to T. T tells the host it is ready (the host reads T's pid
@@ -497,12 +573,20 @@ def _spare(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     failure = ""
     try:
-        _isolate_call(tmp_bytes, network)
-        if os.fork():
+        _isolate_call(tmp_bytes, network, cloned=cloned)
+        if not cloned and os.fork():
             os._exit(0)
+        # The call's PID 1 from here on: the first process of its PID namespace.
+        _mount_private_proc()
+        _drop_capabilities()
     except OSError as exc:
-        # This process takes the call all the same, only to say why it cannot serve it.
+        # This process takes the call all the same, only to say why it cannot serve it (and
+        # with no capability left: it runs no tool, but it may still hold some).
         failure = f"tooldeck-runner: cannot isolate the call: {exc}\n"
+        try:
+            _drop_capabilities()
+        except OSError:
+            os._exit(126)
     _call_init(calls_fd, notify_fd, failure, wire, outcomes, seccomp_module)
 
 
@@ -610,16 +694,27 @@ def _zygote(
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     admin = socket.socket(fileno=admin_fd)
     notify_r, notify_w = os.pipe()
+    flags = _call_flags(network)
+    clone = [True]  # until the kernel refuses it once: then fork + unshare for good
 
     def fork_spare() -> None:
+        cloned = clone[0]
         try:
-            pid = os.fork()
+            pid = _clone_into(flags) if cloned else os.fork()
         except OSError:
-            return
+            if not cloned:
+                return
+            clone[0] = cloned = False
+            try:
+                pid = os.fork()
+            except OSError:
+                return
         if pid == 0:
             admin.close()
             os.close(notify_r)
-            _spare(calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module)
+            _spare(
+                calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module, cloned
+            )
 
     for _ in range(_SPARES):
         fork_spare()
