@@ -1,5 +1,6 @@
 """Commands that only run or list tools load no model stack (torch, sentence-transformers,
-transformers) and no FAISS; importing the MCP server module loads no MCP SDK.
+transformers, onnxruntime), no FAISS or numpy, no Redis client and no ``limits``;
+importing the MCP server module loads no MCP SDK.
 
 Each check runs in a new process with every installed plugin (the real faiss plugin
 included), since a module imported by any earlier test would hide an import here.
@@ -14,6 +15,18 @@ import sys
 from pathlib import Path
 
 from tooldeck._bench import HEAVY_MODULES
+
+#: Also kept out of commands that never select or rate-limit: numpy (via the faiss plugin), the
+#: ONNX runtime and tokenizers, redis-py and the rate limiter's ``limits`` (issue 16).
+STARTUP_MODULES = (
+    *HEAVY_MODULES,
+    "numpy",
+    "onnxruntime",
+    "tokenizers",
+    "redis",
+    "limits",
+    "tooldeck_faiss._retriever",
+)
 
 
 def _probe(script: str, cwd: Path) -> dict[str, list[str]]:
@@ -45,7 +58,7 @@ for argv in {commands!r}:
     with contextlib.redirect_stdout(io.StringIO()):
         code = main(argv)
     assert code == 0, (argv, code)
-    found[argv[0]] = [m for m in {HEAVY_MODULES!r} if m in sys.modules]
+    found[argv[0]] = [m for m in {STARTUP_MODULES!r} if m in sys.modules]
 plugins = {{}}
 with contextlib.redirect_stdout(io.StringIO()) as out:
     main(["plugins", "--json"])

@@ -210,9 +210,9 @@ async def test_empty_catalog_and_zero_k(make_retriever, handmade):
 
 def test_hook_reads_its_table(tmp_path):
     retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path), "lexical_weight": 0.4}})
-    assert isinstance(retriever, FaissRetriever)
+    assert isinstance(retriever.retriever, FaissRetriever)
     assert retriever.settings.lexical_weight == 0.4
-    assert isinstance(tooldeck_retriever({}), FaissRetriever)
+    assert isinstance(tooldeck_retriever({}).retriever, FaissRetriever)
     with pytest.raises(ConfigError, match="lexical_wieght"):
         tooldeck_retriever({"faiss": {"lexical_wieght": 0.4}})
     with pytest.raises(ConfigError):
@@ -253,3 +253,26 @@ async def test_concurrent_searches_and_changes(make_retriever, handmade):
         nursery.start_soon(retriever.remove, ["delete_file"])
     assert len(results) == 8 and all("file_read" in r for r in results)
     assert retriever.statistics().tools == len(handmade) - 1
+
+
+def test_the_plugin_names_every_setting():
+    # plugin.py spells the keys out so that loading it imports no numpy: keep them in step.
+    from tooldeck_faiss.plugin import SETTING_NAMES
+
+    assert list(SETTING_NAMES) == [field.name for field in attrs.fields(RetrieverSettings)]
+
+
+async def test_the_hook_builds_the_retriever_at_first_use(tmp_path, handmade):
+    from tooldeck_faiss.plugin import LazyFaissRetriever
+
+    retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path), "approx_kind": "lsh"}})
+    assert isinstance(retriever, LazyFaissRetriever) and not retriever.built
+    await retriever.aclose()  # closing an unbuilt retriever builds nothing
+    assert not retriever.built
+    with pytest.raises(ConfigError):  # a bad value surfaces at first use
+        await retriever.index(handmade[:3])
+    good = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path)}})
+    await good.index(handmade[:3])
+    assert good.built and isinstance(good.retriever, FaissRetriever)
+    assert good.settings.cache_dir == str(tmp_path)
+    await good.aclose()

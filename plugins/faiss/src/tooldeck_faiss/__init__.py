@@ -3,22 +3,55 @@ tool retrieval, with on-disk embedding cache, run-time add/remove and per-intent
 
 from __future__ import annotations
 
-from ._history import (
-    HISTORY_STORES_GROUP,
-    HistoryRow,
-    HistoryStatistics,
-    HistoryStore,
-    HistoryStoreFactory,
-    SelectionHistory,
-)
-from ._retriever import (
-    DEFAULT_FIELD_WEIGHTS,
-    FaissRetriever,
-    RetrieverSettings,
-    RetrieverStatistics,
-    default_model_path,
-)
+from typing import TYPE_CHECKING, Any
+
 from ._text import dense_text, segment_query, split_identifier, tokenize
+
+if TYPE_CHECKING:
+    from ._history import (
+        HISTORY_STORES_GROUP,
+        HistoryRow,
+        HistoryStatistics,
+        HistoryStore,
+        HistoryStoreFactory,
+        SelectionHistory,
+    )
+    from ._retriever import (
+        DEFAULT_FIELD_WEIGHTS,
+        FaissRetriever,
+        RetrieverSettings,
+        RetrieverStatistics,
+        default_model_path,
+    )
+
+# The entry point ``tooldeck_faiss.plugin`` imports this package on every ``tooldeck`` command,
+# including ``call``/``tools`` that never select: the retriever and history modules (numpy,
+# FAISS, the model) load on first use through PEP 562, not at plugin load.
+_LAZY = {
+    "HISTORY_STORES_GROUP": "._history",
+    "HistoryRow": "._history",
+    "HistoryStatistics": "._history",
+    "HistoryStore": "._history",
+    "HistoryStoreFactory": "._history",
+    "SelectionHistory": "._history",
+    "DEFAULT_FIELD_WEIGHTS": "._retriever",
+    "FaissRetriever": "._retriever",
+    "RetrieverSettings": "._retriever",
+    "RetrieverStatistics": "._retriever",
+    "default_model_path": "._retriever",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_FIELD_WEIGHTS",

@@ -6,14 +6,10 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
-from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.errors import ConfigurationError
-from limits.storage import MemoryStorage, Storage, storage_from_string
-from limits.strategies import MovingWindowRateLimiter
 
 from tooldeck_hookspecs import (
     ConfigError,
@@ -22,6 +18,13 @@ from tooldeck_hookspecs import (
     SessionInfo,
     ToolDefinition,
 )
+
+if TYPE_CHECKING:
+    # ``limits`` (and the storage backends it pulls in) costs ~0.09 s to import: a deck whose
+    # tools declare no rate limit, or a one-shot ``tooldeck call``, should not pay it.
+    from limits import RateLimitItem
+    from limits.storage import Storage
+    from limits.strategies import MovingWindowRateLimiter
 
 __all__ = [
     "DEFAULT_GLOBAL_FACTOR",
@@ -49,6 +52,8 @@ class _Window:
 
 
 def _item(max_calls: int, window_s: float) -> RateLimitItem:
+    from limits import RateLimitItemPerSecond
+
     # limits counts windows in whole seconds: a fractional window is rounded up (stricter).
     return RateLimitItemPerSecond(max(0, max_calls), max(1, math.ceil(window_s)), _NAMESPACE)
 
@@ -104,6 +109,30 @@ class ToolRateLimiter:
         global_overrides: Mapping[str, Any] | None = None,
         fail_open: bool = True,
     ) -> None:
+        if global_factor < 0:
+            raise ConfigError("ratelimit.global_factor must be >= 0")
+        self._storage_obj: Storage | None = None
+        self._strategy_obj: MovingWindowRateLimiter | None = None
+        # The default in-memory storage is built at the first rate-limited call; any other URI is
+        # opened now so that a misspelled or unsupported one still fails at start-up.
+        self._in_memory = storage_uri.startswith("memory://")
+        if not self._in_memory:
+            self._open_storage(storage_uri)
+        self.storage_uri = storage_uri
+        self.global_factor = global_factor
+        self.fail_open = fail_open
+        self._overrides = dict(global_overrides or {})
+        for name, value in self._overrides.items():
+            parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
+        # Windows depend only on the tool definition; build them once per (name, version, limit).
+        self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
+        self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
+
+    def _open_storage(self, storage_uri: str) -> Storage:
+        from limits.errors import ConfigurationError
+        from limits.storage import MemoryStorage, Storage, storage_from_string
+        from limits.strategies import MovingWindowRateLimiter
+
         try:
             storage = storage_from_string(storage_uri)
         except ConfigurationError as exc:
@@ -114,20 +143,24 @@ class ToolRateLimiter:
                 f"ratelimit.storage_uri {storage_uri!r}: async+ storages need asyncio; "
                 "use the plain scheme (e.g. redis://), which is driven from a worker thread"
             )
-        self._storage: Storage = storage
-        if global_factor < 0:
-            raise ConfigError("ratelimit.global_factor must be >= 0")
-        self._strategy = MovingWindowRateLimiter(self._storage)
-        self._in_memory = isinstance(self._storage, MemoryStorage)
-        self.storage_uri = storage_uri
-        self.global_factor = global_factor
-        self.fail_open = fail_open
-        self._overrides = dict(global_overrides or {})
-        for name, value in self._overrides.items():
-            parse_global_override(name, value, 60.0)  # a malformed override fails at start-up
-        # Windows depend only on the tool definition; build them once per (name, version, limit).
-        self._windows: dict[tuple[str, str, RateLimit], tuple[RateLimitItem, _Window | None]] = {}
-        self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
+        self._storage_obj = storage
+        self._strategy_obj = MovingWindowRateLimiter(storage)
+        self._in_memory = isinstance(storage, MemoryStorage)
+        return storage
+
+    @property
+    def _storage(self) -> Storage:
+        storage = self._storage_obj
+        if storage is None:
+            storage = self._open_storage(self.storage_uri)
+        return storage
+
+    @property
+    def _strategy(self) -> MovingWindowRateLimiter:
+        if self._strategy_obj is None:
+            self._open_storage(self.storage_uri)
+        assert self._strategy_obj is not None
+        return self._strategy_obj
 
     def _tool_windows(
         self, tool: ToolDefinition, limit: RateLimit
@@ -196,7 +229,7 @@ class ToolRateLimiter:
         sessions grows without bound. This runs every ``_SWEEP_EVERY_S`` seconds from ``hit``.
         """
         self._next_sweep = time.monotonic() + _SWEEP_EVERY_S
-        storage = self._storage
+        storage = self._storage_obj
         events = getattr(storage, "events", None)
         locks = getattr(storage, "locks", None)
         if not isinstance(events, dict) or locks is None:
@@ -236,13 +269,15 @@ class ToolRateLimiter:
 
     async def aclose(self) -> None:
         """Stop the in-memory storage's expiry timer thread (the deck calls this on close)."""
-        timer = getattr(self._storage, "timer", None)
+        # A storage never opened has no timer: do not import ``limits`` just to close it.
+        timer = getattr(self._storage_obj, "timer", None)
         if timer is not None:
             timer.cancel()
 
     def reset(self) -> None:
         """Forget every recorded call (all sessions, all tools)."""
-        self._storage.reset()
+        if self._storage_obj is not None:
+            self._storage_obj.reset()
 
 
 def limiter_from_settings(settings: Mapping[str, Any]) -> ToolRateLimiter:

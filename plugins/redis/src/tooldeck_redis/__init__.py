@@ -7,12 +7,38 @@ in-memory providers serve. See the README for every setting.
 
 from __future__ import annotations
 
-from ._approvals import RedisApprovalStore
-from ._cache import RedisCache, RedisCacheStatistics
-from ._client import RedisConnection
-from ._limiter import RedisRateLimiter
+from typing import TYPE_CHECKING, Any
+
 from ._settings import URL_ENV, RedisSettings, mask_url, redis_settings
 from .exceptions import RedisPluginError, RedisUnavailable
+
+if TYPE_CHECKING:
+    from ._approvals import RedisApprovalStore
+    from ._cache import RedisCache, RedisCacheStatistics
+    from ._client import RedisConnection
+    from ._limiter import RedisRateLimiter
+
+# The entry point ``tooldeck_redis.plugin`` imports this package: the providers load on first
+# use (PEP 562), so that a deck without a Redis URL imports only the settings.
+_LAZY = {
+    "RedisApprovalStore": "._approvals",
+    "RedisCache": "._cache",
+    "RedisCacheStatistics": "._cache",
+    "RedisConnection": "._client",
+    "RedisRateLimiter": "._limiter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "URL_ENV",

@@ -9,15 +9,18 @@ separately, and one stage's outage handling must not decide another's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import hookimpl
 
-from ._approvals import RedisApprovalStore
-from ._cache import RedisCache
-from ._client import RedisConnection
-from ._limiter import RedisRateLimiter
 from ._settings import redis_settings
+
+if TYPE_CHECKING:
+    # The client, cache, limiter and approval modules (and tooldeck-ratelimit, which the limiter
+    # imports) load only when a Redis URL is configured: a deck without Redis pays for none.
+    from ._approvals import RedisApprovalStore
+    from ._cache import RedisCache
+    from ._limiter import RedisRateLimiter
 
 
 # tryfirst: with a URL configured, the shared Redis providers must win over the in-memory ones
@@ -28,6 +31,9 @@ def tooldeck_cache(settings: Mapping[str, Any]) -> RedisCache | None:
     parsed = redis_settings(settings)
     if parsed is None or not parsed.cache_enabled:
         return None
+    from ._cache import RedisCache
+    from ._client import RedisConnection
+
     return RedisCache(RedisConnection(parsed), parsed)
 
 
@@ -38,6 +44,9 @@ def tooldeck_rate_limiter(settings: Mapping[str, Any]) -> RedisRateLimiter | Non
     parsed = redis_settings(settings)
     if parsed is None or not parsed.ratelimit_enabled:
         return None
+    from ._client import RedisConnection
+    from ._limiter import RedisRateLimiter
+
     return RedisRateLimiter(RedisConnection(parsed), parsed)
 
 
@@ -49,4 +58,7 @@ def tooldeck_approval_store(settings: Mapping[str, Any]) -> RedisApprovalStore |
     parsed = redis_settings(settings)
     if parsed is None or not parsed.approvals_enabled:
         return None
+    from ._approvals import RedisApprovalStore
+    from ._client import RedisConnection
+
     return RedisApprovalStore(RedisConnection(parsed), parsed)
