@@ -318,6 +318,7 @@ class Deck:
         tools: Iterable[ToolDefinition | Callable[..., Any]] = (),
         entry_points: bool | Iterable[str] = True,
         strict: bool = False,
+        plugin_manager: TooldeckPluginManager | None = None,
     ) -> Deck:
         """Load plugins, validate the configuration, register every tool, resolve the providers.
 
@@ -343,6 +344,8 @@ class Deck:
             without it unless it is one of ``required_plugins`` (default: policy, runner,
             schema: without them the deck would run unchecked). Inline ``plugins`` are the
             caller's own code and always fail loudly.
+        :param plugin_manager: a manager whose entry points are already loaded (the command
+            line loads them once, to add the plugins' commands); used instead of a new scan.
         :raises ConfigValidationError: the configuration has problems (a :class:`ConfigError`
             whose ``problems`` lists each: file, table, key).
         :raises RegistrationError: a tool definition is invalid (every problem listed).
@@ -361,8 +364,8 @@ class Deck:
             config = load_config(config)
         elif not isinstance(config, Config):
             config = Config.from_mapping(config, validate=False)
-        manager = TooldeckPluginManager()
-        if entry_points is not False:
+        manager = TooldeckPluginManager() if plugin_manager is None else plugin_manager
+        if entry_points is not False and plugin_manager is None:
             only = None if entry_points is True else list(entry_points)  # type: ignore[arg-type]
             manager.load_entry_points(config.allows, only=only, strict=strict)
         inline: list[str] = []

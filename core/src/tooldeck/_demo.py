@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +85,38 @@ class _Printer:
 
             self.console = Console()
 
-    def step(self, title: str, detail: dict[str, Any], lines: list[str]) -> None:
+    def step(
+        self, title: str, detail: dict[str, Any], lines: list[Any], tables: Sequence[Any] = ()
+    ) -> None:
         self.steps.append({"step": title, **detail})
         if not self.as_json:
             self.console.rule(f"[bold]{title}")
             for line in lines:
                 self.console.print(line, highlight=False)
+            for table in tables:
+                self.console.print(table)
+
+
+def _table(title: str, *columns: str) -> Any:
+    """A rich table whose cells wrap (fold) rather than cut: no tool name or outcome is lost."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", expand=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+#: How many of a hand's tools the demo's table lists (the JSON has them all).
+_SHOWN = 6
 
 
 def _result_line(result: Any) -> str:
     if result.success:
         return f"[green]ok[/green] {json.dumps(result.data, default=str)[:160]}"
     error = result.error
-    return f"[red]{error.code}[/red] {error.message[:200]}\n  suggestion: {error.suggestion}"
+    # The whole message: the console wraps it; a cut would hide what went wrong.
+    return f"[red]{error.code}[/red] {error.message}\n  suggestion: {error.suggestion}"
 
 
 async def _tour(out: _Printer, workdir: Path) -> None:
@@ -146,6 +165,7 @@ async def _tour(out: _Printer, workdir: Path) -> None:
             all_tokens = counter(json.dumps(export_tools(deck.catalog, "openai")))
             hands = []
             lines = []
+            tables = []
             build_s = await deck.ensure_index()
             for task in tasks:
                 started = time.perf_counter()
@@ -160,14 +180,25 @@ async def _tour(out: _Printer, workdir: Path) -> None:
                         "select_ms": round(elapsed_ms, 1),
                     }
                 )
-                lines.append(f"[bold]{task}[/bold]  ({elapsed_ms:.0f} ms)")
-                lines.append(
-                    "   " + ", ".join(hand.names[:8]) + (" ..." if len(hand.names) > 8 else "")
+                table = _table(
+                    f"{task} ({elapsed_ms:.0f} ms; {tokens:,} schema tokens instead of "
+                    f"{all_tokens:,}, {100 * (1 - tokens / max(all_tokens, 1)):.1f}% saved)",
+                    "tool",
+                    "score",
+                    "why",
                 )
-                lines.append(
-                    f"   {tokens:,} schema tokens instead of {all_tokens:,} "
-                    f"({100 * (1 - tokens / max(all_tokens, 1)):.1f}% saved, {label})"
-                )
+                for name in hand.names[:_SHOWN]:
+                    why = ", ".join(hand.reasons.get(name, ())) or "ranked"
+                    table.add_row(name, f"{hand.scores.get(name, 0.0):.3f}", f"dealt: {why}")
+                if len(hand.names) > _SHOWN:
+                    table.add_row(f"... {len(hand.names) - _SHOWN} more", "", "dealt")
+                for excluded in hand.exclusions[:3]:
+                    table.add_row(
+                        excluded.name,
+                        "",
+                        f"[red]excluded[/red]: {excluded.reason} (plugin {excluded.plugin})",
+                    )
+                tables.append(table)
             out.step(
                 "2. the hand: the few tools that matter, out of the whole catalog",
                 {
@@ -177,7 +208,8 @@ async def _tour(out: _Printer, workdir: Path) -> None:
                     "tokenizer": label,
                     "index_build_s": round(build_s, 2),
                 },
-                lines,
+                [f"token counts: {label}"],
+                tables,
             )
         else:
             out.step(
@@ -246,11 +278,14 @@ async def _tour(out: _Printer, workdir: Path) -> None:
             await fresh.call("exchange_rate", {"base": c, "quote": "USD"})
             for c in ("GBP", "JPY", "CHF")
         ]
-        lines = [
-            f"call {i + 1}: {'cache hit' if r.metadata.get('cached') else 'executed'} in {t:.1f} ms"
-            for i, (r, t) in enumerate(zip(results, timings, strict=True))
-        ]
-        lines += [f"new pair {i + 1}: " + _result_line(r) for i, r in enumerate(limited)]
+        calls = _table("exchange_rate calls", "call", "latency", "outcome")
+        for i, (r, t) in enumerate(zip(results, timings, strict=True)):
+            outcome = "[green]ok[/green], " + (
+                "cache hit" if r.metadata.get("cached") else "executed"
+            )
+            calls.add_row(f"EUR/USD #{i + 1}", f"{t:.1f} ms", outcome)
+        for currency, r in zip(("GBP", "JPY", "CHF"), limited, strict=True):
+            calls.add_row(f"{currency}/USD", "", _result_line(r))
         out.step(
             "6. cache hits and a rate limit (3 calls a minute)",
             {
@@ -258,7 +293,8 @@ async def _tour(out: _Printer, workdir: Path) -> None:
                 "cached": [r.metadata.get("cached") for r in results],
                 "rate_limited": [converter.unstructure(r) for r in limited if not r.success],
             },
-            lines,
+            [],
+            [calls],
         )
 
         killed = await fresh.call("allocate_memory", {"megabytes": 1024})

@@ -399,6 +399,68 @@ class TooldeckPluginManager:
                 return provider, impl.plugin
         return None, None
 
+    def register_commands(self, subparsers: Any) -> dict[str, str]:
+        """Let every plugin add subcommands (``tooldeck_register_commands``); return name -> plugin.
+
+        Each implementation is called on its own: an entry-point plugin that raises is recorded
+        in :attr:`failed` (stage ``commands``) and whatever it added is taken out again; an
+        inline plugin's error propagates. A name already taken (by the core or by another
+        plugin) raises :class:`PluginLoadError` naming both owners.
+
+        :param subparsers: the ``tooldeck`` parser's ``add_subparsers()`` action.
+        """
+        owners: dict[str, str] = {}
+        for impl in reversed(self.impls("tooldeck_register_commands")):  # registration order
+            names_before = dict(subparsers._name_parser_map)
+            choices_before = list(subparsers._choices_actions)
+            proxy = _CommandAdder(subparsers, impl.plugin, owners)
+            try:
+                impl(subparsers=proxy)
+            except PluginLoadError:
+                raise
+            except Exception as exc:
+                if not self.is_entry_point(impl.plugin):
+                    raise
+                # Take back what the plugin added before it raised: no half-built command.
+                subparsers._name_parser_map.clear()
+                subparsers._name_parser_map.update(names_before)
+                subparsers._choices_actions[:] = choices_before
+                for name in [n for n, owner in owners.items() if owner == impl.plugin]:
+                    del owners[name]
+                self.record_failure(
+                    impl.plugin,
+                    "commands",
+                    f"tooldeck_register_commands raised {type(exc).__name__}: {_one_line(exc)}",
+                )
+        return owners
+
+
+class _CommandAdder:
+    """The sub-parsers action as one plugin sees it: ``add_parser`` refuses a taken name."""
+
+    def __init__(self, subparsers: Any, plugin: str, owners: dict[str, str]) -> None:
+        self._subparsers = subparsers
+        self._plugin = plugin
+        self._owners = owners
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        """``argparse``'s ``add_parser``; a name (or alias) already in use is an error."""
+        for candidate in (name, *kwargs.get("aliases", ())):
+            if candidate in self._subparsers._name_parser_map:
+                owner = self._owners.get(candidate, "the tooldeck core")
+                owner_text = owner if owner == "the tooldeck core" else f"plugin {owner!r}"
+                raise PluginLoadError(
+                    f"command {candidate!r} is added by both {owner_text} and plugin "
+                    f"{self._plugin!r}; disable one of them (TOOLDECK_DISABLE_PLUGINS)"
+                )
+        parser = self._subparsers.add_parser(name, **kwargs)
+        for candidate in (name, *kwargs.get("aliases", ())):
+            self._owners[candidate] = self._plugin
+        return parser
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._subparsers, attribute)
+
 
 def _one_line(exc: BaseException) -> str:
     """An exception's message on one line (a multi-line message would break the report)."""

@@ -25,7 +25,7 @@ from tooldeck_hookspecs import TooldeckError
 
 from .adapters import FORMATS, converter
 
-__all__ = ["main"]
+__all__ = ["main", "load_deck"]
 
 
 def _print_json(value: Any) -> None:
@@ -36,10 +36,49 @@ def _print_json(value: Any) -> None:
 _STRICT = False
 
 
+#: The plugin manager loaded to add the plugins' commands (with the configuration it obeyed):
+#: the deck a command builds reuses it, so that entry points are scanned and imported once.
+_LOADED: tuple[Any, Any] | None = None
+
+#: Commands that never build a deck: no plugin is loaded for them.
+_NO_PLUGINS = frozenset({"config"})
+
+
 def _load_deck() -> Any:
     from ._deck import Deck
 
+    if _LOADED is not None:
+        config, manager = _LOADED
+        return Deck.load(config, strict=_STRICT, plugin_manager=manager)
     return Deck.load(strict=_STRICT)
+
+
+def load_deck() -> Any:
+    """The deck of this ``tooldeck`` run, for a plugin's command handler (plugins loaded once)."""
+    return _load_deck()
+
+
+def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Load the plugins once and let them add subcommands (``tooldeck_register_commands``)."""
+    global _LOADED
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first in _NO_PLUGINS or "--version" in argv:
+        return
+    core = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if first in core.choices and ("-h" in argv or "--help" in argv):
+        return  # a core command's own help needs no plugin
+    from ._config import load_config
+    from ._plugins import TooldeckPluginManager
+
+    try:
+        config = load_config()
+    except TooldeckError:
+        # A broken configuration: the command reports it; the core's commands still parse.
+        return
+    manager = TooldeckPluginManager()
+    manager.load_entry_points(config.allows, strict="--strict" in argv)
+    manager.register_commands(core)
+    _LOADED = (config, manager)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -655,10 +694,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    global _STRICT
+    global _STRICT, _LOADED
+    _LOADED = None  # main() may run more than once in a process (tests): load afresh
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _safe_streams()
     parser = build_parser()
+    try:
+        _add_plugin_commands(parser, list(sys.argv[1:] if argv is None else argv))
+    except TooldeckError as exc:
+        for line in str(exc).splitlines():
+            sys.stderr.write(f"tooldeck: {line}\n")
+        return 2
     args = parser.parse_args(argv)
     _STRICT = bool(args.strict)
     try:

@@ -8,9 +8,26 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import authorize, cache, execute, filter, observe, register
+from . import authorize, cache, commands, execute, filter, observe, register
 
-#: Every stage's hookspec module, in pipeline order.
-SPEC_MODULES: tuple[ModuleType, ...] = (register, filter, authorize, cache, execute, observe)
+#: Every stage's hookspec module, in pipeline order (then the command line's).
+SPEC_MODULES: tuple[ModuleType, ...] = (
+    register,
+    filter,
+    authorize,
+    cache,
+    execute,
+    observe,
+    commands,
+)
 
-__all__ = ["SPEC_MODULES", "register", "filter", "authorize", "cache", "execute", "observe"]
+__all__ = [
+    "SPEC_MODULES",
+    "register",
+    "filter",
+    "authorize",
+    "cache",
+    "execute",
+    "observe",
+    "commands",
+]
