@@ -122,3 +122,12 @@ def test_the_cli_runs_the_messy_catalog_with_json_output(messy_file, tmp_path):
         figures["registration_warnings"].values()
     )
 
+
+
+def test_an_evaluation_deck_keeps_history_in_memory_even_with_a_shared_store() -> None:
+    """A deployment that shares its history through Redis must not receive the replayed
+    queries of ``tooldeck eval retrieval --history`` (nor bias the figures with its own)."""
+    from tooldeck._eval import _isolated_history
+
+    settings = _isolated_history({"faiss": {"history_store": "redis", "k": 20}})
+    assert settings["faiss"] == {"history_store": "memory", "history_file": None, "k": 20}

@@ -283,7 +283,12 @@ def _isolated_history(config: Mapping[str, Any] | None) -> dict[str, Any]:
     settings = dict(config or {})
     if "faiss" in {ep.name for ep in entry_points(group="tooldeck")}:
         table = settings.get("faiss")
-        settings["faiss"] = {**(table if isinstance(table, Mapping) else {}), "history_file": None}
+        # Both: memory only even where the configuration names a shared store (Redis).
+        settings["faiss"] = {
+            **(table if isinstance(table, Mapping) else {}),
+            "history_file": None,
+            "history_store": "memory",
+        }
     return settings
 
 
