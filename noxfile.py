@@ -105,7 +105,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typing(session: nox.Session) -> None:
     """mypy (strict) on the contract and the core."""
-    session.install("mypy", "pytest", "numpy", "-e", "hookspecs", "-e", "core[mcp]")
+    session.install("mypy", "pytest", "numpy", "-e", "hookspecs", "-e", "core")
     session.run("mypy")
 
 
@@ -179,7 +179,7 @@ names = {info.name for info in deck.plugin_infos() if info.error is None}
 need = {"schema", "policy", "faiss", "cache", "ratelimit", "runner", "fs"}
 if extra == "all":
     need |= {"mcp", "redis", "otel", "shell", "code", "browser", "search"}
-    import tooldeck.mcp_server  # noqa: F401  (`tooldeck serve mcp` has its SDK)
+    import tooldeck_mcp.server  # noqa: F401  (`tooldeck serve mcp` has its SDK)
 missing = need - names
 assert not missing, f"plugins missing: {sorted(missing)} (loaded: {sorted(names)})"
 assert not deck.failed_plugins, deck.failed_plugins
@@ -325,9 +325,9 @@ def conformance(session: nox.Session) -> None:
     run fails on any failure not in tests/mcp/conformance/baseline.yml (or a stale entry there).
     `nox -s conformance -- --scenario tools-call-with-logging` runs one scenario.
     """
-    # Only what the reference deck loads: the contract, the core with its MCP extra, and the
-    # required stages (no retriever, no torch).
-    stages = [arg for p in ("policy", "runner", "schema") for arg in ("-e", f"plugins/{p}")]
-    session.install("-e", "hookspecs", "-e", "core[mcp]", *stages)
+    # Only what the reference deck loads: the contract, the core, tooldeck-mcp (it adds
+    # `serve mcp`) and the required stages (no retriever, no torch).
+    stages = [arg for p in ("mcp", "policy", "runner", "schema") for arg in ("-e", f"plugins/{p}")]
+    session.install("-e", "hookspecs", "-e", "core", *stages)
     session.run("python", "tests/mcp/conformance/run_suite.py", *session.posargs,
                 env={**ENV, **os.environ})

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "core" / "src"
 
@@ -81,10 +79,5 @@ def test_the_walk_knows_the_plugin_packages_and_sees_lazy_imports():
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15 part A.2/A.3 not done yet: _bench/_demo/_eval still import plugins; "
-    "remove this mark when they come from the plugins' hooks",
-)
 def test_core_imports_no_plugin():
     assert _violations() == []

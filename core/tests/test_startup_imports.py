@@ -1,6 +1,6 @@
 """Commands that only run or list tools load no model stack (torch, sentence-transformers,
-transformers, onnxruntime), no FAISS or numpy, no Redis client and no ``limits``;
-importing the MCP server module loads no MCP SDK.
+transformers, onnxruntime), no FAISS or numpy, no Redis client and no ``limits``. (That the
+MCP server module loads no MCP SDK is tooldeck-mcp's test: plugins/mcp/tests.)
 
 Each check runs in a new process with every installed plugin (the real faiss plugin
 included), since a module imported by any earlier test would hide an import here.
@@ -69,13 +69,3 @@ print("PROBE=" + json.dumps(found))
     # The real retriever plugin is installed and loaded: it just loads nothing heavy.
     assert "faiss" in found.pop("plugins_loaded")
     assert found == {"call": [], "tools": [], "plugins": [], "export": []}
-
-
-def test_importing_the_mcp_server_does_not_import_the_sdk(tmp_path: Path) -> None:
-    script = """
-import json, sys
-import tooldeck.cli, tooldeck.mcp_server
-loaded = sorted(m for m in ("mcp", "mcp_types", "pydantic") if m in sys.modules)
-print("PROBE=" + json.dumps({"loaded": loaded}))
-"""
-    assert _probe(script, tmp_path) == {"loaded": []}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import trio
 from tooldeck_mcp import parse_servers, remote_server
+from tooldeck_mcp.server import DeckMcpServer
 
-from tooldeck.mcp_server import DeckMcpServer
 from tooldeck.testing import make_deck
 from tooldeck_hookspecs import SecurityLevel
 

@@ -2,7 +2,7 @@
 
 Always: the features the suite needed that tooldeck lacked, with the official client in process
 (``logging/setLevel`` and tools' log records as ``notifications/message`` at or above the level;
-sampling and elicitation requested by a tool through :func:`tooldeck.mcp_server.current_client`),
+sampling and elicitation requested by a tool through :func:`tooldeck_mcp.server.current_client`),
 on the suite's own reference tools (``tests/mcp/conformance/site``).
 
 When Node 22 and ``@modelcontextprotocol/conformance`` are installed in the cache directory
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import trio
 from mcp import Client, types
+from tooldeck_mcp.server import DeckMcpServer, current_client
 
 from tooldeck import ToolContext, tool
-from tooldeck.mcp_server import DeckMcpServer, current_client
 from tooldeck.testing import make_deck
 
 CONFORMANCE = Path(__file__).with_name("conformance")

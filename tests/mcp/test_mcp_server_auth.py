@@ -18,9 +18,9 @@ import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from tooldeck_mcp import server as mcp_server
+from tooldeck_mcp.server import DeckMcpServer, McpServerSettings, resolve_token
 
-from tooldeck import mcp_server
-from tooldeck.mcp_server import DeckMcpServer, McpServerSettings, resolve_token
 from tooldeck.testing import make_deck
 
 TOKEN = "a-test-token-of-enough-length-0123456789"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tooldeck.mcp_server import serve_mcp_cli
+from tooldeck_mcp.server import serve_mcp_cli
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from tooldeck_mcp.server import DeckMcpServer, McpServerSettings
 
-from tooldeck.mcp_server import DeckMcpServer, McpServerSettings
 from tooldeck.testing import inline_plugin, make_deck
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 

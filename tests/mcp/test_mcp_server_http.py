@@ -11,9 +11,9 @@ from typing import Any
 import trio
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from tooldeck_mcp.server import DeckMcpServer
 
 from tooldeck import Deck
-from tooldeck.mcp_server import DeckMcpServer
 
 
 def authorized_transport(url: str, token: str) -> Any:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import trio
 from mcp import Client, types
+from tooldeck_mcp.server import DeckMcpServer
 
 from tooldeck import ToolContext, tool
-from tooldeck.mcp_server import DeckMcpServer
 from tooldeck.testing import make_deck
 from tooldeck_hookspecs.content import Audio, Image, Resource, ResourceLink
 

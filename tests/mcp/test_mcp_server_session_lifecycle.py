@@ -19,9 +19,9 @@ import pytest
 import trio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from tooldeck_mcp.server import DeckMcpServer, McpServerSettings
 
 from tooldeck import Deck, observes
-from tooldeck.mcp_server import DeckMcpServer, McpServerSettings
 from tooldeck.testing import inline_plugin, make_deck
 from tooldeck_hookspecs import Event, SecurityConfig, SecurityLevel, ToolDefinition
 

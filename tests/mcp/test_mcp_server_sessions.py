@@ -6,8 +6,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tooldeck_mcp.server import DeckMcpServer, McpServerSettings
+
 from tooldeck import Deck
-from tooldeck.mcp_server import DeckMcpServer, McpServerSettings
 
 
 def _ctx(session_id: str | None) -> Any:

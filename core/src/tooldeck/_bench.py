@@ -20,13 +20,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 from tooldeck_hookspecs import ToolDefinition, tool
+from tooldeck_hookspecs.specs.bench import BenchComparison
 
 from ._config import Config
 from ._deck import Deck
+from ._plugins import TooldeckPluginManager
 from .testing import inline_plugin, tools_plugin
 
 __all__ = ["run_bench", "run_bench_cli", "describe", "render_tables", "startup_figures"]
@@ -80,27 +81,6 @@ async def _throughput(config: dict[str, Any], total: int, workers: int = 16) -> 
             for w in range(workers):
                 nursery.start_soon(worker, w)
         return total / (time.perf_counter() - started)
-
-
-async def _redis_figures(total: int) -> dict[str, Any]:
-    """Pipeline throughput with Redis-backed cache and limits versus in memory, as a ratio."""
-    try:
-        from tooldeck_redis.testing import RedisServer, redis_server_binary
-    except ImportError:
-        return {"redis": "tooldeck-redis not installed"}
-    if redis_server_binary() is None:
-        return {"redis": "redis-server not installed"}
-    server = RedisServer.start_new()
-    try:
-        memory = await _throughput({}, total)
-        shared = await _throughput({"redis": {"url": server.url}}, total)
-    finally:
-        server.close()
-    return {
-        "calls_per_s_memory": memory,
-        "calls_per_s_redis": shared,
-        "redis_vs_memory_throughput_ratio": shared / memory,
-    }
 
 
 async def _per_call_us(call: Callable[[int], Awaitable[Any]], n: int, repeats: int) -> float:
@@ -266,22 +246,6 @@ async def _policy_hook_figures(n: int, repeats: int) -> dict[str, float]:
     none = statistics.median(per_call["none"])
     figures["policy_hook_nonblocking_added_us"] = statistics.median(per_call["nonblocking"]) - none
     figures["policy_hook_threaded_added_us"] = statistics.median(per_call["threaded"]) - none
-    return figures
-
-
-async def _sync_tool_figures(n: int, repeats: int) -> dict[str, Any]:
-    """A plain ``def`` tool through the whole pipeline (worker thread, and marked
-    ``@nonblocking``) next to LangChain ``ainvoke`` of the same function: tooldeck-runner's
-    bench, given this deck's ``session.call``."""
-    try:
-        from tooldeck_runner.bench import SYNC_BENCH_TOOLS, bench_sync_tools
-    except ImportError:
-        return {"sync_tools": "tooldeck-runner not installed"}
-    deck = Deck.load(
-        Config.from_mapping({}), plugins=[tools_plugin(list(SYNC_BENCH_TOOLS), name="bench")]
-    )
-    async with deck:
-        figures: dict[str, Any] = await bench_sync_tools(deck.session().call, n, repeats)
     return figures
 
 
@@ -479,43 +443,11 @@ async def sandbox_sustained_figures(calls: int = 60) -> dict[str, Any]:
     return figures
 
 
-# ---------------------------------------------------------------- one query embedding
-
-
-async def query_embedding_figures(rounds: int = 5) -> dict[str, Any]:
-    """Median milliseconds of embedding one query with the retriever's own model (MiniLM,
-    int8 by default), the reference for the selection figures."""
-    from tooldeck_faiss import FaissRetriever, RetrieverSettings
-
-    from ._eval import _BENCH_QUERIES
-
-    retriever = FaissRetriever(RetrieverSettings(cache_dir=None, query_cache_size=0))
-    await retriever.warm_up()  # the process's shared model: loaded once by bench_selection
-    model = retriever.model
-
-    def embed(text: str) -> float:
-        import torch
-
-        started = time.perf_counter()
-        with torch.inference_mode():
-            model.encode([text], normalize_embeddings=True, convert_to_numpy=True)
-        return (time.perf_counter() - started) * 1000.0
-
-    for query in _BENCH_QUERIES[:3]:
-        await trio.to_thread.run_sync(embed, query)
-    samples = [
-        await trio.to_thread.run_sync(embed, query)
-        for _ in range(rounds)
-        for query in _BENCH_QUERIES
-    ]
-    return {"query_embedding_ms": statistics.median(samples)}
-
-
 # ---------------------------------------------------------------- the table
 
 
-#: What each figure measures, in words: the table shows these, never a bare key. Plugin bench
-#: modules bring their own (``DESCRIPTIONS`` next to their bench functions).
+#: What each of the core's figures measures, in words: the table shows these, never a bare
+#: key. Plugins describe their own figures (``tooldeck_bench_descriptions``).
 DESCRIPTIONS: dict[str, str] = {
     "direct_call_us": "trivial async tool called directly, without tooldeck (µs per call)",
     "pipeline_call_us": "the same tool through the whole pipeline, cache misses (µs per call)",
@@ -530,22 +462,7 @@ DESCRIPTIONS: dict[str, str] = {
     "calls_per_s": "throughput of 50 concurrent callers, trivial async tool (calls/s)",
     "policy_hook_nonblocking_added_us": "one extra @nonblocking policy hook adds (µs per call)",
     "policy_hook_threaded_added_us": "one extra unmarked policy hook (run in a thread) adds (µs)",
-    "calls_per_s_memory": "full pipeline, 16 callers, cache and limits in memory (calls/s)",
-    "calls_per_s_redis": "full pipeline, 16 callers, cache and limits in Redis (calls/s)",
-    "redis_vs_memory_throughput_ratio": "full pipeline throughput: Redis-backed / in memory",
-    "redis": "Redis comparison",
-    "sandbox": "sandbox latency",
-    "sandbox_cold_p50_ms": "sandboxed call, a new sandbox each time: median (ms)",
-    "sandbox_cold_p95_ms": "sandboxed call, a new sandbox each time: 95th percentile (ms)",
-    "sandbox_warm_p50_ms": "sandboxed call from the warm pool, calls spaced out: median (ms)",
-    "sandbox_warm_p95_ms": "sandboxed call from the warm pool: 95th percentile (ms)",
     "sandbox_isolation": "how calls are isolated on this machine",
-    "sandbox_n": "sandboxed calls timed per figure",
-    "sandbox_warm_p50_ms_limits_off": "warm sandboxed call without cgroup and seccomp (ms)",
-    "sandbox_warm_p50_ms_limits_on": "warm sandboxed call with cgroup and seccomp (ms)",
-    "sandbox_limits_overhead_ratio": "warm sandboxed call: with per-call limits / without",
-    "sandbox_cold_p50_ms_limits_off": "new sandbox per call, no cgroup or seccomp: median (ms)",
-    "sandbox_cold_p50_ms_limits_on": "new sandbox per call, cgroup and seccomp: median (ms)",
     "sandboxed_calls_per_s": "concurrent shell_exec echo calls (60; 20 with --quick), granted "
     "and always allowed, in the sandbox (calls/s)",
     "unsandboxed_calls_per_s": "the same calls outside the sandbox (calls/s)",
@@ -560,27 +477,36 @@ DESCRIPTIONS: dict[str, str] = {
     "mcp_stdio_tools_list_s": "tooldeck serve mcp (stdio): start until tools/list answers (s)",
     "select_new_process_s": "new process: tooldeck select, tool embeddings cached (s)",
     "startup": "start-up figures",
-    "query_embedding_ms": "one MiniLM query embedding with the retriever's model (ms)",
-    "selection": "selection figures",
 }
 
-#: Figure families named by a pattern (one key per catalog size).
-_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("select_p50_ms_", "selection p50, {} tools (random vectors), query embedded for real (ms)"),
-    ("index_build_s_", "building the index of {} tools from precomputed vectors (s)"),
-    ("select_vs_query_embedding_ratio_", "selection p50 at {} tools / one query embedding"),
-)
+def _bench_plugins() -> TooldeckPluginManager:
+    """The installed plugins the configuration allows, loaded for their bench hooks."""
+    from ._config import load_config
+
+    manager = TooldeckPluginManager()
+    manager.load_entry_points(load_config().allows, strict=False)
+    return manager
+
+
+def _plugin_tables(
+    manager: TooldeckPluginManager | None = None,
+) -> tuple[dict[str, str], list[BenchComparison]]:
+    """Every plugin's ``tooldeck_bench_descriptions``: figure words and side-table lines."""
+    manager = manager or _bench_plugins()
+    words: dict[str, str] = {}
+    lines: list[BenchComparison] = []
+    for impl in reversed(manager.impls("tooldeck_bench_descriptions")):  # registration order
+        found = impl()
+        if found is None:
+            continue
+        words.update(found.figures)
+        lines.extend(found.comparisons)
+    return words, lines
 
 
 def _plugin_descriptions() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for module in ("tooldeck_runner.bench", "tooldeck_redis.bench", "tooldeck_faiss.bench"):
-        try:
-            imported = __import__(module, fromlist=["DESCRIPTIONS"])
-        except ImportError:
-            continue
-        found.update(getattr(imported, "DESCRIPTIONS", {}) or {})
-    return found
+    """What the plugins' figures measure, in words (``tooldeck_bench_descriptions``)."""
+    return _plugin_tables()[0]
 
 
 def describe(key: str, plugin: Mapping[str, str] | None = None) -> str:
@@ -589,62 +515,46 @@ def describe(key: str, plugin: Mapping[str, str] | None = None) -> str:
         return DESCRIPTIONS[key]
     if plugin and key in plugin:
         return plugin[key]
-    for prefix, template in _PATTERNS:
-        if key.startswith(prefix):
-            return template.format(key.removeprefix(prefix))
     # A figure nobody described yet still reads as words, and says it is undescribed.
     return key.replace("_", " ") + " (undescribed figure)"
 
 
-@attrs.frozen
-class Comparison:
-    """One line of the side-by-side table: tooldeck's figure, what it is compared with, the
-    ratio of the two measured in the same run, and the goal."""
-
-    what: str
-    ours: str
-    theirs: str | None
-    ratio: str | None
-    goal: str
+#: One line of the side-by-side table (the contract's, so that plugins add lines too).
+Comparison = BenchComparison
 
 
-#: The side-by-side table of ``tooldeck bench`` (issue 16's table).
-COMPARISONS: tuple[Comparison, ...] = (
-    Comparison(
-        "a plain def tool: pipeline overhead vs LangChain ainvoke of the same function (µs)",
-        "sync_tool_overhead_us", "langchain_ainvoke_sync_us",
-        "sync_tool_overhead_vs_langchain_ainvoke_ratio", "<= 0.15x",
-    ),
-    Comparison(
-        "sandboxed shell_exec, concurrent (60; 20 with --quick), vs the same calls outside "
+#: The core's lines of the side-by-side table (issue 16's table); plugins add theirs
+#: (``tooldeck_bench_descriptions``) and every line goes by its ``position``.
+COMPARISONS: tuple[BenchComparison, ...] = (
+    BenchComparison(
+        what="sandboxed shell_exec, concurrent (60; 20 with --quick), vs the same calls outside "
         "the sandbox (calls/s)",
-        "sandboxed_calls_per_s", "unsandboxed_calls_per_s", "sandboxed_vs_unsandboxed_ratio",
-        ">= 100 calls/s",
+        ours="sandboxed_calls_per_s",
+        theirs="unsandboxed_calls_per_s",
+        ratio="sandboxed_vs_unsandboxed_ratio",
+        goal=">= 100 calls/s",
+        position=20,
     ),
-    Comparison(
-        "full pipeline, 16 callers: Redis-backed cache and limits vs in memory (calls/s)",
-        "calls_per_s_redis", "calls_per_s_memory", "redis_vs_memory_throughput_ratio", ">= 0.5x",
-    ),
-    Comparison(
-        "tooldeck call file_read in a new process vs python -c 'import trio, pluggy, attrs, "
+    BenchComparison(
+        what="tooldeck call file_read in a new process vs python -c 'import trio, pluggy, attrs, "
         "cattrs' (s)",
-        "startup_call_s", "startup_import_baseline_s", "startup_call_vs_import_ratio", "<= 2x",
+        ours="startup_call_s",
+        theirs="startup_import_baseline_s",
+        ratio="startup_call_vs_import_ratio",
+        goal="<= 2x",
+        position=40,
     ),
-    Comparison(
-        "tooldeck serve mcp (stdio): until tools/list answers (s)",
-        "mcp_stdio_tools_list_s", None, None, "<= 1 s",
+    BenchComparison(
+        what="tooldeck serve mcp (stdio): until tools/list answers (s)",
+        ours="mcp_stdio_tools_list_s",
+        goal="<= 1 s",
+        position=50,
     ),
-    Comparison(
-        "tooldeck select in a new process, tool embeddings cached (s)",
-        "select_new_process_s", None, None, "<= 3 s",
-    ),
-    *(
-        Comparison(
-            f"selection p50 inside a deck, {size} tools, vs one MiniLM query embedding (ms)",
-            f"select_p50_ms_{size}", "query_embedding_ms",
-            f"select_vs_query_embedding_ratio_{size}", goal,
-        )
-        for size, goal in (("1k", "-"), ("10k", "<= 0.5x"), ("100k", "<= 1x"))
+    BenchComparison(
+        what="tooldeck select in a new process, tool embeddings cached (s)",
+        ours="select_new_process_s",
+        goal="<= 3 s",
+        position=60,
     ),
 )
 
@@ -657,15 +567,21 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def render_tables(figures: Mapping[str, Any]) -> list[Any]:
+def render_tables(
+    figures: Mapping[str, Any], plugins: TooldeckPluginManager | None = None
+) -> list[Any]:
     """The rich tables of ``tooldeck bench``: side by side first, then every figure with what
-    it measures."""
+    it measures.
+
+    :param plugins: whose ``tooldeck_bench_descriptions`` to use (default: the installed ones).
+    """
     from rich.table import Table
 
     side = Table(title="tooldeck bench: side by side, one run (ratio = tooldeck / compared)")
     for column in ("what is measured", "tooldeck", "compared with", "ratio", "goal"):
         side.add_column(column, justify="left" if column == "what is measured" else "right")
-    for line in COMPARISONS:
+    plugin, plugin_lines = _plugin_tables(plugins)
+    for line in sorted((*COMPARISONS, *plugin_lines), key=lambda line: line.position):
         if line.ours not in figures:
             continue
         side.add_row(
@@ -675,7 +591,6 @@ def render_tables(figures: Mapping[str, Any]) -> list[Any]:
             _cell(figures.get(line.ratio)) if line.ratio else "-",
             line.goal,
         )
-    plugin = _plugin_descriptions()
     every = Table(title="every figure (medians; lower is better unless it is a rate)")
     every.add_column("what is measured")
     every.add_column("value", justify="right")
@@ -684,62 +599,49 @@ def render_tables(figures: Mapping[str, Any]) -> list[Any]:
     return [side, every]
 
 
+def _make_bench_deck(
+    tools: Sequence[ToolDefinition | Callable[..., Any]], config: Mapping[str, Any] | None = None
+) -> Deck:
+    """A plugin's bench deck: every installed stage, ``tools``, ``config``."""
+    return Deck.load(
+        Config.from_mapping(dict(config or {})), plugins=[tools_plugin(list(tools), name="bench")]
+    )
+
+
+async def _pipeline_throughput(config: Mapping[str, Any], total: int) -> float:
+    return await _throughput(dict(config), total)
+
+
+def plugin_figures(quick: bool, manager: TooldeckPluginManager | None = None) -> dict[str, Any]:
+    """Every plugin's ``tooldeck_bench_figures``, in registration order, as one flat dict; a
+    plugin whose bench raises is one line saying so."""
+    manager = manager or _bench_plugins()
+    figures: dict[str, Any] = {}
+    for impl in reversed(manager.impls("tooldeck_bench_figures")):  # registration order
+        try:
+            found = impl(
+                quick=quick, make_deck=_make_bench_deck, pipeline_throughput=_pipeline_throughput
+            )
+        except Exception as exc:  # one plugin's broken bench costs its lines, not the run
+            figures[impl.plugin] = f"skipped: {type(exc).__name__}: {exc}"
+            continue
+        figures.update(found or {})
+    return figures
+
+
 def run_bench(*, quick: bool = False) -> dict[str, Any]:
-    """Run every benchmark whose plugin is installed; return the figures as one flat dict."""
+    """Run the core's benchmarks and every installed plugin's; return one flat dict."""
     n, repeats = (300, 3) if quick else (2000, 7)
     figures: dict[str, Any] = dict(trio.run(_pipeline_figures, n, repeats))
     if "langchain_ainvoke_us" not in figures:
         figures["langchain"] = "langchain-core not installed"
-    try:
-        from tooldeck_runner.bench import bench_sandbox
-    except ImportError:
-        figures["sandbox"] = "tooldeck-runner sandbox bench not installed"
-    else:
-        sandbox = dict(trio.run(bench_sandbox, 20 if quick else 50))
-        # Plugin figures with generic names get the plugin's prefix (one flat table).
-        for generic in ("n", "isolation"):
-            if generic in sandbox:
-                sandbox[f"sandbox_{generic}"] = sandbox.pop(generic)
-        figures.update(sandbox)
-        from tooldeck_runner.bench import bench_sandbox_limits
-
-        # The per-call cgroup and seccomp filter on a warm call, off and on, in one run.
-        figures.update(trio.run(bench_sandbox_limits, 10 if quick else 30))
     figures.update(trio.run(_policy_hook_figures, n // 2, repeats))
-    figures.update(trio.run(_sync_tool_figures, n, repeats))
-    figures.update(trio.run(_redis_figures, 500 if quick else 3000))
     try:
         figures.update(trio.run(sandbox_sustained_figures, 20 if quick else 60))
     except Exception as exc:  # a machine without a usable sandbox still gets the other lines
         figures["sandbox_sustained"] = f"skipped: {type(exc).__name__}: {exc}"
-    try:
-        from tooldeck_runner.bench import bench_sandbox_throughput
-
-        # Single-use workers vs the zygote (`[runner] zygote = true`), in one run.
-        throughput = dict(trio.run(bench_sandbox_throughput, 20 if quick else 60))
-        throughput.pop("n", None)
-        figures.update(throughput)
-    except Exception as exc:
-        figures["sandbox_throughput"] = f"skipped: {type(exc).__name__}: {exc}"
-    try:
-        from ._eval import bench_selection
-    except ImportError:
-        figures["selection"] = "tooldeck-faiss not installed"
-    else:
-        sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
-        try:
-            figures.update(trio.run(bench_selection, sizes))
-            embedding = trio.run(query_embedding_figures)
-            figures.update(embedding)
-            for size in sizes:
-                label = f"{size // 1000}k"
-                select = figures.get(f"select_p50_ms_{label}")
-                if isinstance(select, float | int):
-                    figures[f"select_vs_query_embedding_ratio_{label}"] = (
-                        select / embedding["query_embedding_ms"]
-                    )
-        except Exception as exc:
-            figures["selection"] = f"skipped: {type(exc).__name__}: {exc}"
+    # Sandbox latency and throughput (runner), Redis (redis), selection (faiss), ...
+    figures.update(plugin_figures(quick))
     try:
         figures.update(startup_figures(2 if quick else 7, select_runs=1 if quick else 3))
     except Exception as exc:

@@ -22,6 +22,7 @@ from tooldeck_hookspecs import SecurityConfig, ToolDefinition, tool
 
 from ._config import Config
 from ._deck import Deck
+from ._plugins import TooldeckPluginManager
 from .adapters import converter
 from .testing import tools_plugin
 
@@ -161,7 +162,7 @@ async def _tour(out: _Printer, workdir: Path) -> None:
             from .adapters import export_tools
 
             all_chars = len(json.dumps(export_tools(deck.catalog, "openai")))
-            counter, label = _token_counter()
+            counter, label = _token_counter(deck.plugins)
             all_tokens = counter(json.dumps(export_tools(deck.catalog, "openai")))
             hands = []
             lines = []
@@ -310,8 +311,9 @@ async def _tour(out: _Printer, workdir: Path) -> None:
         )
 
 
-def _token_counter() -> tuple[Callable[[str], int], str]:
-    """A real tokenizer when one works offline, else an estimate that says so."""
+def _token_counter(plugins: TooldeckPluginManager) -> tuple[Callable[[str], int], str]:
+    """A real tokenizer when one works offline (tiktoken, else a plugin's
+    ``tooldeck_token_counter``), else an estimate that says so."""
     try:
         import tiktoken
 
@@ -319,16 +321,15 @@ def _token_counter() -> tuple[Callable[[str], int], str]:
         return (lambda text: len(encoding.encode(text))), "tiktoken o200k_base"
     except Exception:
         pass
-    try:
-        from tooldeck_faiss import default_model_path
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))
-        # Counting, not encoding for the model: long texts are fine (no 512-token warning).
-        tokenizer.model_max_length = 1 << 30
-        return (lambda text: len(tokenizer.encode(text))), "MiniLM WordPiece tokenizer"
-    except Exception:
-        return (lambda text: max(1, len(text) // 4)), "estimate: characters / 4"
+    for impl in plugins.impls("tooldeck_token_counter"):
+        try:
+            found = impl()
+        except Exception:  # a broken tokenizer costs the demo its count, not its run
+            continue
+        if found is not None:
+            count, label = found
+            return count, label
+    return (lambda text: max(1, len(text) // 4)), "estimate: characters / 4"
 
 
 def run_demo(as_json: bool = False) -> dict[str, Any]:

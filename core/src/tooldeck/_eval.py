@@ -1,9 +1,10 @@
-"""``tooldeck eval retrieval`` and the selection figures of ``tooldeck bench``.
+"""``tooldeck eval retrieval``.
 
 Pure functions over a deck: :func:`load_dataset` turns a tool-retrieval dataset into tool
 definitions and queries, :func:`eval_retrieval` runs every query through the normal selection path
-(retriever plus rule filters) and scores the hands, :func:`bench_selection` times selection on
-synthetic catalogs of 1k to 100k tools. Figures are reported, never asserted.
+(whichever retriever is installed, plus rule filters) and scores the hands. Figures are
+reported, never asserted. (The selection figures of ``tooldeck bench`` are the retriever
+plugin's: ``tooldeck_bench_figures``.)
 """
 
 from __future__ import annotations
@@ -30,13 +31,42 @@ __all__ = [
     "retrieval_metrics",
     "eval_retrieval",
     "eval_with_history",
-    "bench_selection",
     "run_eval_cli",
 ]
 
-#: Entry points the evaluation deck loads when they are installed: the retriever, the rule
-#: filters (the normal selection path) and the stages a deck cannot start without.
-EVAL_ENTRY_POINTS = ("schema", "runner", "faiss", "policy")
+#: The hooks that bring an installed entry point into the evaluation deck: the retriever and the
+#: rule filters (the normal selection path), the stages a deck cannot start without, and the
+#: evaluation's own hook. Chosen by hook, not by name: a third-party retriever is evaluated too.
+EVAL_HOOKS = (
+    "tooldeck_retriever",
+    "tooldeck_filter_tools",
+    "tooldeck_validate_tool",
+    "tooldeck_argument_validator",
+    "tooldeck_executor",
+    "tooldeck_evaluation_settings",
+)
+
+
+def _evaluation_plugins() -> Any:
+    """The installed entry points the configuration allows, loaded (tool packs included: the
+    caller picks the ones that implement :data:`EVAL_HOOKS`)."""
+    from ._config import load_config
+    from ._plugins import TooldeckPluginManager
+
+    manager = TooldeckPluginManager()
+    manager.load_entry_points(load_config().allows, strict=False)
+    return manager
+
+
+def _evaluation_entry_points(manager: Any) -> list[str]:
+    return sorted(
+        {
+            impl.plugin
+            for hook in EVAL_HOOKS
+            for impl in manager.impls(hook)
+            if manager.is_entry_point(impl.plugin)
+        }
+    )
 
 
 def snake_case(name: str) -> str:
@@ -189,12 +219,9 @@ def _dataset_deck(
 
     ``lenient`` registers them as real catalogs need (see ``Deck.add_tools(lenient=True)``).
     """
-    from importlib.metadata import entry_points
-
     from .testing import inline_plugin, make_deck
 
-    installed = {ep.name for ep in entry_points(group="tooldeck")}
-    wanted = [name for name in EVAL_ENTRY_POINTS if name in installed]
+    wanted = _evaluation_entry_points(_evaluation_plugins())
 
     def tooldeck_register_tools(register: Any) -> None:
         for tool in tools:
@@ -275,20 +302,15 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
 
 def _isolated_history(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The evaluation deck's configuration with the retriever's use history in memory only:
-    an evaluation neither reads the deployment's history (it would bias the figures) nor
-    writes the replayed queries into it."""
-    from importlib.metadata import entry_points
-
+    """The evaluation deck's configuration: each plugin's ``tooldeck_evaluation_settings``
+    merged over ``config`` (the faiss plugin keeps its use history in memory there: an
+    evaluation neither reads the deployment's history nor writes the replayed queries into it)."""
     settings = dict(config or {})
-    if "faiss" in {ep.name for ep in entry_points(group="tooldeck")}:
-        table = settings.get("faiss")
-        # Both: memory only even where the configuration names a shared store (Redis).
-        settings["faiss"] = {
-            **(table if isinstance(table, Mapping) else {}),
-            "history_file": None,
-            "history_store": "memory",
-        }
+    manager = _evaluation_plugins()
+    for impl in reversed(manager.impls("tooldeck_evaluation_settings")):  # registration order
+        tables = impl(settings=dict(settings))
+        if tables:
+            settings.update(tables)
     return settings
 
 
@@ -341,97 +363,3 @@ async def eval_with_history(
         "seed": seed,
     }
     return after
-
-
-# ---------------------------------------------------------------------------------- bench
-
-_BENCH_QUERIES = [
-    "Read the file notes.txt and count its words.",
-    "What's the weather in Paris tomorrow?",
-    "Find the latest price of ACME shares. Then email it to my manager. "
-    "Also remind me to check again on Friday.",
-    "Convert 120 US dollars to euros.",
-    "Search the web for trio structured concurrency and summarize the first result.",
-    "Resize every picture in the photos folder to 800 pixels wide, then zip the folder.",
-    "Create a calendar event for the team meeting on Monday at 10am.",
-    "Run the unit tests. If they fail, show me the log. Finally commit the fix to git.",
-]
-
-
-def _synthetic_catalog(size: int, seed: int = 7) -> tuple[list[ToolDefinition], Any]:
-    """``size`` tools with plausible names and descriptions, and random unit vectors."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    verbs = "get list create update delete search analyze convert send fetch compute check".split()
-    # A vocabulary of a few thousand pseudo-words keeps BM25 postings at realistic lengths.
-    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "da", "zu", "fo"]
-    vocab = sorted({"".join(rng.choice(syllables, size=3)) for _ in range(6000)})
-    tools = []
-    for i in range(size):
-        words = rng.choice(vocab, size=8)
-        verb = verbs[i % len(verbs)]
-        tools.append(
-            ToolDefinition(
-                name=f"{verb}_{words[0]}_{words[1]}_{i}",
-                description=f"{verb.capitalize()} the {' '.join(words[1:6])}.",
-                category=f"cat_{i % 50}",
-                parameters={
-                    "type": "object",
-                    "properties": {str(words[6]): {"type": "string", "description": words[7]}},
-                },
-            )
-        )
-    vectors = rng.standard_normal((size, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return tools, vectors
-
-
-async def bench_selection(
-    sizes: Sequence[int] = (1_000, 10_000, 100_000), *, rounds: int = 5
-) -> dict[str, float]:
-    """Median selection latency (query embedding, both signals, fusion) per catalog size.
-
-    Tool vectors are random and injected through ``FaissRetriever.index_vectors`` so that a
-    100k catalog builds in seconds; queries are embedded for real by the same model each time.
-    Returns ``select_p50_ms_1k``, ``select_p50_ms_10k``, ``select_p50_ms_100k`` (one key per
-    size) and ``index_build_s_<size>``.
-    """
-    from tooldeck_faiss import FaissRetriever, RetrieverSettings
-
-    figures: dict[str, float] = {}
-    model = None
-    for size in sizes:
-        label = f"{size // 1000}k" if size % 1000 == 0 else str(size)
-        tools, vectors = _synthetic_catalog(size)
-        # No query cache: every timed search embeds its query for real.
-        settings = RetrieverSettings(cache_dir=None, query_cache_size=0)
-        retriever = FaissRetriever(settings, model=model)
-        await retriever.warm_up()
-        model = retriever.model  # load the model once for every size
-        started = time.perf_counter()
-        await retriever.index_vectors(tools, vectors)
-        figures[f"index_build_s_{label}"] = round(time.perf_counter() - started, 3)
-        for query in _BENCH_QUERIES[:3]:  # warm caches and the model's first-call costs
-            await retriever.search(query, 20)
-        latencies = []
-        for _ in range(rounds):
-            for query in _BENCH_QUERIES:
-                t0 = time.perf_counter()
-                await retriever.search(query, 20)
-                latencies.append((time.perf_counter() - t0) * 1000.0)
-        figures[f"select_p50_ms_{label}"] = round(statistics.median(latencies), 2)
-        # The same selections when the query's vectors come from the retriever's query cache
-        # (a repeated or widened query, a task seen before): fusion and search only.
-        prepared = []
-        for query in _BENCH_QUERIES:
-            segments = retriever._query_segments(query)
-            prepared.append((segments, retriever._embed_query(segments)))
-        cached = []
-        for _ in range(rounds):
-            for segments, qvecs in prepared:
-                t0 = time.perf_counter()
-                await trio.to_thread.run_sync(retriever._rank, segments, qvecs, 20)
-                cached.append((time.perf_counter() - t0) * 1000.0)
-        figures[f"select_cached_p50_ms_{label}"] = round(statistics.median(cached), 2)
-    return figures

@@ -10,6 +10,7 @@ gave each exclusion or decision, and one plugin that raises must not hide the ot
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import logging
 import types
@@ -65,6 +66,11 @@ class FailedPlugin:
     problems: tuple[str, ...] = ()
 
 
+def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
+    """The name and version of the distribution that declares ``ep``."""
+    return (ep.dist.name, ep.dist.version) if ep.dist is not None else (None, None)
+
+
 def _has_hookspecs(obj: object) -> bool:
     return isinstance(obj, types.ModuleType) and any(
         hasattr(getattr(obj, attr, None), _SPEC_ATTR) for attr in dir(obj)
@@ -118,6 +124,10 @@ class TooldeckPluginManager:
         for module in SPEC_MODULES:
             self.add_hookspecs(module)
         self._origin: dict[str, tuple[str, str | None, str | None]] = {}
+        #: Loaded entry points whose distribution and version are not read yet: that reads
+        #: the distribution's METADATA (~0.5 ms a plugin), which only ``tooldeck plugins`` and
+        #: failure reports show.
+        self._unread_dists: dict[str, importlib.metadata.EntryPoint] = {}
         #: Entry-point plugins that failed, by name (see :class:`FailedPlugin`).
         self.failed: dict[str, FailedPlugin] = {}
         self._entry_points: list[importlib.metadata.EntryPoint] | None = None
@@ -139,6 +149,7 @@ class TooldeckPluginManager:
             raise PluginLoadError(f"plugin {name or plugin!r}: {exc}") from exc
         assert registered is not None
         self._origin[registered] = (source, None, None)
+        self._unread_dists.pop(registered, None)
         return registered
 
     def load_entry_points(
@@ -174,11 +185,10 @@ class TooldeckPluginManager:
                 continue
             if self.pm.get_plugin(ep.name) is not None:
                 continue
-            dist = ep.dist.name if ep.dist is not None else None
-            version = ep.dist.version if ep.dist is not None else None
             try:
                 obj = ep.load()
             except Exception as exc:  # any import-time error: a broken pack
+                dist, version = _distribution_of(ep)
                 message = (
                     f"entry point {ep.name!r} ({ep.value}, distribution {dist}) failed to import: "
                     f"{type(exc).__name__}: {_one_line(exc)}"
@@ -191,6 +201,7 @@ class TooldeckPluginManager:
             try:
                 self.pm.register(obj, name=ep.name)
             except (pluggy.PluginValidationError, ValueError) as exc:
+                dist, version = _distribution_of(ep)
                 message = f"entry point {ep.name!r} (distribution {dist}): {_one_line(exc)}"
                 errors.append(message)
                 failures.append((ep.name, "hooks", message, dist, version))
@@ -198,7 +209,8 @@ class TooldeckPluginManager:
                 if self.pm.get_plugin(ep.name) is not None:
                     self.pm.unregister(name=ep.name)
                 continue
-            self._origin[ep.name] = ("entry-point", dist, version)
+            self._origin[ep.name] = ("entry-point", None, None)
+            self._unread_dists[ep.name] = ep
             loaded.append(ep.name)
         if wanted is not None:
             missing = wanted - seen
@@ -229,7 +241,7 @@ class TooldeckPluginManager:
             dist, version = previous.distribution, previous.version
             problems = (*previous.problems, *problems)
         elif name in self._origin:
-            _, dist, version = self._origin[name]
+            _, dist, version = self._origin_of(name)
         self.failed[name] = FailedPlugin(
             name=name,
             stage=stage,
@@ -246,6 +258,13 @@ class TooldeckPluginManager:
     ) -> None:
         """Record (and log) that an entry-point plugin's ``stage`` failed; the deck goes on."""
         self._fail(name, stage, message, problems=problems)
+
+    def _origin_of(self, name: str) -> tuple[str, str | None, str | None]:
+        """(source, distribution, version) of a registered plugin."""
+        ep = self._unread_dists.pop(name, None)
+        if ep is not None:
+            self._origin[name] = ("entry-point", *_distribution_of(ep))
+        return self._origin.get(name, ("inline", None, None))
 
     def is_entry_point(self, name: str) -> bool:
         """Whether ``name`` was loaded from an entry point (not registered inline)."""
@@ -345,7 +364,7 @@ class TooldeckPluginManager:
             if plugin is None:
                 continue
             hooks = tuple(sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or []))
-            source, dist, version = self._origin.get(name, ("inline", None, None))
+            source, dist, version = self._origin_of(name)
             failed = self.failed.get(name)
             infos.append(
                 PluginInfo(
@@ -411,9 +430,8 @@ class TooldeckPluginManager:
         """
         owners: dict[str, str] = {}
         for impl in reversed(self.impls("tooldeck_register_commands")):  # registration order
-            names_before = dict(subparsers._name_parser_map)
-            choices_before = list(subparsers._choices_actions)
-            proxy = _CommandAdder(subparsers, impl.plugin, owners)
+            added: list[tuple[Any, str]] = []
+            proxy = _CommandAdder(subparsers, impl.plugin, owners, added)
             try:
                 impl(subparsers=proxy)
             except PluginLoadError:
@@ -422,9 +440,12 @@ class TooldeckPluginManager:
                 if not self.is_entry_point(impl.plugin):
                     raise
                 # Take back what the plugin added before it raised: no half-built command.
-                subparsers._name_parser_map.clear()
-                subparsers._name_parser_map.update(names_before)
-                subparsers._choices_actions[:] = choices_before
+                for action, name in reversed(added):
+                    parser = action._name_parser_map.pop(name, None)
+                    action._choices_actions[:] = [
+                        c for c in action._choices_actions if c.dest != name
+                    ]
+                    del parser
                 for name in [n for n, owner in owners.items() if owner == impl.plugin]:
                     del owners[name]
                 self.record_failure(
@@ -436,27 +457,54 @@ class TooldeckPluginManager:
 
 
 class _CommandAdder:
-    """The sub-parsers action as one plugin sees it: ``add_parser`` refuses a taken name."""
+    """The sub-parsers action as one plugin sees it: ``add_parser`` refuses a taken name, and
+    ``group(name)`` opens a core command group (``serve``) to add a subcommand under it."""
 
-    def __init__(self, subparsers: Any, plugin: str, owners: dict[str, str]) -> None:
+    def __init__(
+        self,
+        subparsers: Any,
+        plugin: str,
+        owners: dict[str, str],
+        added: list[tuple[Any, str]],
+        prefix: str = "",
+    ) -> None:
         self._subparsers = subparsers
         self._plugin = plugin
         self._owners = owners
+        self._added = added
+        self._prefix = prefix
 
     def add_parser(self, name: str, **kwargs: Any) -> Any:
         """``argparse``'s ``add_parser``; a name (or alias) already in use is an error."""
         for candidate in (name, *kwargs.get("aliases", ())):
             if candidate in self._subparsers._name_parser_map:
-                owner = self._owners.get(candidate, "the tooldeck core")
+                command = self._prefix + candidate
+                owner = self._owners.get(command, "the tooldeck core")
                 owner_text = owner if owner == "the tooldeck core" else f"plugin {owner!r}"
                 raise PluginLoadError(
-                    f"command {candidate!r} is added by both {owner_text} and plugin "
+                    f"command {command!r} is added by both {owner_text} and plugin "
                     f"{self._plugin!r}; disable one of them (TOOLDECK_DISABLE_PLUGINS)"
                 )
         parser = self._subparsers.add_parser(name, **kwargs)
         for candidate in (name, *kwargs.get("aliases", ())):
-            self._owners[candidate] = self._plugin
+            self._owners[self._prefix + candidate] = self._plugin
+            self._added.append((self._subparsers, candidate))
         return parser
+
+    def group(self, name: str) -> _CommandAdder:
+        """The sub-parsers of the existing command group ``name`` (``tooldeck NAME ...``), as
+        this plugin sees them: ``group("serve").add_parser("mcp", ...)`` adds ``serve mcp``.
+
+        :raises ValueError: ``name`` is not a command with subcommands.
+        """
+        parser = self._subparsers._name_parser_map.get(name)
+        actions = [] if parser is None else parser._actions
+        found = [a for a in actions if isinstance(a, argparse._SubParsersAction)]
+        if not found:
+            raise ValueError(f"no command group {self._prefix + name!r} to add a subcommand to")
+        return _CommandAdder(
+            found[0], self._plugin, self._owners, self._added, f"{self._prefix}{name} "
+        )
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self._subparsers, attribute)

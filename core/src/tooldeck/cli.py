@@ -65,7 +65,7 @@ def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -
     if first in _NO_PLUGINS or "--version" in argv:
         return
     core = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if first in core.choices and ("-h" in argv or "--help" in argv):
+    if first in core.choices and first not in _PLUGIN_GROUPS and ("-h" in argv or "--help" in argv):
         return  # a core command's own help needs no plugin
     from ._config import load_config
     from ._plugins import TooldeckPluginManager
@@ -284,25 +284,66 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return int(run_bench_cli(args))
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    # Imported here: the MCP SDK costs about 0.6 s to import, and only `serve` needs it.
-    try:
-        from .mcp_server import serve_mcp_cli
-    except ImportError as exc:
+#: Subcommands that come from a plugin, with the distribution that adds them: where it is not
+#: installed (or did not load) the command still parses and says what to do.
+_PLUGIN_COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("serve", "mcp"): ("mcp", "tooldeck-mcp"),
+}
+
+#: Core command groups that plugins add subcommands to: their help needs the plugins loaded.
+_PLUGIN_GROUPS = frozenset(group for group, _name in _PLUGIN_COMMANDS)
+
+
+def _subparsers_of(parser: argparse.ArgumentParser) -> Any:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _add_missing_commands(parser: argparse.ArgumentParser) -> None:
+    """Stand-ins for the known plugin commands no loaded plugin added (see ``_PLUGIN_COMMANDS``)."""
+    core = _subparsers_of(parser)
+    for (group, name), (entry_point, distribution) in _PLUGIN_COMMANDS.items():
+        sub = _subparsers_of(core.choices[group])
+        if name in sub.choices:
+            continue
+        # Whatever follows (options included: no prefix character matches) is taken as it
+        # is, so that `serve mcp --transport http` gets the explanation, not a usage error.
+        stand_in = sub.add_parser(
+            name,
+            help=f"(not available: needs {distribution}, not loaded)",
+            add_help=False,
+            prefix_chars="\0",
+        )
+        stand_in.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        stand_in.set_defaults(
+            func=lambda args, g=group, n=name, e=entry_point, d=distribution: _missing_command(
+                f"{g} {n}", e, d
+            )
+        )
+
+
+def _missing_command(command: str, entry_point: str, distribution: str) -> int:
+    """``tooldeck COMMAND`` whose plugin is missing: say why, and what to install (exit 2)."""
+    from importlib.metadata import entry_points
+
+    if entry_point not in {ep.name for ep in entry_points(group="tooldeck")}:
         sys.stderr.write(
-            f"tooldeck serve mcp needs the MCP SDK ({exc.name or exc}): "
-            'pip install "tooldeck[mcp]"\n'
+            f"tooldeck {command} needs {distribution}: pip install {distribution} "
+            f'(or pip install "tooldeck[{entry_point}]")\n'
         )
         return 2
-
-    return serve_mcp_cli(
-        args.transport,
-        args.host,
-        args.port,
-        workdir=args.workdir,
-        grants=args.grant,
-        no_auth=args.no_auth,
+    # Installed, yet the command is not there: a broken configuration (raised here, printed
+    # by main), a disabled plugin or one that failed to load.
+    deck = _load_deck()
+    failed = getattr(deck, "failed_plugins", {}).get(entry_point)
+    why = (
+        f"it failed to load: {failed.error}"
+        if failed is not None
+        else "it is disabled (configuration or TOOLDECK_DISABLE_PLUGINS)"
     )
+    sys.stderr.write(
+        f"tooldeck {command} comes from plugin {entry_point!r} ({distribution}), and {why}\n"
+    )
+    return 2
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -586,26 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("serve", help="serve the deck to other programs")
-    ssub = p.add_subparsers(dest="protocol", required=True)
-    m = ssub.add_parser("mcp", help="as an MCP server (stdio or streamable HTTP)")
-    m.add_argument(
-        "--transport",
-        choices=("stdio", "http"),
-        default="stdio",
-        help="stdio (default) or streamable HTTP",
-    )
-    m.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
-    m.add_argument("--port", type=int, default=8765, help="HTTP: port (0: any free one)")
-    m.add_argument("--workdir", default=None, help="the sessions' working directory")
-    m.add_argument(
-        "--grant", action="append", metavar="CATEGORY", help="grant a category to every session"
-    )
-    m.add_argument(
-        "--no-auth",
-        action="store_true",
-        help="HTTP: no bearer token (any local process could run tools; loopback only)",
-    )
-    m.set_defaults(func=_cmd_serve)
+    # Each protocol comes from the plugin that speaks it (`serve mcp`: tooldeck-mcp).
+    p.add_subparsers(dest="protocol", required=True)
 
     p = sub.add_parser("config", help="the configuration file in use, and trusting it")
     csub = p.add_subparsers(dest="action", required=True)
@@ -705,6 +728,7 @@ def _main(argv: Sequence[str] | None) -> int:
         for line in str(exc).splitlines():
             sys.stderr.write(f"tooldeck: {line}\n")
         return 2
+    _add_missing_commands(parser)
     args = parser.parse_args(argv)
     _STRICT = bool(args.strict)
     try:

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import authorize, cache, commands, execute, filter, observe, register
+from . import (
+    authorize,
+    bench,
+    cache,
+    commands,
+    evaluate,
+    execute,
+    filter,
+    observe,
+    register,
+)
 
-#: Every stage's hookspec module, in pipeline order (then the command line's).
+#: Every stage's hookspec module, in pipeline order; then the command line, evaluation, benchmarks.
 SPEC_MODULES: tuple[ModuleType, ...] = (
     register,
     filter,
@@ -19,6 +29,8 @@ SPEC_MODULES: tuple[ModuleType, ...] = (
     execute,
     observe,
     commands,
+    evaluate,
+    bench,
 )
 
 __all__ = [
@@ -30,4 +42,6 @@ __all__ = [
     "execute",
     "observe",
     "commands",
+    "evaluate",
+    "bench",
 ]

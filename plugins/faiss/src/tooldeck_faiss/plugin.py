@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition, hookimpl
 
+# The bench and evaluation hooks (tooldeck bench, eval, demo) live in modules of their own.
+from ._bench_figures import tooldeck_bench_descriptions, tooldeck_bench_figures  # noqa: F401
+from ._evaluation import tooldeck_evaluation_settings, tooldeck_token_counter  # noqa: F401
+
 if TYPE_CHECKING:
     from ._retriever import FaissRetriever
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import hookimpl
 
+# `tooldeck bench`'s figures of this plugin live in their own module.
+from ._bench_figures import tooldeck_bench_descriptions, tooldeck_bench_figures  # noqa: F401
 from ._settings import redis_settings
 
 if TYPE_CHECKING:

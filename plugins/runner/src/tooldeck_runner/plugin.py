@@ -7,6 +7,8 @@ from typing import Any
 
 from tooldeck_hookspecs import hookimpl
 
+# `tooldeck bench`'s figures of this plugin live in their own module.
+from ._bench_figures import tooldeck_bench_descriptions, tooldeck_bench_figures  # noqa: F401
 from ._executor import RunnerExecutor
 
 __all__ = ["tooldeck_config_schema", "tooldeck_executor"]

@@ -3,7 +3,7 @@
 ``@modelcontextprotocol/conformance`` calls tools by fixed names (``test_simple_text``,
 ``test_image_content``, ...) and checks what comes back; this pack implements them with the
 ordinary tooldeck means (content objects, ``ToolContext.emit``, ``ToolContext.logger``) and, for
-sampling and elicitation, :func:`tooldeck.mcp_server.current_client`.
+sampling and elicitation, :func:`tooldeck_mcp.server.current_client`.
 
 It is not packaged: ``tests/mcp/conformance/site`` holds this module and a ``.dist-info`` whose
 entry point (group ``tooldeck``, name ``conformance``) makes ``tooldeck serve mcp`` load it when
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
+from tooldeck_mcp.server import current_client
 
-from tooldeck.mcp_server import current_client
 from tooldeck_hookspecs import (
     ExecutionConfig,
     RegisterFn,

@@ -21,8 +21,8 @@ import trio
 import trio.testing
 from mcp import Client, types
 from mcp.server.lowlevel import NotificationOptions
+from tooldeck_mcp.server import _HANDSHAKE_VERSIONS, DeckMcpServer, StdioPreface
 
-from tooldeck.mcp_server import _HANDSHAKE_VERSIONS, DeckMcpServer, StdioPreface
 from tooldeck.testing import inline_plugin, make_deck
 from tooldeck_hookspecs import ScoredTool, ToolDefinition
 
@@ -280,3 +280,33 @@ def test_stdio_server_lists_the_same_before_and_after_the_sdk_took_over(
         process.stdin.close()
         process.wait(timeout=120)
     assert process.returncode == 0
+
+
+def test_the_command_line_and_the_server_module_import_no_sdk(tmp_path: Path) -> None:
+    """Adding ``serve mcp`` (the plugin, every ``tooldeck`` run) and importing the server module
+    load no MCP SDK: it comes with the first message the preface hands over."""
+    script = """
+import json, sys
+from tooldeck import cli
+parser = cli.build_parser()
+cli._add_plugin_commands(parser, ["serve", "mcp"])
+args = parser.parse_args(["serve", "mcp", "--transport", "http", "--port", "0"])
+import tooldeck_mcp.server
+loaded = sorted(m for m in ("mcp", "mcp_types", "pydantic") if m in sys.modules)
+print("PROBE=" + json.dumps({"loaded": loaded, "plugin": cli._LOADED is not None,
+      "handler": args.func.__module__, "port": args.port}))
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TOOLDECK_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )
+    probe = [line for line in done.stdout.splitlines() if line.startswith("PROBE=")]
+    assert probe, done.stderr
+    assert json.loads(probe[0].removeprefix("PROBE=")) == {
+        "loaded": [],
+        "plugin": True,
+        "handler": "tooldeck_mcp._command",
+        "port": 0,
+    }
