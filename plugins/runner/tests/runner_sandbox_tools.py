@@ -400,3 +400,38 @@ def random_draws(arguments: dict[str, Any], context: Any) -> list[float]:
     """What ``random`` (imported with this module by the zygote: its state is inherited by
     fork) draws in this call."""
     return [random.random() for _ in range(4)]
+
+
+def proc_writability(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """What of /proc's host-wide knobs this call could change: for each of ``/proc/sys``,
+    ``irq``, ``bus`` and ``sysrq-trigger`` that exists, whether its mount is read-only; what
+    writing a sysctl its own current value gives (harmless if it were allowed); and what the
+    root directory holds that is a proc (a proc of the deck's own must never be reachable)."""
+    import errno
+
+    mounts = {}
+    for name in ("sys", "irq", "bus", "sysrq-trigger"):
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            mounts[name] = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    sysctl = "/proc/sys/vm/swappiness"
+    try:
+        with open(sysctl) as fh:
+            value = fh.read()
+        with open(sysctl, "w") as fh:
+            fh.write(value)
+        write = "written"
+    except OSError as exc:
+        write = f"refused: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    procs = []
+    for entry in os.listdir("/"):  # two levels: where a hidden proc was bound
+        top = os.path.join("/", entry)
+        below = [top]
+        if os.path.isdir(top) and top not in ("/proc", "/usr"):
+            try:
+                below += [os.path.join(top, name) for name in os.listdir(top)]
+            except OSError:
+                pass
+        procs += [p for p in below if os.path.exists(os.path.join(p, "self", "status"))]
+    procs = [p for p in procs if p != "/proc"]
+    return {"read_only": mounts, "sysctl_write": write, "other_procs": procs}

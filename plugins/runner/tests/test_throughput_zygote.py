@@ -324,8 +324,18 @@ async def test_a_replaced_workdir_or_a_new_protected_path_retires_the_zygote(
     assert stats.discarded_stale == 2 and stats.spawned == 3
 
 
-async def test_a_call_cannot_see_a_concurrent_calls_processes_in_proc(tmp_path: Path) -> None:
-    ex = executor()
+# The default (a root deck's sandboxes run as uid 65534, which does not map the host's root) and
+# uid = "deck" (bubblewrap maps the deck's uid, root on a root deck: it covers parts of its
+# /proc, and the pool gives the zygote a hidden uncovered proc). A deck that is not root runs
+# these as the first kind (test_nonroot_deck_suite runs them so).
+UIDS = pytest.mark.parametrize("uid", [{}, {"uid": "deck"}], ids=["default-uid", "uid-deck"])
+
+
+@UIDS
+async def test_a_call_cannot_see_a_concurrent_calls_processes_in_proc(
+    tmp_path: Path, uid: dict[str, Any]
+) -> None:
+    ex = executor(**uid)
     zygote_usable(ex)
     marker = f"tooldeck-hidden-{uuid.uuid4().hex}"
     try:
@@ -368,3 +378,27 @@ async def test_random_differs_between_calls(tmp_path: Path) -> None:
     assert stats.served_zygote == 4
     values = [tuple(r.data) for r in draws]
     assert len(set(values)) == 4, values
+
+
+@UIDS
+async def test_the_calls_proc_keeps_host_wide_knobs_read_only(
+    tmp_path: Path, uid: dict[str, Any]
+) -> None:
+    ex = executor(**uid)
+    zygote_usable(ex)
+    try:
+        results = [await call(ex, tmp_path, sandboxed("proc_writability")) for _ in range(2)]
+        stats = ex.sandbox_pool().statistics()
+    finally:
+        await ex.aclose()
+    assert all(r.success for r in results), results
+    # Forked calls, both of them (the first one starts the zygote): no fallback.
+    assert stats.served_zygote == 2 and stats.zygote_fallback == "", stats
+    for result in results:
+        read_only = result.data["read_only"]
+        # /proc/sys is always there; each knob that exists is on a read-only mount.
+        assert "sys" in read_only and all(read_only.values()), read_only
+        # A sysctl cannot be written (EROFS from the cover; never "written").
+        assert result.data["sysctl_write"].startswith("refused"), result.data
+        # The deck's own proc that a uid = "deck" zygote keeps is reachable by no path.
+        assert result.data["other_procs"] == [], result.data

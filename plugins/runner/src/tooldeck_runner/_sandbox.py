@@ -122,9 +122,17 @@ _UID_NONROOT = (
     "no_new_privs, setuid/setgid bits refused"
 )
 _UID_BWRAP = (
-    "uid 0 inside a user namespace mapped to the deck's uid {deck_uid}; no capability on the "
-    "host (all dropped), no_new_privs, setuid/setgid bits refused"
+    "uid {inside} inside a user namespace mapped to the deck's uid {deck_uid}; no capability on "
+    "the host (all dropped), no_new_privs, setuid/setgid bits refused"
 )
+# A zygote of a deck running as root without an id-mapped uid (``uid = "deck"``): bubblewrap
+# names the sandbox this uid instead of 0, because a call's user namespace may map uid 0 of its
+# parent only with CAP_SETFCAP there (Linux >= 5.12), which the zygote does not have. Only the
+# number seen inside changes: on the host it is the deck's uid all the same.
+_ZYGOTE_ROOT_INSIDE_UID = 65534
+# Where such a zygote keeps a proc of the deck's own, covered by an empty read-only tmpfs: see
+# _SandboxPool._command.
+_HIDDEN_PROC_DIR = "/.tooldeck-proc"
 _UID_PROCESS = "the deck's own uid (degraded: no user namespace)"
 
 _WORKER = str(Path(__file__).resolve().parent / "_worker.py")
@@ -1289,7 +1297,9 @@ class SandboxPool:
             self._ids = ids
             return ids
 
-    def _identity_limits(self, staged: str | None, why_not: str = "") -> dict[str, Any]:
+    def _identity_limits(
+        self, staged: str | None, why_not: str = "", inside_uid: int | None = None
+    ) -> dict[str, Any]:
         """What the tool of a new worker runs as, for ``metadata["limits"]``."""
         ids = self._ids
         if self.isolation != ISOLATION_BWRAP:
@@ -1305,7 +1315,10 @@ class SandboxPool:
                 found["uid_not_mapped"] = list(ids.not_mapped)
             return found
         found = {
-            "uid": _UID_BWRAP.format(deck_uid=os.getuid()),
+            # bubblewrap's default: the sandbox's uid inside is the deck's real uid.
+            "uid": _UID_BWRAP.format(
+                inside=os.getuid() if inside_uid is None else inside_uid, deck_uid=os.getuid()
+            ),
             "host_uid": os.getuid(),
             "host_gid": os.getgid(),
         }
@@ -1357,6 +1370,22 @@ class SandboxPool:
             namespaces = ["--unshare-all", "--unshare-user"]
             if key.network:
                 namespaces.append("--share-net")
+            if zygote_fds is not None and os.getuid() == 0:
+                # A zygote whose sandbox maps the deck's root (``uid = "deck"``). Two things
+                # would keep its calls from isolating themselves: (1) a call's uid_map may name
+                # uid 0 of the zygote's namespace only with CAP_SETFCAP, so the sandbox's uid
+                # is another number (the same host uid); (2) bubblewrap covers /proc/irq and
+                # /proc/bus read-only (it can write them as a mapped root), and the kernel lets
+                # a user namespace mount a new proc only while some proc mount of its mount
+                # namespace has no locked cover (mount_too_revealing): the covers are locked
+                # in the call's. So a proc of the deck's own (no covers) is bound where no path
+                # leads: under an empty, read-only, 4 KiB tmpfs mounted over its parent. It
+                # only has to exist; the call mounts its own proc and covers it itself.
+                inside = str(_ZYGOTE_ROOT_INSIDE_UID)
+                namespaces += ["--uid", inside, "--gid", inside]
+                namespaces += ["--bind", "/proc", f"{_HIDDEN_PROC_DIR}/deck"]
+                namespaces += ["--size", "4096", "--tmpfs", _HIDDEN_PROC_DIR]
+                namespaces += ["--remount-ro", _HIDDEN_PROC_DIR]
         cmd = [
             bwrap,
             *namespaces,
@@ -1450,7 +1479,10 @@ class SandboxPool:
                 # EINVAL: the workdir's file system (or one mounted inside it) has no id-mapped
                 # mounts. This workdir's sandboxes keep the deck's uid, and say so.
                 why_not = f"no id-mapped mount of the workdir: {exc.strerror or exc}"
-        identity_limits = self._identity_limits(staged, why_not)
+        inside_uid = None
+        if zygote_fds is not None and staged is None and os.getuid() == 0:
+            inside_uid = _ZYGOTE_ROOT_INSIDE_UID  # see _command
+        identity_limits = self._identity_limits(staged, why_not, inside_uid)
         cmd = self._command(key, preload, protected, staged, zygote_fds)
         group = None
         support = self._cgroups

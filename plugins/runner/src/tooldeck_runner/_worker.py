@@ -359,6 +359,14 @@ _CLONE_NEWNET = 0x40000000
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOEXEC = 8
+_MS_RDONLY = 1
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+# What of a proc the call's PID 1 makes read-only, like bubblewrap does for its own /proc:
+# host-wide knobs (sysctls, IRQ affinity, buses, SysRq) that a uid mapped to the host's root
+# could otherwise write even without a capability (``uid = "deck"`` on a root deck).
+_PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")
 _PR_CAPBSET_DROP = 24
 _SYS_OPEN_TREE = 428  # the same number on x86-64 and arm64 (syscalls added after 5.0 are)
 _SYS_MOVE_MOUNT = 429
@@ -432,11 +440,14 @@ def _check(ret: int, what: str) -> None:
 
 
 def _write_file(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
     try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:  # which write the kernel refused is what the fallback reports
+        raise OSError(exc.errno, f"{text.strip()!r} > {path}: {exc.strerror}") from None
 
 
 def _mounts_below(target: str) -> list[str]:
@@ -456,15 +467,20 @@ def _mounts_below(target: str) -> list[str]:
     return outer
 
 
-def _isolate_call(tmp_bytes: int, network: bool, *, cloned: bool = False) -> None:
+def _isolate_call(
+    tmp_bytes: int, network: bool, ids: tuple[int, int], *, cloned: bool = False
+) -> None:
     """Give this call process namespaces of its own (see the module docstring), or, when
     ``cloned`` (born in them by ``_clone_into``), set up the ones it has. It keeps the
     capabilities of its new user namespace: the call's PID 1 mounts the call's ``/proc`` and
-    then drops them all (``_drop_capabilities``)."""
+    then drops them all (``_drop_capabilities``). ``ids`` are the zygote's uid and gid, read
+    before the clone: a process born in a new user namespace sees the overflow ids (65534)
+    until its map is written, which would map the wrong uid (and fail where 65534 is not the
+    sandbox's uid: a deck that is not root)."""
     import ctypes
 
     libc = _libc()
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid = ids
     if not cloned:
         _check(libc.unshare(_call_flags(network)), "unshare")
     # The same ids inside as outside: the tool stays the unprivileged uid of the sandbox. A
@@ -526,18 +542,32 @@ def _mount_private_proc() -> None:
     and mounting it needs ``CAP_SYS_ADMIN`` over that namespace's user namespace: the call's,
     whose capabilities this process still holds). The kernel allows a new proc in a user
     namespace only when an existing proc mount is *fully visible* (``mount_too_revealing``: no
-    locked mount over a non-empty directory in it). Bubblewrap mounted the zygote's ``/proc``
-    as an unprivileged uid of the deck's user namespace, where its read-only covers of
-    ``/proc/sys``, ``irq``, ``bus`` and ``sysrq-trigger`` are skipped (those belong to the
-    host's root, which is not mapped there, so bubblewrap cannot write them anyway): nothing
-    covers it, and the mount is allowed. With ``uid = "deck"`` as root the covers are there
-    and this fails, which sends the pool to single-use workers (``zygote_fallback``).
+    locked mount over a non-empty directory in it; the covers bubblewrap made are locked in
+    the call's mount namespace). Where bubblewrap runs as a uid that does not map the host's
+    root (a root deck's uid 65534, a deck that is not root), it skips its read-only covers of
+    ``/proc/sys``, ``irq``, ``bus`` and ``sysrq-trigger`` (it could not write them anyway), and
+    the zygote's ``/proc`` is fully visible. Where it maps the host's root (``uid = "deck"`` on
+    a root deck) it covers ``irq`` and ``bus``; the pool then gives the zygote a proc of the
+    deck's own with no cover, bound where no path leads (``_sandbox._HIDDEN_PROC_DIR``), which
+    satisfies the rule. If the mount fails all the same, the pool goes to single-use workers
+    (``zygote_fallback``). Then this process makes the same four entries read-only in the new
+    proc (``_PROC_COVERS``), whatever bubblewrap did.
     """
     libc = _libc()
-    _check(
-        libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None),
-        "mount a private /proc",
-    )
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount a private /proc")
+    for name in _PROC_COVERS:
+        path = f"/proc/{name}".encode()
+        if not os.path.exists(path):
+            continue
+        # Made in the call's own user namespace, these covers are not locked for it, but the
+        # tool has no capability left to undo them, and a namespace it might nest inside
+        # would see them locked (so no uncovered proc could be mounted there either).
+        _check(libc.mount(path, path, None, _MS_BIND | _MS_REC, None), f"bind {name}")
+        _check(
+            libc.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None),
+            f"make {name} read-only",
+        )
 
 
 def _drop_capabilities() -> None:
@@ -555,7 +585,7 @@ def _drop_capabilities() -> None:
 
 def _spare(
     calls_fd: int, notify_fd: int, tmp_bytes: int, network: bool, wire: Any, outcomes: Any,
-    seccomp_module: Any, cloned: bool = False,
+    seccomp_module: Any, ids: tuple[int, int], cloned: bool = False,
 ) -> None:
     """A call's process, forked by the zygote ahead of its call. Never returns.
 
@@ -573,7 +603,7 @@ def _spare(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     failure = ""
     try:
-        _isolate_call(tmp_bytes, network, cloned=cloned)
+        _isolate_call(tmp_bytes, network, ids, cloned=cloned)
         if not cloned and os.fork():
             os._exit(0)
         # The call's PID 1 from here on: the first process of its PID namespace.
@@ -695,6 +725,7 @@ def _zygote(
     admin = socket.socket(fileno=admin_fd)
     notify_r, notify_w = os.pipe()
     flags = _call_flags(network)
+    ids = (os.getuid(), os.getgid())  # the sandbox's, as the call's maps must name them
     clone = [True]  # until the kernel refuses it once: then fork + unshare for good
 
     def fork_spare() -> None:
@@ -713,7 +744,8 @@ def _zygote(
             admin.close()
             os.close(notify_r)
             _spare(
-                calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module, cloned
+                calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module, ids,
+                cloned,
             )
 
     for _ in range(_SPARES):
