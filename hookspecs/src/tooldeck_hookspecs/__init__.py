@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._deadline import CALL_DEADLINE, call_deadline, seconds_left
 from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
+from ._lazy import lazy_exports
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
 from ._suspends import NONBLOCKING_ATTR, is_nonblocking, never_suspends, nonblocking
 from ._text import shorten
@@ -87,6 +88,7 @@ __all__ = [
     "hookspec",
     "observes",
     "wait_future",
+    "lazy_exports",
     "EVENT_KINDS_ATTR",
     "tool",
     "TOOL_OPTIONS_ATTR",

@@ -16,7 +16,6 @@ hook, so idleness is the signal).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import collections
 import concurrent.futures
@@ -27,15 +26,21 @@ import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._guard import allow_list_for
-from ._proxy import GuardProxy
 from ._sandbox import DEFAULT_UID, BrowserSandbox, prepare_sandbox
+
+if TYPE_CHECKING:
+    # asyncio (~10 ms) and the proxy load with the engine's loop, at the first page: a deck
+    # that registers the browser tools and never opens a page does not pay for them.
+    import asyncio
+
+    from ._proxy import GuardProxy
 
 __all__ = [
     "DEFAULT_EXECUTABLES",
@@ -161,6 +166,8 @@ class BrowserEngine:
     # -- the bridge between trio and the engine's asyncio loop ---------------------------------
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        import asyncio
+
         with self._start_lock:
             if self._loop is None or self._thread is None or not self._thread.is_alive():
                 loop = asyncio.new_event_loop()
@@ -179,6 +186,8 @@ class BrowserEngine:
 
     def submit(self, coroutine: Awaitable[T]) -> concurrent.futures.Future[T]:
         """Schedule ``coroutine`` on the engine's loop (thread-safe); returns its future."""
+        import asyncio
+
         return asyncio.run_coroutine_threadsafe(coroutine, self._ensure_loop())  # type: ignore[arg-type]
 
     async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -198,6 +207,8 @@ class BrowserEngine:
         self._wanted = (mode, uid)
 
     async def _get_browser(self) -> Any:
+        import asyncio
+
         if self._launch_lock is None:
             self._launch_lock = asyncio.Lock()
         async with self._launch_lock:
@@ -265,6 +276,8 @@ class BrowserEngine:
     async def _proxy_for(self, allow: tuple[str, ...]) -> GuardProxy:
         proxy = self._proxies.get(allow)
         if proxy is None:
+            from ._proxy import GuardProxy
+
             proxy = GuardProxy(allow)
             await proxy.start()
             self._proxies[allow] = proxy
@@ -385,6 +398,8 @@ class BrowserEngine:
         loop, thread = self._loop, self._thread
         if loop is None or thread is None or not thread.is_alive():
             return
+        import asyncio  # loaded by _ensure_loop already
+
         try:
             asyncio.run_coroutine_threadsafe(self._aclose(), loop).result(timeout_s)
         except Exception:  # best effort at exit: the process is going anyway

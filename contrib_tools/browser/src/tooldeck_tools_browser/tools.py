@@ -24,7 +24,6 @@ from ._engine import BrowserEngine, engine
 from ._extract import page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
-from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
 from ._sandbox import requested_mode, requested_uid
 
 __all__ = [
@@ -144,6 +143,8 @@ async def _navigate(
             raise
         except Exception as exc:  # Playwright errors are mapped to codes
             raise _navigation_error(eng, session_id, url, exc) from None
+        from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER  # loaded with the engine's loop
+
         status = response.status if response is not None else None
         headers = response.headers if response is not None else {}
         blocked = headers.get(BLOCKED_HEADER.lower())

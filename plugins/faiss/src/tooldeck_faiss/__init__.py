@@ -3,7 +3,9 @@ tool retrieval, with on-disk embedding cache, run-time add/remove and per-intent
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tooldeck_hookspecs import lazy_exports
 
 from ._text import dense_text, segment_query, split_identifier, tokenize
 
@@ -41,16 +43,7 @@ _LAZY = {
     "default_model_path": "._retriever",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -552,7 +552,7 @@ class _GitleaksRule(_Rule):
         self.keywords = tuple(raw.get("keywords", ()))
         self.entropy = float(raw.get("entropy", 0.0))
         self.secret_group = int(raw.get("secret_group", 0))
-        self.allowlists = tuple(_Allowlist.load(a) for a in raw.get("allowlists", ()))
+        self._raw_allowlists = tuple(raw.get("allowlists", ()))
         self.global_allowlist = global_allowlist
         self.priority = priority
         regex, self.widen = _strip_identifier_prefix(str(raw["regex"]))
@@ -578,7 +578,18 @@ class _GitleaksRule(_Rule):
                 for p in starts or ()
             )
         )
-        self.pattern = re.compile(regex)
+        self._regex = regex
+
+    # The pattern and the rule's allowlists compile at the rule's first use: compiling all 221
+    # rules costs ~50 ms, which a new process's first call would pay whatever its output, and
+    # a rule only runs when one of its keywords occurs in the text.
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self._regex)
+
+    @functools.cached_property
+    def allowlists(self) -> tuple[_Allowlist, ...]:
+        return tuple(_Allowlist.load(a) for a in self._raw_allowlists)
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
         if self.anchored:

@@ -7,7 +7,9 @@ in-memory providers serve. See the README for every setting.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tooldeck_hookspecs import lazy_exports
 
 from ._settings import URL_ENV, RedisSettings, mask_url, redis_settings
 from .exceptions import RedisPluginError, RedisUnavailable
@@ -28,16 +30,7 @@ _LAZY = {
     "RedisRateLimiter": "._limiter",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -189,9 +189,10 @@ def _explain_one(
 class SchemaArgumentValidator:
     """Validates a tool's arguments against its ``parameters`` JSON Schema.
 
-    Both validators are compiled when the tool is registered: a fast one that stops at the first
-    error (the hot path, a few microseconds for a valid call) and one that collects every error,
-    run only after the fast one failed, whose errors are rewritten into messages a model can act
+    Two validators: a fast one, compiled when the tool is registered, that stops at the first
+    error with a bare message (the hot path, a few microseconds for a valid call), and one that
+    collects every error with its details, compiled at the first invalid call (most tools of a
+    short-lived process never see one), whose errors are rewritten into messages a model can act
     on: the expected type, the allowed values, the missing field, the closest known name.
     """
 
@@ -208,8 +209,8 @@ class SchemaArgumentValidator:
             except ValueError as exc:
                 raise SchemaCompileError(str(exc)) from None
             return
-        self._fast = compile_schema(self.schema)
-        self._all = compile_schema(self.schema, fast_fail=False)
+        self._fast = compile_schema(self.schema, detailed=False)
+        self._all: Any = None
 
     def __call__(self, arguments: Mapping[str, Any], /) -> list[ArgumentProblem]:
         """The problems in ``arguments`` (empty list when they are valid)."""
@@ -253,6 +254,9 @@ class SchemaArgumentValidator:
         """Every problem in ``arguments`` (the slow path, after the fast check failed)."""
         if self._dialect is not None:
             return self._dialect_problems(arguments)
+        if self._all is None:
+            # The same schema compiled when the tool was registered: this cannot be refused.
+            self._all = compile_schema(self.schema, fast_fail=False)
         try:
             self._all(arguments)
         except fastjsonschema.JsonSchemaValuesException as exc:

@@ -48,7 +48,7 @@ _HANDLERS: dict[str, Callable[[str], Any]] = {
 
 # Compiled validators keyed by (canonical schema text, fast_fail). The register stage compiles a
 # schema to check it and the argument validator needs the same function: compile once.
-_cache: dict[tuple[str, bool], Validator] = {}
+_cache: dict[tuple[str, bool, bool], Validator] = {}
 _lock = threading.Lock()
 
 
@@ -147,13 +147,20 @@ def remote_refs(schema: Mapping[str, Any]) -> list[str]:
     return [ref for ref in _walk_refs(schema) if not ref.startswith("#")]
 
 
-def compile_schema(schema: Mapping[str, Any], *, fast_fail: bool = True) -> Validator:
+def compile_schema(
+    schema: Mapping[str, Any], *, fast_fail: bool = True, detailed: bool = True
+) -> Validator:
     """Compile ``schema`` (cached). Defaults are not filled in: validation never mutates input.
+
+    ``detailed=False`` gives exceptions that carry only a message (no ``name``, ``rule``,
+    ``value``): the same checks, with generated code several times smaller and faster to
+    compile (the Draft 7 metaschema: ~5 ms instead of ~30), for validators whose exception only
+    says "invalid" before a detailed validator explains it.
 
     Raises :class:`SchemaCompileError` with fastjsonschema's reason when the schema is unusable.
     """
     plain = plain_json(schema)
-    key = (json.dumps(plain, sort_keys=True, separators=(",", ":")), fast_fail)
+    key = (json.dumps(plain, sort_keys=True, separators=(",", ":")), fast_fail, detailed)
     validator = _cache.get(key)
     if validator is not None:
         return validator
@@ -166,7 +173,7 @@ def compile_schema(schema: Mapping[str, Any], *, fast_fail: bool = True) -> Vali
             handlers=_HANDLERS,
             use_default=False,
             use_formats=True,
-            detailed_exceptions=True,
+            detailed_exceptions=detailed,
             fast_fail=fast_fail,
         )
     except Exception as exc:  # fastjsonschema raises several kinds on bad input
@@ -187,10 +194,18 @@ def meta_validate(schema: Any) -> tuple[str, str] | None:
     """Check ``schema`` against the Draft 7 metaschema: ``(field, message)`` of the first
     problem (field like ``parameters.properties.path.type``), or None when it conforms."""
     global _meta_validator
+    # Every tool registered at start-up passes through here: a plain validator checks, and
+    # only a schema it refuses pays for the detailed one that names the field and the rule.
     if _meta_validator is None:
-        _meta_validator = compile_schema(DRAFT7_METASCHEMA)
+        _meta_validator = compile_schema(DRAFT7_METASCHEMA, detailed=False)
     try:
         _meta_validator(schema)
+    except fastjsonschema.JsonSchemaValueException:
+        pass
+    else:
+        return None
+    try:
+        compile_schema(DRAFT7_METASCHEMA)(schema)
     except fastjsonschema.JsonSchemaValueException as exc:
         name = exc.name or "data"
         message = exc.message[len(name) :].strip() if exc.message.startswith(name) else exc.message

@@ -102,7 +102,7 @@ def _check_parameters(tool: ToolDefinition, add: Callable[[str, str], None]) -> 
         if required not in names:
             add("parameters.required", f"{required!r} is not a property")
     try:
-        compile_schema(plain)
+        compile_schema(plain, detailed=False)  # the argument validator's fast half, cached
     except SchemaCompileError as exc:
         add("parameters", f"cannot be compiled: {exc}")
     return names
