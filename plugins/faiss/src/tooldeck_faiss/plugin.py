@@ -43,6 +43,8 @@ SETTING_NAMES: tuple[str, ...] = (
     "embed_whole_query",
     "query_cache_size",
     "faiss_threads",
+    "encoder",
+    "encoder_threads",
     "quantize",
     "batch_size",
     "split_on_verbs",
@@ -56,6 +58,10 @@ SETTING_NAMES: tuple[str, ...] = (
     "history_sync_s",
     "history_threshold",
     "history_weight",
+    "second_encoder",
+    "second_weight",
+    "second_weight_multi",
+    "second_depth",
 )
 
 
