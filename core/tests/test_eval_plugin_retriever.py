@@ -101,3 +101,76 @@ def test_the_demo_counts_tokens_with_a_plugins_tokenizer() -> None:
     manager.register(inline_plugin(tooldeck_token_counter), name="words")
     count, label = _token_counter(manager)
     assert label == "words" and count("one two three") == 3
+
+
+#: A retriever that only ranks when its own configuration table says so: figures above zero
+#: prove that ``tooldeck eval retrieval`` evaluated the deployment's settings.
+CONFIGURED = """
+from tooldeck_hookspecs import ScoredTool, hookimpl
+
+class Configured:
+    def __init__(self, on):
+        self.on = on
+        self.names = []
+    async def warm_up(self):
+        pass
+    async def index(self, tools):
+        self.names = [t.name for t in tools]
+    async def add(self, tools):
+        self.names += [t.name for t in tools]
+    async def remove(self, names):
+        self.names = [n for n in self.names if n not in names]
+    async def search(self, query, k):
+        if not self.on:
+            return []
+        words = set(query.lower().split())
+        hits = [n for n in self.names if any(part in words for part in n.split("_"))]
+        return [ScoredTool(name=n, score=1.0) for n in hits][:k]
+
+@hookimpl
+def tooldeck_retriever(settings):
+    return Configured(settings.get("td_configured", {}).get("on") is True)
+
+@hookimpl
+def tooldeck_config_schema():
+    return {"td_configured": {"type": "object", "properties": {"on": {"type": "boolean"}}}}
+"""
+
+
+@pytest.mark.parametrize("how", ["--config", "TOOLDECK_CONFIG"])
+def test_eval_retrieval_uses_the_configurations_selection_settings(
+    tmp_path: Path, install_plugin, how: str
+) -> None:
+    install_plugin(tmp_path, "td_configured", CONFIGURED)
+    dataset = tmp_path / "tiny.json"
+    dataset.write_text(json.dumps(DATASET), encoding="utf-8")
+    config = tmp_path / "tooldeck.toml"
+    # The runner's table belongs to a stage the evaluation deck does not load: it is left out
+    # instead of being reported as a table nobody reads.
+    config.write_text("[td_configured]\non = true\n\n[runner]\nzygote = false\n", "utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "TOOLDECK_HISTORY_FILE": "off",
+        "TOOLDECK_DISABLE_PLUGINS": "faiss",
+    }
+    env.pop("TOOLDECK_CONFIG", None)
+    command = [sys.executable, "-m", "tooldeck", "eval", "retrieval", str(dataset), "--json"]
+
+    def run(extra: list[str], environ: dict[str, str]) -> dict:
+        done = subprocess.run(
+            command + extra, capture_output=True, text=True, env=environ, cwd=tmp_path / "..",
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    plain = run([], env)
+    assert plain["R@5"] == 0.0 and plain["settings_from"] is None
+    if how == "--config":
+        figures = run(["--config", str(config)], env)
+    else:
+        figures = run([], {**env, "TOOLDECK_CONFIG": str(config)})
+    assert figures["R@5"] == 100.0 and figures["complete@15"] == 100.0
+    assert figures["settings_from"] == str(config)

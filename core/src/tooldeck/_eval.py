@@ -31,6 +31,7 @@ __all__ = [
     "retrieval_metrics",
     "eval_retrieval",
     "eval_with_history",
+    "evaluation_config",
     "run_eval_cli",
 ]
 
@@ -47,15 +48,44 @@ EVAL_HOOKS = (
 )
 
 
-def _evaluation_plugins() -> Any:
+def _evaluation_plugins(config_file: str | None = None) -> Any:
     """The installed entry points the configuration allows, loaded (tool packs included: the
     caller picks the ones that implement :data:`EVAL_HOOKS`)."""
     from ._config import load_config
     from ._plugins import TooldeckPluginManager
 
     manager = TooldeckPluginManager()
-    manager.load_entry_points(load_config().allows, strict=False)
+    manager.load_entry_points(load_config(config_file).allows, strict=False)
     return manager
+
+
+def evaluation_config(config_file: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """The tables of the configuration in use that the evaluated plugins own, and its source.
+
+    ``tooldeck eval retrieval`` measures the selection a deployment really has: the
+    ``[tool.tooldeck.faiss]`` table (or another retriever's) of ``config_file``, else of
+    ``TOOLDECK_CONFIG``, else of the file found from the current directory, applies. Tables of
+    other stages (runner, cache, ...) are left out: the evaluation deck does not load them.
+    """
+    from ._config import load_config
+
+    config = load_config(config_file)
+    manager = _evaluation_plugins(config_file)
+    wanted = set(_evaluation_entry_points(manager))
+    owned: set[str] = set()
+    for impl in manager.impls("tooldeck_config_schema"):
+        if impl.plugin not in wanted:
+            continue
+        try:
+            tables = impl()
+        except Exception:  # Deck.load reports a broken schema hook; here it just owns nothing
+            continue
+        if isinstance(tables, dict):
+            owned.update(str(name) for name in tables)
+    settings = {
+        name: value for name, value in config.settings.items() if name in owned
+    }
+    return settings, (str(config.source) if config.source and settings else None)
 
 
 def _evaluation_entry_points(manager: Any) -> list[str]:
@@ -213,7 +243,11 @@ async def eval_retrieval(
 
 
 def _dataset_deck(
-    tools: Sequence[ToolDefinition], config: Mapping[str, Any] | None, *, lenient: bool = False
+    tools: Sequence[ToolDefinition],
+    config: Mapping[str, Any] | None,
+    *,
+    lenient: bool = False,
+    config_file: str | None = None,
 ) -> Any:
     """An isolated deck holding the dataset's tools and the installed selection plugins.
 
@@ -221,7 +255,7 @@ def _dataset_deck(
     """
     from .testing import inline_plugin, make_deck
 
-    wanted = _evaluation_entry_points(_evaluation_plugins())
+    wanted = _evaluation_entry_points(_evaluation_plugins(config_file))
 
     def tooldeck_register_tools(register: Any) -> None:
         for tool in tools:
@@ -241,11 +275,14 @@ async def _eval_file(
     n_queries: int | None,
     config: Mapping[str, Any] | None,
     history: float = 0.0,
+    config_file: str | None = None,
 ) -> dict[str, Any]:
     # The dataset as it is: lenient registration renames, derives and reports what strict
     # registration would refuse, and the gold names follow the renames through the aliases.
     tools, queries = load_dataset(path, keep_names=True)
-    deck = _dataset_deck(tools, _isolated_history(config), lenient=True)
+    deck = _dataset_deck(
+        tools, _isolated_history(config, config_file), lenient=True, config_file=config_file
+    )
     async with deck:
         catalog = deck.catalog
         for query in queries:
@@ -269,13 +306,20 @@ async def _eval_file(
 
 def run_eval_cli(args: argparse.Namespace) -> int:
     """``tooldeck eval retrieval DATASET.json [--limit N] [--queries N] [--json]``."""
-    config = getattr(args, "config", None)
+    config_file = getattr(args, "config", None)
+    config, source = evaluation_config(config_file)
     history = float(getattr(args, "history", None) or 0.0)
     figures = trio.run(
         lambda: _eval_file(
-            args.dataset, limit=args.limit, n_queries=args.queries, config=config, history=history
+            args.dataset,
+            limit=args.limit,
+            n_queries=args.queries,
+            config=config,
+            history=history,
+            config_file=config_file,
         )
     )
+    figures["settings_from"] = source
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return 0
@@ -295,18 +339,22 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         f"selection p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms; "
         f"index build {figures['build_s']} s for {figures['tools']} tools"
     )
+    if source:
+        console.print(f"selection settings from {source}: {', '.join(sorted(config))}")
     if figures["registration_warnings"]:
         changes = ", ".join(f"{n} {k}" for k, n in figures["registration_warnings"].items())
         console.print(f"admitted leniently: {changes}")
     return 0
 
 
-def _isolated_history(config: Mapping[str, Any] | None) -> dict[str, Any]:
+def _isolated_history(
+    config: Mapping[str, Any] | None, config_file: str | None = None
+) -> dict[str, Any]:
     """The evaluation deck's configuration: each plugin's ``tooldeck_evaluation_settings``
     merged over ``config`` (the faiss plugin keeps its use history in memory there: an
     evaluation neither reads the deployment's history nor writes the replayed queries into it)."""
     settings = dict(config or {})
-    manager = _evaluation_plugins()
+    manager = _evaluation_plugins(config_file)
     for impl in reversed(manager.impls("tooldeck_evaluation_settings")):  # registration order
         tables = impl(settings=dict(settings))
         if tables:

@@ -618,6 +618,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FRACTION",
         help="replay this fraction of the queries as use history, evaluate on the rest",
     )
+    e.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="take the selection settings ([tool.tooldeck.faiss] ...) from FILE (default: "
+        "TOOLDECK_CONFIG or the file found from here)",
+    )
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.set_defaults(func=_cmd_eval)
 
