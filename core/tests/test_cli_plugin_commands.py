@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -55,25 +54,13 @@ def tooldeck_register_commands(subparsers):
 """
 
 
-def _install(root: Path, module: str, source: str) -> None:
-    """A distribution ``module`` with one ``tooldeck`` entry point of the same name."""
-    (root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
-    info = root / f"{module}-0.1.dist-info"  # the folder name must not split at "-"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1\n",
-        encoding="utf-8",
-    )
-    (info / "entry_points.txt").write_text(f"[tooldeck]\n{module} = {module}\n", encoding="utf-8")
-
-
-def _hello(root: Path, module: str, command: str = "hello") -> None:
+def _hello(install, root: Path, module: str, command: str = "hello") -> None:
     source = (
         HELLO.replace("{NAME}", module)
         .replace("{COMMAND}", command)
         .replace("{HELP}", f"greet from {module}")
     )
-    _install(root, module, source)
+    install(root, module, source)
 
 
 def _run(root: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -103,8 +90,8 @@ def site(tmp_path: Path) -> Path:
     return root
 
 
-def test_plugin_command_shows_in_help_and_runs_on_the_same_plugins(site):
-    _hello(site, "td_hello")
+def test_plugin_command_shows_in_help_and_runs_on_the_same_plugins(site, install_plugin):
+    _hello(install_plugin, site, "td_hello")
     helped = _run(site, "--help")
     assert helped.returncode == 0, helped.stderr
     assert "hello" in helped.stdout and "greet from td_hello" in helped.stdout
@@ -115,8 +102,8 @@ def test_plugin_command_shows_in_help_and_runs_on_the_same_plugins(site):
     assert "Traceback" not in ran.stderr
 
 
-def test_disabled_plugin_adds_no_command(site):
-    _hello(site, "td_hello")
+def test_disabled_plugin_adds_no_command(site, install_plugin):
+    _hello(install_plugin, site, "td_hello")
     ran = _run(site, "--help", TOOLDECK_DISABLE_PLUGINS="td_hello")
     assert ran.returncode == 0, ran.stderr
     assert "greet from td_hello" not in ran.stdout
@@ -124,8 +111,8 @@ def test_disabled_plugin_adds_no_command(site):
     assert refused.returncode == 2 and "invalid choice: 'hello'" in refused.stderr
 
 
-def test_raising_command_hook_is_a_failed_plugin_not_a_traceback(site):
-    _install(site, "td_broken", BROKEN)
+def test_raising_command_hook_is_a_failed_plugin_not_a_traceback(site, install_plugin):
+    install_plugin(site, "td_broken", BROKEN)
     helped = _run(site, "--help")
     assert helped.returncode == 0, helped.stderr
     assert "half-built" not in helped.stdout  # what it added before raising is taken back
@@ -139,17 +126,17 @@ def test_raising_command_hook_is_a_failed_plugin_not_a_traceback(site):
     assert "FAILED (commands)" in table.stdout
 
 
-def test_two_plugins_adding_one_command_is_an_error_naming_both(site):
-    _hello(site, "td_alpha")
-    _hello(site, "td_beta")
+def test_two_plugins_adding_one_command_is_an_error_naming_both(site, install_plugin):
+    _hello(install_plugin, site, "td_alpha")
+    _hello(install_plugin, site, "td_beta")
     ran = _run(site, "--help")
     assert ran.returncode == 2
     assert "'hello'" in ran.stderr and "td_alpha" in ran.stderr and "td_beta" in ran.stderr
     assert "Traceback" not in ran.stderr
 
 
-def test_plugin_cannot_take_a_core_command(site):
-    _hello(site, "td_select", command="select")
+def test_plugin_cannot_take_a_core_command(site, install_plugin):
+    _hello(install_plugin, site, "td_select", command="select")
     ran = _run(site, "tools")
     assert ran.returncode == 2
     assert "'select'" in ran.stderr and "tooldeck core" in ran.stderr and "td_select" in ran.stderr

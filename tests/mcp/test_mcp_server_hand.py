@@ -6,7 +6,6 @@ the embedding model; the real retriever is exercised in test_mcp_server_search.p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,34 +13,8 @@ import pytest
 from mcp import Client
 from tooldeck_mcp.server import DeckMcpServer, McpServerSettings
 
-from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
-
-
-class KeywordRetriever:
-    """Scores a tool by the words of the query found in its name and description."""
-
-    def __init__(self) -> None:
-        self.tools: dict[str, str] = {}
-
-    async def index(self, tools: Sequence[ToolDefinition]) -> None:
-        self.tools = {t.name: f"{t.name} {t.description}".lower() for t in tools}
-
-    async def add(self, tools: Sequence[ToolDefinition]) -> None:
-        self.tools.update({t.name: f"{t.name} {t.description}".lower() for t in tools})
-
-    async def remove(self, names: Sequence[str]) -> None:
-        for name in names:
-            self.tools.pop(name, None)
-
-    async def search(self, query: str, k: int) -> list[ScoredTool]:
-        words = [w for w in query.lower().split() if len(w) > 2]
-        scored = [
-            ScoredTool(name=name, score=float(sum(w in text for w in words)))
-            for name, text in self.tools.items()
-        ]
-        scored = [s for s in scored if s.score > 0]
-        return sorted(scored, key=lambda s: -s.score)[:k]
+from tooldeck.testing import KeywordRetriever, inline_plugin, make_deck
+from tooldeck_hookspecs import ConfigError
 
 
 def tooldeck_retriever(settings: Any) -> KeywordRetriever:

@@ -24,10 +24,10 @@ import secrets
 import socket
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tooldeck_hookspecs import ToolDefinition, hookimpl
+from tooldeck_hookspecs import ScoredTool, ToolDefinition, hookimpl
 
 from ._config import Config
 from ._deck import Deck
@@ -39,6 +39,7 @@ __all__ = [
     "make_tooldeck",
     "loopback_server",
     "host_secret",
+    "KeywordRetriever",
 ]
 
 
@@ -152,3 +153,45 @@ else:
         value = "hostmarker-" + secrets.token_hex(6)
         monkeypatch.setenv("TOOLDECK_TEST_HOST_MARKER", value)
         return value
+
+
+class KeywordRetriever:
+    """A model-free retriever for tests: a tool scores the number of the query's words (longer
+    than two letters) found in its name and description.
+
+    It implements the retriever protocol (``warm_up``, ``index``, ``add``, ``remove``,
+    ``search``), so ``inline_plugin(tooldeck_retriever=lambda settings: KeywordRetriever())``
+    puts it in a deck in place of the FAISS retriever. Subclass it to gate or count calls.
+    """
+
+    def __init__(self) -> None:
+        self.tools: dict[str, str] = {}
+
+    @staticmethod
+    def _text(tool: ToolDefinition) -> str:
+        return f"{tool.name} {tool.description}".lower()
+
+    async def warm_up(self) -> None:
+        """Nothing to load."""
+
+    async def index(self, tools: Sequence[ToolDefinition]) -> None:
+        """Hold exactly ``tools``."""
+        self.tools = {t.name: self._text(t) for t in tools}
+
+    async def add(self, tools: Sequence[ToolDefinition]) -> None:
+        """Add or replace ``tools``."""
+        self.tools.update({t.name: self._text(t) for t in tools})
+
+    async def remove(self, names: Sequence[str]) -> None:
+        """Drop the tools named (unknown names are ignored)."""
+        for name in names:
+            self.tools.pop(name, None)
+
+    async def search(self, query: str, k: int) -> list[ScoredTool]:
+        """The ``k`` tools sharing most words with ``query``; tools sharing none are left out."""
+        words = [w for w in query.lower().split() if len(w) > 2]
+        scored = [
+            ScoredTool(name=name, score=float(sum(w in text for w in words)))
+            for name, text in self.tools.items()
+        ]
+        return sorted((s for s in scored if s.score > 0), key=lambda s: -s.score)[:k]

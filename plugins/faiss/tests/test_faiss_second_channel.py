@@ -5,7 +5,9 @@ vectors are cached, and run-time add/remove keep both indexes in step. Real mode
 from __future__ import annotations
 
 import pytest
-from tooldeck_faiss._dense2 import channel_weight, looks_non_english
+from tooldeck_faiss._dense2 import channel_weight, hybrid_margin, looks_non_english, mix_rankings
+
+from tooldeck_hookspecs import ScoredTool
 
 #: Requests MiniLM (an English model) does not place first among the handmade tools.
 FOREIGN = {
@@ -78,3 +80,41 @@ def test_the_gate(text, foreign):
     single = channel_weight(text, 1, single=0.5, multi=0.2)
     assert single == 0.5
     assert channel_weight(text, 3, single=0.5, multi=0.2) == (0.5 if foreign else 0.2)
+
+
+def _scored(*scores):
+    return [ScoredTool(name=f"t{i}", score=s) for i, s in enumerate(scores)]
+
+
+@pytest.mark.parametrize(
+    ("scores", "margin"),
+    [((0.9, 0.9, 0.1), 0.0),  # a tie at the top: the second channel decides
+     ((1.0, 0.5, 0.0), 0.5),
+     ((1.0, 0.0, 0.0), 1.0),  # a clear winner
+     ((0.4, 0.4, 0.4), 0.0),  # no spread at all
+     ((0.7,), 1.0)],
+)
+def test_the_hybrids_margin(scores, margin):
+    assert hybrid_margin(_scored(*scores)) == pytest.approx(margin)
+
+
+async def test_a_clear_hybrid_winner_shrinks_the_second_channel(make_retriever, handmade):
+    """With ``second_margin_scale = 1`` the weight falls to nothing where the hybrid's winner
+    stands clear, so the second channel can only reorder where the hybrid hesitates."""
+    full = make_retriever(second_encoder="use", second_margin_scale=0.0)
+    scaled = make_retriever(second_encoder="use", second_margin_scale=1.0)
+    await full.index(handmade)
+    await scaled.index(handmade)
+    query = "send an email to my boss"
+    segments = full._query_segments(query)
+    hybrid = full._rank(segments, full._embed_query(segments), 100)
+    margin = hybrid_margin(hybrid)
+    assert 0.0 < margin < 1.0
+    names = lambda hits: [h.name for h in hits]  # noqa: E731
+    # The same query, both retrievers: the winner stays and the mix differs only by weight.
+    a, b = await full.search(query, 10), await scaled.search(query, 10)
+    assert a[0].name == b[0].name == "send_email"
+    second = [(n, c) for n, c in full._dense2.search(query, 100) if n in full._slot_of]
+    assert names(b) == names(mix_rankings(hybrid, second, 0.5 * (1.0 - margin), 10))
+    assert names(a) == names(mix_rankings(hybrid, second, 0.5, 10))
+    assert [h.score for h in a] != [h.score for h in b]  # the margin did change the mix

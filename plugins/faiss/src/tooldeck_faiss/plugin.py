@@ -61,6 +61,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "second_encoder",
     "second_weight",
     "second_weight_multi",
+    "second_margin_scale",
     "second_depth",
 )
 
