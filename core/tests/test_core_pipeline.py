@@ -412,6 +412,9 @@ class ListRetriever:
             for n, t in self.tools.items()
         ]
         scored.sort(key=lambda s: (-s.score, s.name))
+        # The best one says why, as a retriever may (ScoredTool.reason).
+        if scored:
+            scored[0] = ScoredTool(name=scored[0].name, score=scored[0].score, reason="top words")
         return scored[:k]
 
 
@@ -433,6 +436,7 @@ async def test_hand_pins_sticky_and_fallback():
         hand = await session.select("greet someone please")
         assert hand.names[0] == "refuse" and "greet" in hand.names
         assert hand.reasons["refuse"] == ("pinned",)
+        assert hand.reasons["greet"] == ("retrieved", "top words")
         # explode was not dealt: the wider search finds it (4 tools), so it proceeds with a note.
         result = await session.call("explode", {})
         assert result.error.code is ErrorCode.EXECUTION_ERROR

@@ -95,7 +95,8 @@ class Hand:
     query: str
     tools: tuple[ToolDefinition, ...]
     scores: Mapping[str, float]
-    #: Why a tool is in the hand: "retrieved", "pinned", "sticky", plus preference reasons.
+    #: Why a tool is in the hand: "retrieved" (then the retriever's own reason, if it gave
+    #: one: ``ScoredTool.reason``), "pinned", "sticky", plus preference reasons.
     reasons: Mapping[str, tuple[str, ...]]
     exclusions: tuple[Exclusion, ...]
     candidates: int
@@ -1052,7 +1053,9 @@ class Session:
         self._turn += 1
         candidates: list[ScoredTool] = await deck._retriever.search(task, max(self.recall, limit))
         scores = {c.name: c.score for c in candidates}
-        reasons: dict[str, list[str]] = {c.name: ["retrieved"] for c in candidates}
+        reasons: dict[str, list[str]] = {
+            c.name: ["retrieved", c.reason] if c.reason else ["retrieved"] for c in candidates
+        }
         sticky = [
             name
             for name, turn in self._last_used.items()

@@ -290,11 +290,17 @@ class SessionInfo:
 
 @attrs.frozen(kw_only=True)
 class ScoredTool:
-    """A retrieval candidate with its score (higher is better) and, optionally, its parts."""
+    """A retrieval candidate with its score (higher is better) and, optionally, its parts.
+
+    ``reason`` is a short phrase for people on why the retriever ranked the tool (which part of
+    the request it matched, by words or by meaning, past use); the core lists it in the hand's
+    ``reasons`` after "retrieved". Empty: no reason given.
+    """
 
     name: str
     score: float
     signals: Mapping[str, float] = attrs.field(factory=dict)
+    reason: str = attrs.field(default="", converter=str)
 
 
 @attrs.frozen(kw_only=True)
