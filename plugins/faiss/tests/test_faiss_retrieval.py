@@ -62,6 +62,30 @@ async def test_signals_and_order(make_retriever, handmade):
         assert {"dense", "bm25", "fused"} <= set(r.signals)
         assert r.signals["fused"] == pytest.approx(r.score)
     assert {"run_shell_command", "git_commit"} <= set(names(results[:3]))
+    # Each tool says which part of the compound request it serves.
+    by_name = {r.name: r.reason for r in results}
+    assert by_name["run_shell_command"].startswith('for "run a bash command"')
+    assert by_name["git_commit"].startswith('for "then commit the changes to git"')
+
+
+@pytest.mark.parametrize(
+    ("signals", "intent", "reason"),
+    [
+        ({"lexical_share": 0.5, "bm25": 1.0, "dense": 0.2}, None, "by words"),
+        ({"lexical_share": 0.5, "bm25": 0.1, "dense": 0.9}, None, "by meaning"),
+        ({"lexical_share": 0.4, "bm25": 0.8, "dense": 0.7}, "list it.",
+         'for "list it", by words and meaning'),
+        # Brought in by past use only: no channel to name.
+        ({"lexical_share": 0.4, "bm25": 0.0, "dense": 0.0, "history": 0.8}, None,
+         "used before for a similar task"),
+        ({"lexical_share": 0.4, "bm25": 0.0, "dense": 0.9}, "x" * 60,
+         'for "' + "x" * 45 + '...", by meaning'),
+    ],
+)
+def test_reasons_name_the_intent_the_channel_and_past_use(signals, intent, reason):
+    from tooldeck_faiss._retriever import _reason
+
+    assert _reason(signals, intent) == reason
 
 
 def test_tool_text_has_all_fields(handmade):
@@ -209,9 +233,9 @@ async def test_empty_catalog_and_zero_k(make_retriever, handmade):
 
 
 def test_hook_reads_its_table(tmp_path):
-    retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path), "lexical_weight": 0.4}})
+    retriever = tooldeck_retriever({"faiss": {"cache_dir": str(tmp_path), "lexical_weight": 0.45}})
     assert isinstance(retriever.retriever, FaissRetriever)
-    assert retriever.settings.lexical_weight == 0.4
+    assert retriever.settings.lexical_weight == 0.45
     assert isinstance(tooldeck_retriever({}).retriever, FaissRetriever)
     with pytest.raises(ConfigError, match="lexical_wieght"):
         tooldeck_retriever({"faiss": {"lexical_wieght": 0.4}})

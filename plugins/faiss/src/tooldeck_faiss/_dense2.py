@@ -124,7 +124,7 @@ def mix_rankings(
 
     Both lists are min-max normalised over their own entries (a tool missing from one list
     counts 0 there), so the mix does not depend on either signal's scale. The hybrid's own
-    signals are kept; ``hybrid`` and ``dense2`` record the two normalised parts.
+    signals and reasons are kept; ``hybrid`` and ``dense2`` record the two normalised parts.
     """
     if weight <= 0 or not second:
         return list(hits[:k])
@@ -136,6 +136,7 @@ def mix_rankings(
     for (name, _), value in zip(second, cosine.tolist(), strict=True):
         parts.setdefault(name, [0.0, 0.0])[1] = value
     signals = {h.name: h.signals for h in hits}
+    reasons = {h.name: h.reason for h in hits}
     scored = {n: (1.0 - weight) * a + weight * b for n, (a, b) in parts.items()}
     # Ties keep the hybrid's order (dict order: hybrid hits first).
     order = sorted(scored, key=lambda n: -scored[n])[:k]
@@ -144,6 +145,8 @@ def mix_rankings(
             name=n,
             score=float(scored[n]),
             signals={**signals.get(n, {}), "hybrid": parts[n][0], "dense2": parts[n][1]},
+            # A tool only the second channel found: its meaning in any language did.
+            reason=reasons.get(n) or "by meaning (multilingual encoder)",
         )
         for n in order
     ]

@@ -23,11 +23,11 @@ class FusionParams:
     (surface words, another language) leans on the embedding.
     """
 
-    lexical_weight: float = 0.5
+    lexical_weight: float = 0.4  # RetrieverSettings' defaults, where they were measured
     adaptive: bool = True
     adapt: float = 1.0
     min_weight: float = 0.1
-    full_query_weight: float = 0.3
+    full_query_weight: float = 0.35
     top: int = 5
 
 
@@ -116,16 +116,19 @@ def spread_over_intents(
         return out
     # Only the best few per segment can be picked: k of them at most.
     pool = np.argsort(-total, kind="stable")[: k * (int(best_seg.max()) + 1)]
-    picked: list[int] = []
-    counts: dict[int, int] = {}
-    remaining = list(pool.tolist())
-    while remaining and len(picked) < k:
-        scores = [
-            float(total[c]) - diversity * counts.get(int(best_seg[c]), 0) for c in remaining
-        ]
+    # Vectorised greedy pick over the pool (in float64, as Python floats would compute it):
+    # argmax takes the first best in pool order, and a picked candidate drops out as -inf,
+    # so ties resolve exactly as a scan of the remaining list would.
+    base = total[pool].astype(np.float64)
+    segs = best_seg[pool]
+    counts = np.zeros(int(best_seg.max()) + 1, dtype=np.int64)
+    taken = np.zeros(pool.size, dtype=bool)
+    picked = np.empty(min(k, pool.size), dtype=np.int64)
+    for step in range(picked.size):
+        scores = base - diversity * counts[segs]
+        scores[taken] = -np.inf
         best_j = int(np.argmax(scores))
-        choice = remaining.pop(best_j)
-        picked.append(choice)
-        seg = int(best_seg[choice])
-        counts[seg] = counts.get(seg, 0) + 1
-    return np.asarray(picked, dtype=np.int64)
+        taken[best_j] = True
+        picked[step] = pool[best_j]
+        counts[segs[best_j]] += 1
+    return picked
