@@ -20,16 +20,13 @@ Metrics: ``tooldeck.tool.duration`` (histogram, s) and ``tooldeck.tool.calls`` (
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
-
-from opentelemetry import metrics, trace
-from opentelemetry import trace as _trace_api
-from opentelemetry.metrics import _internal as _metrics_api
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tooldeck_hookspecs import ConfigError, Event, hookimpl, observes
 
@@ -50,18 +47,37 @@ INSTRUMENTATION_NAME = "tooldeck"
 #: The environment switch GenAI instrumentations share for recording content (prompts, tasks).
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
-# Proxies: they follow the global providers even when the application sets them after import.
-_tracer = trace.get_tracer(INSTRUMENTATION_NAME, "0.1.0")
-_meter = metrics.get_meter(INSTRUMENTATION_NAME, "0.1.0")
-_tool_duration = _meter.create_histogram(
-    "tooldeck.tool.duration", unit="s", description="Duration of tool calls through the deck."
-)
-_tool_calls = _meter.create_counter(
-    "tooldeck.tool.calls", unit="{call}", description="Tool calls through the deck."
-)
-_select_duration = _meter.create_histogram(
-    "tooldeck.select.duration", unit="s", description="Duration of hand selection."
-)
+
+class _Instruments:
+    """The tracer and the metric instruments, made at the first signal.
+
+    The OpenTelemetry API is imported here, not when the plugin loads: every ``tooldeck``
+    command loads the plugin, and most processes never set a provider. Made from the global
+    providers, these follow them (proxies) when the application sets its SDK later.
+    """
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self.SpanKind, self.Status, self.StatusCode = SpanKind, Status, StatusCode
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, "0.1.0")
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, "0.1.0")
+        self.tool_duration = meter.create_histogram(
+            "tooldeck.tool.duration", unit="s",
+            description="Duration of tool calls through the deck.",
+        )
+        self.tool_calls = meter.create_counter(
+            "tooldeck.tool.calls", unit="{call}", description="Tool calls through the deck."
+        )
+        self.select_duration = meter.create_histogram(
+            "tooldeck.select.duration", unit="s", description="Duration of hand selection."
+        )
+
+
+@functools.cache
+def _instruments() -> _Instruments:
+    return _Instruments()
 
 _capture_setting: bool | None = None
 
@@ -121,6 +137,14 @@ def _configured() -> bool:
     global _seen_provider
     if _seen_provider:
         return True  # providers are set once per process and never unset
+    if "opentelemetry.trace" not in sys.modules and "opentelemetry.metrics" not in sys.modules:
+        # Setting a provider imports the API: nobody did, so there is no SDK (and the API's
+        # import is not paid by processes that never use it).
+        return False
+    from opentelemetry import metrics, trace
+    from opentelemetry import trace as _trace_api
+    from opentelemetry.metrics import _internal as _metrics_api
+
     # The API keeps the providers set by the application in these module globals (None until
     # then); reading them costs nothing, where get_tracer_provider() reads the environment.
     tracer_set = getattr(_trace_api, "_TRACER_PROVIDER", _UNKNOWN)
@@ -146,6 +170,7 @@ def _window(duration: object) -> tuple[int, int, float | None]:
 
 
 def _call_span(event: Event) -> None:
+    otel = _instruments()
     data = event.data
     name = event.tool or "unknown"
     start, end, duration = _window(data.get("duration_s"))
@@ -165,21 +190,23 @@ def _call_span(event: Event) -> None:
     failed = not data.get("success", True)
     if failed:
         attributes["error.type"] = str(code or "_OTHER")
-    span = _tracer.start_span(
-        f"execute_tool {name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+    span = otel.tracer.start_span(
+        f"execute_tool {name}", kind=otel.SpanKind.INTERNAL, start_time=start,
+        attributes=attributes,
     )
     if failed:
-        span.set_status(Status(StatusCode.ERROR, str(code or "")))
+        span.set_status(otel.Status(otel.StatusCode.ERROR, str(code or "")))
     span.end(end_time=end)
     labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
     if failed:
         labels["error.type"] = str(code or "_OTHER")
-    _tool_calls.add(1, labels)
+    otel.tool_calls.add(1, labels)
     if duration is not None:
-        _tool_duration.record(duration, labels)
+        otel.tool_duration.record(duration, labels)
 
 
 def _select_span(event: Event) -> None:
+    otel = _instruments()
     data = event.data
     start, end, duration = _window(data.get("duration_s"))
     tools = [str(t) for t in data.get("tools", ())]
@@ -196,9 +223,9 @@ def _select_span(event: Event) -> None:
     query = data.get("query")
     if capture_content() and isinstance(query, str):
         attributes["tooldeck.select.query"] = query
-    span = _tracer.start_span(
-        "tooldeck.select", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+    span = otel.tracer.start_span(
+        "tooldeck.select", kind=otel.SpanKind.INTERNAL, start_time=start, attributes=attributes
     )
     span.end(end_time=end)
     if duration is not None:
-        _select_duration.record(duration)
+        otel.select_duration.record(duration)

@@ -11,11 +11,23 @@ The guards are usable on their own::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from tooldeck_hookspecs import lazy_exports
+
 from ._authorize import authorize, url_allow_list
 from ._filters import BOOST, SCAN_TTL_S, environment_topics, rule_filter, workdir_topics
 from ._paths import check_path, expand_allowed_paths, resolve_path
-from ._shell import CommandVerdict, analyze_command
 from ._urls import ENV_ALLOW, ENV_DNS_TIMEOUT, check_url, parse_allow_list, split_allow_entry
+
+if TYPE_CHECKING:
+    from ._shell import CommandVerdict, analyze_command
+
+# The shell analyzer compiles its many patterns at import (several ms): only a call with a
+# command argument needs it, so it loads at first use (PEP 562), not with every deck.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"CommandVerdict": "._shell", "analyze_command": "._shell"}
+)
 
 __all__ = [
     "BOOST",

@@ -24,7 +24,6 @@ from tooldeck_hookspecs import (
 )
 
 from ._paths import check_path
-from ._shell import analyze_command
 from ._urls import ENV_ALLOW, check_url
 
 __all__ = ["authorize", "url_allow_list"]
@@ -134,6 +133,10 @@ def _arguments(
                 )
             )
             continue
+        # Imported here: the analyzer's patterns cost several ms to compile, which only calls
+        # with a command argument should pay (not every process that loads the policy).
+        from ._shell import analyze_command
+
         verdict = analyze_command(value, allow_pipes=security.allow_pipes)
         if verdict.injection:
             denies.append(
