@@ -402,3 +402,28 @@ async def test_the_calls_proc_keeps_host_wide_knobs_read_only(
         assert result.data["sysctl_write"].startswith("refused"), result.data
         # The deck's own proc that a uid = "deck" zygote keeps is reachable by no path.
         assert result.data["other_procs"] == [], result.data
+
+
+@pytest.mark.parametrize(("seccomp", "mode", "filters"), [(True, "2", "1"), (False, "0", "0")])
+async def test_every_call_is_born_under_exactly_one_seccomp_filter(
+    tmp_path: Path, seccomp: bool, mode: str, filters: str
+) -> None:
+    # The zygote installs the filter on itself before any call process exists: each call
+    # inherits that one filter (a second one, stacked by the call, would show as 2) and
+    # reports it; with seccomp = false there is none at all.
+    ex = executor(seccomp=seccomp)
+    zygote_usable(ex)
+    argv = ["sh", "-c", "grep -E '^Seccomp(_filters)?:' /proc/self/status"]
+    try:
+        results = [
+            await call(ex, tmp_path, sandboxed("run_program"), argv=argv) for _ in range(2)
+        ]
+        stats = ex.sandbox_pool().statistics()
+    finally:
+        await ex.aclose()
+    assert stats.served_zygote == 2 and stats.zygote_fallback == "", stats
+    for result in results:
+        assert result.success and result.data["returncode"] == 0, result
+        status = dict(line.split(":\t") for line in result.data["stdout"].splitlines())
+        assert status == {"Seccomp": mode, "Seccomp_filters": filters}, status
+        assert result.metadata["limits"]["seccomp"] == ("on" if seccomp else "off")

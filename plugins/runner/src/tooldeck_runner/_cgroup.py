@@ -209,6 +209,8 @@ class Cgroup:
     dirs: dict[str, str]
     memory_bytes: int | None = None
     pids_max: int | None = None
+    #: Set by the first :meth:`kill`: a release need not kill again (the reaper repeats it).
+    killed: bool = False
 
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files a process writes its pid into to join."""
@@ -270,6 +272,7 @@ class Cgroup:
         empty (:meth:`remove` succeeds); ``pids.max`` bounds how many can appear between two
         rounds, and a process being killed cannot fork, so this converges.
         """
+        self.killed = True
         if self.version == "v2":
             kill = os.path.join(self.dirs["unified"], "cgroup.kill")
             if os.path.exists(kill):

@@ -828,8 +828,9 @@ class SandboxPool:
             with trio.CancelScope(shield=True):
                 # Whatever happened, the call's processes end here (the group is killed and
                 # removed in the background), and a retired zygote goes with its last call.
-                group.kill()
-                self._release_cgroup(worker)
+                # Its events were read before the answer was made (they are not needed after a
+                # failure): not read again.
+                self._release_cgroup(worker, read_events=False)
                 if zygote.retired and zygote.in_flight == 0:
                     zygote.control.close()
                     zygote.admin.close()
@@ -1347,6 +1348,8 @@ class SandboxPool:
             worker += ["--tmp-bytes", str(self.settings.tmp_size_mb * 1024 * 1024)]
             if key.network:
                 worker.append("--network")
+            if self.settings.seccomp:
+                worker.append("--seccomp")
         if preload:
             worker += ["--preload", ",".join(preload)]
         if self.isolation == ISOLATION_PROCESS:
@@ -1527,8 +1530,9 @@ class SandboxPool:
         if staged is not None:
             _on_spawner_later(functools.partial(_idmap.unstage, staged))
 
-    def _release_cgroup(self, worker: _Worker) -> None:
-        """Note what the cgroup saw, then empty and remove it in the background.
+    def _release_cgroup(self, worker: _Worker, *, read_events: bool = True) -> None:
+        """Note what the cgroup saw (unless ``read_events`` is false), then empty and remove it
+        in the background.
 
         Off the answer's path: the processes of a killed sandbox take a few milliseconds to
         leave, and the result does not wait for that (aclose() does).
@@ -1537,8 +1541,11 @@ class SandboxPool:
         if group is None:
             return
         worker.cgroup = None
-        worker.events = (group.oom_killed(), group.pids_exhausted())
-        group.kill()
+        if read_events:
+            worker.events = (group.oom_killed(), group.pids_exhausted())
+        if not group.killed:
+            # Once here; the reaper repeats the kill until the group is empty (cgroup v1).
+            group.kill()
         # rmdir of a memory cgroup moves its charges to the parent: milliseconds of kernel
         # work, done by the reaper in a thread rather than here on the answer's path.
         with self._leftover_lock:

@@ -30,6 +30,7 @@ degraded mode it keeps ``os.kill(os.getppid(), ...)`` in the tool away from the 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -42,6 +43,10 @@ from types import ModuleType
 from typing import Any
 
 _HERE = Path(__file__).resolve().parent
+# Set in a zygote started with ``--seccomp`` once it installed the filter on itself: every call
+# process it forks inherits the filter from birth, and reports it instead of installing it again
+# (assembling and loading it cost a call a few hundred microseconds).
+_INHERITED_SECCOMP: str | None = None
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
@@ -223,10 +228,15 @@ def _run_awaitable(awaitable: Any) -> Any:
     return trio.run(main)
 
 
-def _warm_up(wire: Any, outcomes: Any) -> None:
+def _warm_up(wire: Any, outcomes: Any, *, whole_call: bool = False) -> None:
     """Pay one-time costs before the request arrives: cattrs generates its (un)structuring code
-    on first use, and the logging module is imported lazily otherwise."""
-    import logging  # noqa: F401
+    on first use, and the logging module is imported lazily otherwise. The root logger's
+    handler is made here too (``_call`` repeats ``basicConfig``, a no-op then): it writes to
+    ``sys.stderr``, whose descriptor 2 each call points at its own output before the tool
+    runs."""
+    import logging
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
     from tooldeck_hookspecs import ToolCall, ToolContext, ToolDefinition
 
@@ -239,6 +249,24 @@ def _warm_up(wire: Any, outcomes: Any) -> None:
     wire.dumps(outcomes.ToolResult.fail("EXECUTION_ERROR", "warm-up"))
     ToolDefinition(name="warm", description="", category="sandbox", execute=print)
     ToolContext(session_id="s", workdir="/")
+    if whole_call:
+        # A zygote forks every call from its memory: a whole call of a function of the contract
+        # done here once (no call's data: a constant) leaves what a call computes lazily on its
+        # first run (signatures, converters, caches) computed, instead of done again per call.
+        request = wire.structure_request(
+            wire.dumps(
+                wire.SandboxRequest(
+                    call=ToolCall(name="warm", arguments={"value": {"a": [1, "b", None]}}),
+                    context=wire.WireContext(
+                        session_id="s", workdir="/", call_id="c", tool_name="warm"
+                    ),
+                    entrypoint="tooldeck_hookspecs:canonical_json",
+                    call_style="kwargs",
+                )
+            )
+        )
+        result = _call(wire, outcomes, request).with_metadata(sandbox_seccomp="off")
+        wire.encode_frame(wire.dumps(result))
 
 
 def main() -> None:
@@ -304,7 +332,11 @@ def _serve(
     seccomp = "off"
     try:
         _apply_limits(limits)
-        if limits.seccomp:
+        if _INHERITED_SECCOMP is not None:
+            # Installed by the zygote before it forked this process (the same rules: its
+            # network is the call's); a filter cannot be removed, only reported.
+            seccomp = _INHERITED_SECCOMP
+        elif limits.seccomp:
             seccomp = seccomp_module.install(network=limits.network)
         result = _call(wire, outcomes, request, response_fd)
         # What the host cannot see from outside travels with the answer.
@@ -468,7 +500,12 @@ def _mounts_below(target: str) -> list[str]:
 
 
 def _isolate_call(
-    tmp_bytes: int, network: bool, ids: tuple[int, int], *, cloned: bool = False
+    tmp_bytes: int,
+    network: bool,
+    ids: tuple[int, int],
+    *,
+    cloned: bool = False,
+    carried: dict[str, list[str]] | None = None,
 ) -> None:
     """Give this call process namespaces of its own (see the module docstring), or, when
     ``cloned`` (born in them by ``_clone_into``), set up the ones it has. It keeps the
@@ -476,7 +513,9 @@ def _isolate_call(
     then drops them all (``_drop_capabilities``). ``ids`` are the zygote's uid and gid, read
     before the clone: a process born in a new user namespace sees the overflow ids (65534)
     until its map is written, which would map the wrong uid (and fail where 65534 is not the
-    sandbox's uid: a deck that is not root)."""
+    sandbox's uid: a deck that is not root). ``carried``: the mounts below ``/tmp`` and
+    ``/dev/shm`` (``_mounts_below``), read once by the zygote, whose mount table this process
+    copied and which never changes; read here when not given."""
     import ctypes
 
     libc = _libc()
@@ -500,7 +539,7 @@ def _isolate_call(
         # What bubblewrap mounted below it (a workdir or import path under /tmp) is carried
         # over: cloned (recursively: read-only and protected binds included) before the fresh
         # tmpfs covers it, and attached again at the same place on top.
-        below = _mounts_below(target)
+        below = carried[target] if carried is not None else _mounts_below(target)
         clones = []
         for path in below:
             fd = libc.syscall(
@@ -586,6 +625,7 @@ def _drop_capabilities() -> None:
 def _spare(
     calls_fd: int, notify_fd: int, tmp_bytes: int, network: bool, wire: Any, outcomes: Any,
     seccomp_module: Any, ids: tuple[int, int], cloned: bool = False,
+    carried: dict[str, list[str]] | None = None,
 ) -> None:
     """A call's process, forked by the zygote ahead of its call. Never returns.
 
@@ -603,7 +643,7 @@ def _spare(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     failure = ""
     try:
-        _isolate_call(tmp_bytes, network, ids, cloned=cloned)
+        _isolate_call(tmp_bytes, network, ids, cloned=cloned, carried=carried)
         if not cloned and os.fork():
             os._exit(0)
         # The call's PID 1 from here on: the first process of its PID namespace.
@@ -727,6 +767,13 @@ def _zygote(
     flags = _call_flags(network)
     ids = (os.getuid(), os.getgid())  # the sandbox's, as the call's maps must name them
     clone = [True]  # until the kernel refuses it once: then fork + unshare for good
+    # Per zygote, not per call: its mount table is bubblewrap's, fixed for its whole life.
+    carried = {target: _mounts_below(target) for target in ("/tmp", "/dev/shm")}
+    # What is alive now (modules, the warm-up's objects) is inherited by every call process:
+    # frozen, the collector of a call never walks it, so it does not write (and copy) those
+    # pages. The calls' own garbage is collected as usual.
+    gc.collect()
+    gc.freeze()
 
     def fork_spare() -> None:
         cloned = clone[0]
@@ -745,7 +792,7 @@ def _zygote(
             os.close(notify_r)
             _spare(
                 calls_fd, notify_w, tmp_bytes, network, wire, outcomes, seccomp_module, ids,
-                cloned,
+                cloned, carried,
             )
 
     for _ in range(_SPARES):
@@ -770,10 +817,17 @@ def _zygote(
                     importlib.import_module(message[1:].decode())
                 except BaseException:  # a broken preload must not kill the zygote
                     pass
+                gc.freeze()  # the new module's objects too (see above)
 
 
 def zygote_main(args: list[str]) -> None:
-    """``--zygote FD --admin FD --tmp-bytes N [--network]``: see ``_zygote``."""
+    """``--zygote FD --admin FD --tmp-bytes N [--network] [--seccomp]``: see ``_zygote``.
+
+    ``--seccomp``: install the seccomp filter (``_seccomp``) on the zygote itself, before any
+    call process exists, instead of in each call's tool process after its request. What it
+    refuses, the zygote and its call processes never need (they mount, clone and pass
+    descriptors; they create only stream socket pairs and no set-id file)."""
+    global _INHERITED_SECCOMP
     if not _prctl(_PR_SET_DUMPABLE, 0):
         os._exit(4)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -796,7 +850,10 @@ def zygote_main(args: list[str]) -> None:
             importlib.import_module(name)
         except BaseException:
             pass
-    _warm_up(wire, outcomes)
+    _warm_up(wire, outcomes, whole_call=True)
+    if "--seccomp" in args and seccomp_module.install(network=network) == "on":
+        # Else each call installs it itself (and reports why not), as a single-use worker does.
+        _INHERITED_SECCOMP = "on"
     _zygote(calls_fd, admin_fd, tmp_bytes, network, wire, outcomes, seccomp_module)
 
 
