@@ -17,7 +17,8 @@ from pathlib import Path
 from tooldeck._bench import HEAVY_MODULES
 
 #: Also kept out of commands that never select or rate-limit: numpy (via the faiss plugin), the
-#: ONNX runtime and tokenizers, redis-py and the rate limiter's ``limits`` (issue 16).
+#: ONNX runtime and tokenizers, redis-py, the rate limiter's ``limits``, OpenTelemetry, the
+#: shell analyzer and the retry library (issue 16).
 STARTUP_MODULES = (
     *HEAVY_MODULES,
     "numpy",
@@ -26,6 +27,10 @@ STARTUP_MODULES = (
     "redis",
     "limits",
     "tooldeck_faiss._retriever",
+    # Loaded at the first signal, command argument or retry (issue 16's `tooldeck call`).
+    "opentelemetry",
+    "tooldeck_policy._shell",
+    "stamina",
 )
 
 

@@ -20,6 +20,7 @@ the host's environment that must not reach the tool).
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import threading
@@ -40,6 +41,7 @@ __all__ = [
     "loopback_server",
     "host_secret",
     "KeywordRetriever",
+    "run_python",
 ]
 
 
@@ -195,3 +197,30 @@ class KeywordRetriever:
             for name, text in self.tools.items()
         ]
         return sorted((s for s in scored if s.score > 0), key=lambda s: -s.score)[:k]
+
+
+def run_python(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 120.0,
+) -> str:
+    """Run ``code`` (dedented) in a new interpreter and return what it printed.
+
+    For checks that need a fresh process: what a module imports at load, start-up paths.
+    ``env`` replaces the environment (default: this process's). Raises ``AssertionError``
+    with the end of its stderr when the interpreter exits non-zero.
+    """
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, check=False,
+        env=dict(env) if env is not None else None, cwd=cwd,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"exit {done.returncode}: {done.stderr[-2000:]}")
+    return done.stdout

@@ -6,18 +6,11 @@ the API. Each check runs in a new interpreter, where nothing else imported OpenT
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+from tooldeck.testing import run_python
 
 
 def _run(code: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_python(code).strip()
 
 
 def test_loading_the_plugin_and_emitting_without_a_provider_imports_no_opentelemetry():

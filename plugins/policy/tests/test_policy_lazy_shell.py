@@ -6,18 +6,11 @@ only by a process that checks a command. Each check runs in a new interpreter.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+from tooldeck.testing import run_python
 
 
 def _run(code: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.split()
+    return run_python(code).split()
 
 
 def test_the_policy_loads_and_checks_a_path_without_the_shell_analyzer():

@@ -52,7 +52,6 @@ from typing import Any
 
 import attrs
 import outcome
-import stamina
 import trio
 
 from tooldeck_hookspecs import (
@@ -648,6 +647,10 @@ class RunnerExecutor:
         if not execution.retryable or execution.max_retries <= 0:
             attempts[0] = 1
             return await self._attempt(tool, call, context)
+        # Imported here: stamina (and tenacity under it) cost a new process ~8 ms, and only
+        # retryable tools need it (`tooldeck call` of a plain tool does not).
+        import stamina
+
         settings = self.settings
         try:
             async for attempt in stamina.retry_context(
