@@ -283,3 +283,26 @@ def test_schema_keywords(value, schema, expected):
     problems = check_schema(value, schema, ("t", "k"))
     assert len(problems) == 1 and expected in problems[0][1]
     assert check_schema(value, {}, ("t", "k")) == []
+
+
+def test_a_tooldeck_toml_takes_the_readmes_pyproject_spelling_of_tables(tmp_path):
+    """``[tool.tooldeck.X]`` copied from a README into a tooldeck.toml is table X, merged with a
+    top-level ``[X]`` (the pyproject spelling wins per key); other ``[tool.*]`` tables are
+    still reported."""
+    from tooldeck._config import load_config
+
+    path = tmp_path / "tooldeck.toml"
+    path.write_text(
+        "[hand]\nlimit = 12\nrecall = 30\n"
+        "[tool.tooldeck.hand]\nlimit = 11\n"
+        "[tool.tooldeck.faiss]\nsecond_encoder = \"use\"\n"
+    )
+    config = load_config(str(path))
+    assert config.settings["faiss"] == {"second_encoder": "use"}
+    assert config.settings["hand"] == {"limit": 11, "recall": 30}
+    assert "tool" not in config.settings
+
+    path.write_text("[tool.tooldeck.hand]\nlimit = 11\n[tool.other]\nx = 1\n")
+    with pytest.raises(ConfigValidationError) as info:
+        Deck.load(str(path), entry_points=PLUGINS)
+    assert any("tool" in line and "unknown table" in line for line in info.value.problems)

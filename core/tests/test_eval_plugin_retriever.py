@@ -137,7 +137,7 @@ def tooldeck_config_schema():
 """
 
 
-@pytest.mark.parametrize("how", ["--config", "TOOLDECK_CONFIG"])
+@pytest.mark.parametrize("how", ["--config", "TOOLDECK_CONFIG", "--config pyproject spelling"])
 def test_eval_retrieval_uses_the_configurations_selection_settings(
     tmp_path: Path, install_plugin, how: str
 ) -> None:
@@ -147,7 +147,8 @@ def test_eval_retrieval_uses_the_configurations_selection_settings(
     config = tmp_path / "tooldeck.toml"
     # The runner's table belongs to a stage the evaluation deck does not load: it is left out
     # instead of being reported as a table nobody reads.
-    config.write_text("[td_configured]\non = true\n\n[runner]\nzygote = false\n", "utf-8")
+    table = "tool.tooldeck.td_configured" if "spelling" in how else "td_configured"
+    config.write_text(f"[{table}]\non = true\n\n[runner]\nzygote = false\n", "utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": str(tmp_path),
@@ -158,19 +159,28 @@ def test_eval_retrieval_uses_the_configurations_selection_settings(
     env.pop("TOOLDECK_CONFIG", None)
     command = [sys.executable, "-m", "tooldeck", "eval", "retrieval", str(dataset), "--json"]
 
+    said: list[str] = []
+
     def run(extra: list[str], environ: dict[str, str]) -> dict:
         done = subprocess.run(
             command + extra, capture_output=True, text=True, env=environ, cwd=tmp_path / "..",
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
+        said.append(done.stderr)
         return json.loads(done.stdout)
 
     plain = run([], env)
     assert plain["R@5"] == 0.0 and plain["settings_from"] is None
-    if how == "--config":
+    if how.startswith("--config"):
         figures = run(["--config", str(config)], env)
     else:
         figures = run([], {**env, "TOOLDECK_CONFIG": str(config)})
     assert figures["R@5"] == 100.0 and figures["complete@15"] == 100.0
     assert figures["settings_from"] == str(config)
+    assert "no table of the evaluated plugins" not in said[-1]
+    # A file with nothing for the evaluated plugins says so instead of silently evaluating
+    # the defaults as if they were its settings.
+    config.write_text("[hand]\nlimit = 12\n", "utf-8")
+    assert run(["--config", str(config)], env)["R@5"] == 0.0
+    assert "has no table of the evaluated plugins" in said[-1]

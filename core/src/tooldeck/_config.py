@@ -213,7 +213,25 @@ def _table_of(path: Path, document: dict[str, Any]) -> dict[str, Any] | None:
         return table if isinstance(table, dict) else None
     # A tooldeck.toml may hold the settings at top level or under [tooldeck].
     inner = document.get("tooldeck")
-    return inner if isinstance(inner, dict) else document
+    table = inner if isinstance(inner, dict) else document
+    tool = table.get("tool")
+    nested = tool.get("tooldeck") if isinstance(tool, dict) else None
+    if not isinstance(nested, dict):
+        return table
+    # Every README spells tables as in a pyproject.toml ([tool.tooldeck.faiss]): copied into a
+    # tooldeck.toml they mean the same tables, not an unknown table "tool" (which would stop
+    # the deck, and leave `tooldeck eval retrieval --config` without its settings).
+    merged = {k: v for k, v in table.items() if k != "tool"}
+    rest = {k: v for k, v in tool.items() if k != "tooldeck"}
+    if rest:
+        merged["tool"] = rest  # other tools' tables stay, and validation names them
+    for name, value in nested.items():
+        known = merged.get(name)
+        if isinstance(value, dict) and isinstance(known, dict):
+            merged[name] = {**known, **value}
+        else:
+            merged[name] = value
+    return merged
 
 
 def find_config_file(start: Path) -> Path | None:

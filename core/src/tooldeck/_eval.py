@@ -308,6 +308,12 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     """``tooldeck eval retrieval DATASET.json [--limit N] [--queries N] [--json]``."""
     config_file = getattr(args, "config", None)
     config, source = evaluation_config(config_file)
+    if config_file and not config:
+        # Said, not silent: figures of the defaults read as the file's would mislead.
+        sys.stderr.write(
+            f"tooldeck: {config_file} has no table of the evaluated plugins; "
+            "evaluating the default selection settings\n"
+        )
     history = float(getattr(args, "history", None) or 0.0)
     figures = trio.run(
         lambda: _eval_file(
