@@ -44,8 +44,10 @@ def test_tables_show_words_side_by_side_and_no_bare_keys() -> None:
         "startup_call_vs_import_ratio": 3.0,
         "mcp_stdio_tools_list_s": 0.8,
         "select_p50_ms_10k": 12.0,
-        "query_embedding_ms": 10.0,
-        "select_vs_query_embedding_ratio_10k": 1.2,
+        "query_embedding_ms": 6.0,
+        "st_float_query_embedding_ms": 10.0,
+        "select_vs_query_embedding_ratio_10k": 2.0,
+        "select_vs_st_float_query_ratio_10k": 1.2,
         "langchain": "langchain-core not importable",
     }
     out = io.StringIO()
@@ -54,7 +56,10 @@ def test_tables_show_words_side_by_side_and_no_bare_keys() -> None:
         console.print(table)
     text = out.getvalue()
     assert "tooldeck call file_read in a new process" in text
-    assert "selection p50 inside a deck, 10k tools, vs one MiniLM query embedding" in text
+    assert (
+        "selection p50 inside a deck, 10k tools, new queries, vs one MiniLM query embedding by "
+        "sentence-transformers" in text
+    )
     assert "until tools/list answers" in text
     for key in figures:
         if "_" in key:  # a bare identifier would show its underscores

@@ -63,7 +63,12 @@ def st_float_query_embedding_ms(rounds: int = 5) -> float:
     """Median ms of ``SentenceTransformer(all-MiniLM-L6-v2).encode([q])``, float, on CPU, for
     the bench queries: the reference of the selection goals (loads torch: bench only)."""
     import torch
+    import transformers
     from sentence_transformers import SentenceTransformer
+
+    # No "Loading weights" bar in the middle of the bench's output.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
     from ._bench_figures import _BENCH_QUERIES
     from ._retriever import default_model_path
