@@ -23,7 +23,7 @@ def _first(results):
 
 
 async def test_requests_in_other_languages_find_their_tool(make_retriever, handmade):
-    off = make_retriever()
+    off = make_retriever(second_encoder="none")
     on = make_retriever(second_encoder="use")
     await off.index(handmade)
     await on.index(handmade)
@@ -39,7 +39,11 @@ async def test_requests_in_other_languages_find_their_tool(make_retriever, handm
 
 
 async def test_off_is_the_hybrid_and_vectors_are_cached(make_retriever, handmade, tmp_path):
-    plain = make_retriever(cache_dir=str(tmp_path / "a"))
+    # The channel at weight 0 deals exactly what the hybrid alone ("none") deals.
+    plain = make_retriever(
+        cache_dir=str(tmp_path / "a"), second_encoder="use", second_weight=0.0,
+        second_weight_multi=0.0,
+    )
     off = make_retriever(cache_dir=str(tmp_path / "a"), second_encoder="none")
     await plain.index(handmade)
     await off.index(handmade)
@@ -73,7 +77,9 @@ async def test_add_and_remove_keep_both_indexes_in_step(make_retriever, handmade
 @pytest.mark.parametrize(
     ("text", "foreign"),
     [("明天北京的天气怎么样", True), ("what is the weather in Paris", False),
-     ("quiero saber el tiempo de la semana en Madrid", True)],
+     ("quiero saber el tiempo de la semana en Madrid", True),
+     ("¿Qué tiempo hará mañana en Madrid?", True),
+     ("send my résumé to the team", False)],
 )
 def test_the_gate(text, foreign):
     assert looks_non_english(text) is foreign
@@ -118,3 +124,24 @@ async def test_a_clear_hybrid_winner_shrinks_the_second_channel(make_retriever, 
     assert names(b) == names(mix_rankings(hybrid, second, 0.5 * (1.0 - margin), 10))
     assert names(a) == names(mix_rankings(hybrid, second, 0.5, 10))
     assert [h.score for h in a] != [h.score for h in b]  # the margin did change the mix
+
+
+def test_the_mix_keeps_the_history_lift_whole():
+    """A tool the deployment used for this task keeps its lead through the mix: the lift is
+    taken out before the min-max of the hybrid scores and added back after."""
+    hits = [
+        ScoredTool(name="used_before", score=1.2, signals={"history": 0.9}),
+        ScoredTool(name="look_alike", score=1.0, signals={}),
+        ScoredTool(name="other", score=0.1, signals={}),
+    ]
+    second = [("look_alike", 0.9), ("other", 0.5), ("used_before", 0.1)]
+    mixed = mix_rankings(hits, second, 0.5, 3)
+    assert [m.name for m in mixed][0] == "used_before"
+    without = mix_rankings(
+        [ScoredTool(name=h.name, score=h.score - h.signals.get("history", 0.0)) for h in hits],
+        second, 0.5, 3,
+    )
+    assert without[0].name == "look_alike"  # the lift, not the similarity, put it first
+    by_name = {m.name: m.score for m in mixed}
+    plain = {w.name: w.score for w in without}
+    assert by_name["used_before"] == pytest.approx(plain["used_before"] + 0.9)

@@ -75,12 +75,14 @@ def looks_non_english(text: str, *, threshold: float = 0.15) -> bool:
     """Whether ``text`` looks like a request in another language than English.
 
     True when at least ``threshold`` of its letters are not ASCII (CJK, Thai, Cyrillic,
-    accented text) or when it has at least three Portuguese/Spanish function words.
+    accented text), when it has Spanish inverted marks (``¿``, ``¡``), or when it has at
+    least three Portuguese/Spanish function words.
     """
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return False
-    if sum(not c.isascii() for c in letters) / len(letters) >= threshold:
+    foreign = sum(not c.isascii() for c in letters)
+    if foreign / len(letters) >= threshold or "¿" in text or "¡" in text:
         return True
     return len(set(text.lower().split()) & _ROMANCE_WORDS) >= 3
 
@@ -128,7 +130,11 @@ def mix_rankings(
     """
     if weight <= 0 or not second:
         return list(hits[:k])
-    hybrid = _min_max(np.array([h.score for h in hits], dtype=np.float64))
+    # The use history's lift is the deployment's own evidence, not a similarity: it is taken
+    # out before the mix and added back whole, so the mix does not dilute it (a tool used for
+    # this very task stays first).
+    lifts = {h.name: float(h.signals.get("history", 0.0)) for h in hits}
+    hybrid = _min_max(np.array([h.score - lifts[h.name] for h in hits], dtype=np.float64))
     cosine = _min_max(np.array([c for _, c in second], dtype=np.float64))
     parts: dict[str, list[float]] = {}
     for hit, value in zip(hits, hybrid.tolist(), strict=True):
@@ -137,7 +143,9 @@ def mix_rankings(
         parts.setdefault(name, [0.0, 0.0])[1] = value
     signals = {h.name: h.signals for h in hits}
     reasons = {h.name: h.reason for h in hits}
-    scored = {n: (1.0 - weight) * a + weight * b for n, (a, b) in parts.items()}
+    scored = {
+        n: (1.0 - weight) * a + weight * b + lifts.get(n, 0.0) for n, (a, b) in parts.items()
+    }
     # Ties keep the hybrid's order (dict order: hybrid hits first).
     order = sorted(scored, key=lambda n: -scored[n])[:k]
     return [
