@@ -86,6 +86,9 @@ def test_the_gate(text, foreign):
     single = channel_weight(text, 1, single=0.5, multi=0.2)
     assert single == 0.5
     assert channel_weight(text, 3, single=0.5, multi=0.2) == (0.5 if foreign else 0.2)
+    # A clear hybrid winner shrinks the share of English requests only.
+    clear = channel_weight(text, 1, single=0.5, multi=0.2, margin=0.6, margin_scale=1.0)
+    assert clear == pytest.approx(0.5 if foreign else 0.2)
 
 
 def _scored(*scores):
@@ -136,7 +139,7 @@ def test_the_mix_keeps_the_history_lift_whole():
     ]
     second = [("look_alike", 0.9), ("other", 0.5), ("used_before", 0.1)]
     mixed = mix_rankings(hits, second, 0.5, 3)
-    assert [m.name for m in mixed][0] == "used_before"
+    assert mixed[0].name == "used_before"
     without = mix_rankings(
         [ScoredTool(name=h.name, score=h.score - h.signals.get("history", 0.0)) for h in hits],
         second, 0.5, 3,

@@ -208,11 +208,13 @@ async def query_embedding_figures(rounds: int = 5) -> dict[str, Any]:
     await retriever.warm_up()  # the process's shared model: loaded once by bench_selection
     model = retriever.model
 
-    def embed(text: str) -> float:
-        from ._encoder import BertOnnxEncoder
+    from ._encoder import BertOnnxEncoder
 
+    onnx = isinstance(model, BertOnnxEncoder)
+
+    def embed(text: str) -> float:
         context: Any = contextlib.nullcontext()
-        if not isinstance(model, BertOnnxEncoder):  # torch only for its own models
+        if not onnx:  # torch only for its own models
             import torch
 
             context = torch.inference_mode()

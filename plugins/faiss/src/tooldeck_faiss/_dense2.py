@@ -81,21 +81,35 @@ def looks_non_english(text: str, *, threshold: float = 0.15) -> bool:
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return False
-    foreign = sum(not c.isascii() for c in letters)
-    if foreign / len(letters) >= threshold or "¿" in text or "¡" in text:
+    if sum(not c.isascii() for c in letters) / len(letters) >= threshold:
+        return True
+    if "¿" in text or "¡" in text:
         return True
     return len(set(text.lower().split()) & _ROMANCE_WORDS) >= 3
 
 
-def channel_weight(query: str, n_segments: int, *, single: float, multi: float) -> float:
+def channel_weight(
+    query: str,
+    n_segments: int,
+    *,
+    single: float,
+    multi: float,
+    margin: float = 0.0,
+    margin_scale: float = 0.0,
+) -> float:
     """The second channel's share for one query.
 
     ``single`` when tooldeck splits the query into one intent (``n_segments == 1``) or it
-    looks non-English; ``multi`` for multi-intent English tasks.
+    looks non-English; ``multi`` for multi-intent English tasks. For English requests the
+    share then shrinks by ``margin_scale`` times the hybrid's ``margin``
+    (:func:`hybrid_margin`): where the hybrid has a clear winner there is less to correct. Not
+    for other languages: MiniLM reads English, so a confidently wrong hybrid must not switch
+    the multilingual channel off.
     """
-    if n_segments <= 1 or looks_non_english(query):
+    if looks_non_english(query):
         return single
-    return multi
+    share = single if n_segments <= 1 else multi
+    return share * (1.0 - margin_scale * margin)
 
 
 def hybrid_margin(hits: Sequence[ScoredTool]) -> float:

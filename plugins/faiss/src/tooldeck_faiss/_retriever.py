@@ -21,13 +21,7 @@ import trio
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
-from ._dense2 import (
-    SecondChannel,
-    channel_weight,
-    hybrid_margin,
-    looks_non_english,
-    mix_rankings,
-)
+from ._dense2 import SecondChannel, channel_weight, hybrid_margin, mix_rankings
 from ._fusion import FusionParams, fuse, spread_over_intents
 from ._history import SelectionHistory, default_history_path, open_history_store
 from ._store import EmbeddingStore, text_key
@@ -913,13 +907,11 @@ class FaissRetriever:
         hits = self._rank(segments, self._embed_query(segments), depth)
         whole = self._clean(query)
         intents = len(segments) - 1 if len(segments) > 1 else 1  # the whole-query row
-        # The hybrid's margin says little about a request in another language (MiniLM reads
-        # English): a confidently wrong hybrid must not switch the multilingual channel off.
-        margin = 0.0 if looks_non_english(whole) else hybrid_margin(hits)
         weight = channel_weight(
             whole, intents, single=self.settings.second_weight,
-            multi=self.settings.second_weight_multi,
-        ) * (1.0 - self.settings.second_margin_scale * margin)
+            multi=self.settings.second_weight_multi, margin=hybrid_margin(hits),
+            margin_scale=self.settings.second_margin_scale,
+        )
         if weight <= 0:
             return hits[:k]
         second = [(n, c) for n, c in dense2.search(whole, depth) if n in self._slot_of]

@@ -63,17 +63,12 @@ def st_float_query_embedding_ms(rounds: int = 5) -> float:
     """Median ms of ``SentenceTransformer(all-MiniLM-L6-v2).encode([q])``, float, on CPU, for
     the bench queries: the reference of the selection goals (loads torch: bench only)."""
     import torch
-    import transformers
-    from sentence_transformers import SentenceTransformer
-
-    # No "Loading weights" bar in the middle of the bench's output.
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
 
     from ._bench_figures import _BENCH_QUERIES
-    from ._retriever import default_model_path
+    from ._retriever import _shared_model, default_model_path
 
-    model = SentenceTransformer(default_model_path(), device="cpu")
+    # The process's float model, loaded quietly (no "Loading weights" bar in the bench).
+    model = _shared_model(default_model_path(), quantize=False)
 
     def embed(text: str) -> None:
         with torch.inference_mode():
