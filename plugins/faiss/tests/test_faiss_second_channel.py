@@ -74,6 +74,29 @@ async def test_add_and_remove_keep_both_indexes_in_step(make_retriever, handmade
         )
 
 
+async def test_approximate_indexes_deal_what_the_exact_ones_deal(make_retriever, handmade):
+    # Above approx_threshold both channels switch to IVF; probing every list makes IVF exact,
+    # so the hand must be the exact path's (the first channel's exact path scores with numpy,
+    # the approximate one with FAISS: this also checks that both read the same candidates).
+    exact = make_retriever(second_encoder="use")
+    approx = make_retriever(second_encoder="use", approx_threshold=5, ivf_nprobe=1_000)
+    await exact.index(handmade)
+    await approx.index(handmade)
+    assert approx._approx and type(approx._dense2._index).__name__ == "IndexIVFFlat"
+    queries = ["read the config file and list the folder", "weather in Paris", *FOREIGN]
+    for query in queries:
+        assert [r.name for r in await approx.search(query, 8)] == [
+            r.name for r in await exact.search(query, 8)
+        ], query
+    # Run-time changes and vector lookups work on the IVF channel too.
+    await approx.remove(["get_weather"])
+    assert "get_weather" not in approx._dense2.names()
+    assert all(r.name != "get_weather" for r in await approx.search("오늘 서울 날씨", 10))
+    await approx.add([t for t in handmade if t.name == "get_weather"])
+    assert _first(await approx.search("오늘 서울 날씨", 5)) == "get_weather"
+    assert approx._dense2.vector("get_weather").shape == (512,)
+
+
 @pytest.mark.parametrize(
     ("text", "foreign"),
     [("明天北京的天气怎么样", True), ("what is the weather in Paris", False),

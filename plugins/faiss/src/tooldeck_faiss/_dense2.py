@@ -13,15 +13,18 @@ Nothing here is imported by ``tooldeck_faiss.plugin``: the model loads on the fi
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from tooldeck_hookspecs import ScoredTool, ToolDefinition
 
+from ._faiss_index import faiss_threads, ivf_index
 from ._store import EmbeddingStore, text_key
 from ._text import dense_text
 
@@ -48,6 +51,10 @@ _ROMANCE_WORDS = frozenset(
 # every retriever (several decks, MCP sessions, tests) can share it.
 _ENCODER: Any = None
 _ENCODER_LOCK = threading.Lock()
+# Query vectors are computed on this thread while the caller's thread runs MiniLM: both
+# release the GIL in their matrix products, so the two encodings overlap on two cores
+# (measured 6.3-6.8 ms for both against 9.3-9.4 ms one after the other).
+_PREFETCH: ThreadPoolExecutor | None = None
 
 
 def _shared_encoder() -> Any:
@@ -174,8 +181,18 @@ def mix_rankings(
     ]
 
 
+def _prefetch_pool() -> ThreadPoolExecutor:
+    global _PREFETCH
+    with _ENCODER_LOCK:
+        if _PREFETCH is None:
+            _PREFETCH = ThreadPoolExecutor(1, thread_name_prefix="tooldeck-use")
+        return _PREFETCH
+
+
 class SecondChannel:
-    """The tool texts' USE vectors in their own exact FAISS index, keyed by tool name.
+    """The tool texts' USE vectors in their own FAISS index, keyed by tool name: exact up to
+    ``approx_threshold`` tools, IVF above (an exact 512-d scan of 100k tools reads 205 MB per
+    query: 28.6 ms measured, against about 1 ms for IVF).
 
     Vectors are cached in an :class:`EmbeddingStore` under the encoder's own id, so that a
     second index of the same catalog embeds nothing. The channel keeps its own slots (names
@@ -186,8 +203,11 @@ class SecondChannel:
     precomputed first-channel vectors alone leaves the channel off: nothing is encoded).
     """
 
-    def __init__(self, cache_dir: str | None, *, query_cache_size: int = 512) -> None:
+    def __init__(self, cache_dir: str | None, *, query_cache_size: int = 512,
+                 approx_threshold: int = 20_000, ivf_nprobe: int = 16) -> None:
         self._cache_dir = cache_dir
+        self._approx_threshold = approx_threshold
+        self._nprobe = ivf_nprobe
         self._store: EmbeddingStore | None = None
         self._lock = threading.RLock()
         self._encode_lock = threading.Lock()
@@ -258,6 +278,19 @@ class SecondChannel:
                 self._query_cache.popitem(last=False)
         return vector
 
+    def prefetch(self, query: str) -> Future[np.ndarray] | None:
+        """Start computing ``query``'s vector on a side thread (None while inactive); pass the
+        future to :meth:`search`. Errors surface there."""
+        if not self.active:
+            return None
+        with self._lock:
+            cached = self._query_cache.get(query)
+        if cached is not None:  # no thread hop for a repeated query
+            done: Future[np.ndarray] = Future()
+            done.set_result(cached)
+            return done
+        return _prefetch_pool().submit(self.query_vector, query)
+
     # ------------------------------------------------------------------ index maintenance
 
     def rebuild(self, tools: Sequence[ToolDefinition], vectors: np.ndarray | None = None) -> None:
@@ -274,9 +307,14 @@ class SecondChannel:
                              f"got {vectors.shape}")
         last = {t.name: i for i, t in enumerate(tools)}
         rows = list(last.values())
-        index = faiss.IndexIDMap2(faiss.IndexFlatIP(_DIM))
-        if rows:
-            index.add_with_ids(vectors[rows], np.arange(len(rows), dtype=np.int64))
+        if len(rows) > self._approx_threshold:
+            with faiss_threads(os.cpu_count() or 1):  # training is worth every core
+                index = ivf_index(vectors[rows], self._nprobe, direct_map=True)
+                index.add_with_ids(vectors[rows], np.arange(len(rows), dtype=np.int64))
+        else:
+            index = faiss.IndexIDMap2(faiss.IndexFlatIP(_DIM))
+            if rows:
+                index.add_with_ids(vectors[rows], np.arange(len(rows), dtype=np.int64))
         with self._lock:
             self._index = index
             self._slot_of = {name: slot for slot, name in enumerate(last)}
@@ -326,12 +364,17 @@ class SecondChannel:
 
     # ------------------------------------------------------------------ search
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """The ``k`` tools closest to the whole query, as (name, cosine), best first."""
+    def search(
+        self, query: str, k: int, prefetched: Future[np.ndarray] | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` tools closest to the whole query, as (name, cosine), best first.
+
+        ``prefetched`` is :meth:`prefetch`'s future for the same query, if one was started.
+        """
         if not self.active or not self._slot_of or k <= 0:
             return []
-        qvec = self.query_vector(query)
-        with self._lock:
+        qvec = prefetched.result() if prefetched is not None else self.query_vector(query)
+        with self._lock, faiss_threads(1):  # one short query: OpenMP threads only spin
             n = min(k, len(self._slot_of))
             scores, ids = self._index.search(qvec[None, :], n)
             name_of = self._name_of
