@@ -304,3 +304,67 @@ async def test_the_hook_builds_the_retriever_at_first_use(tmp_path, handmade):
     assert good.built and isinstance(good.retriever, FaissRetriever)
     assert good.settings.cache_dir == str(tmp_path)
     await good.aclose()
+
+
+# A request body nested two levels deep, as OpenAPI-made and pydantic-made tools have it.
+_NESTED = {
+    "type": "object",
+    "$defs": {
+        "Mode": {"type": "string", "description": "Job mode of the air conditioner.",
+                 "enum": ["AIR_CLEAN", "COOL", "AIR_DRY"]},
+        "Loop": {"type": "object", "properties": {"again": {"$ref": "#/$defs/Loop"}}},
+    },
+    "properties": {
+        "body": {
+            "type": "object",
+            "description": "The appliance command.",
+            "properties": {
+                "jobMode": {"anyOf": [{"$ref": "#/$defs/Mode"}, {"type": "null"}]},
+                "windStrength": {"type": "string", "enum": ["LOW", "MID", "HIGH"]},
+                "schedule": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {
+                        "hourToStop": {"type": "integer", "description": "Hours until it stops."}
+                    }},
+                },
+            },
+        },
+        "loop": {"$ref": "#/$defs/Loop"},
+    },
+}
+
+
+def test_nested_parameters_are_tool_text():
+    from tooldeck_faiss._text import MAX_DEPTH, MAX_PARAMS, lexical_fields, schema_params
+
+    names = [name for name, _ in schema_params(_NESTED)]
+    # Depth-first in declared order: objects, array items, $refs and Optional members.
+    assert names[:5] == ["body", "jobMode", "windStrength", "schedule", "hourToStop"]
+    # A self-referencing $ref stops at MAX_DEPTH levels instead of looping.
+    assert names[5:] == ["loop"] + ["again"] * (MAX_DEPTH - 1)
+    tool = ToolDefinition(name="thin_q_connect", description="Send a command to an appliance.",
+                          category="home", parameters=_NESTED)
+    fields = lexical_fields(tool)
+    assert "job Mode" in fields["param_names"] and "hour To Stop" in fields["param_names"]
+    assert "Job mode of the air conditioner." in fields["param_descriptions"]
+    assert fields["param_values"].split() == ["AIR_CLEAN", "COOL", "AIR_DRY", "LOW", "MID", "HIGH"]
+    assert "job Mode (Job mode of the air conditioner.)" in dense_text(tool)
+    # One tool's schema cannot grow without bound.
+    wide = {"type": "object", "properties": {
+        f"p{i}": {"type": "object", "properties": {f"q{i}_{j}": {"type": "string"}
+                                                   for j in range(10)}}
+        for i in range(100)
+    }}
+    assert len(schema_params(wide)) == MAX_PARAMS
+    for broken in (None, [], {"properties": []}, {"properties": {"a": 3}}, {"$ref": "#/nowhere"}):
+        schema_params(broken)  # type: ignore[arg-type]  # malformed schemas are read, not raised on
+
+
+async def test_a_request_finds_a_tool_by_its_nested_parameters(make_retriever, handmade):
+    # The air conditioner is named only inside the nested body: the tool must still be dealt.
+    appliance = ToolDefinition(name="thin_q_connect", description="Send a command to a device.",
+                               category="home", parameters=_NESTED)
+    retriever = make_retriever()
+    await retriever.index([*handmade, appliance])
+    top = [r.name for r in await retriever.search("set the air conditioner to COOL mode", 3)]
+    assert top[0] == "thin_q_connect"

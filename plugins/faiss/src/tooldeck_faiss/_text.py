@@ -64,27 +64,84 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+#: Bounds of the walk over a parameters schema: real catalogs nest request bodies several
+#: levels deep, and one tool's schema must not outweigh its name and description.
+MAX_PARAMS = 48
+MAX_DEPTH = 3
+_REF_HOPS = 8
+
+
+def _pointer(root: Mapping[str, Any], ref: str) -> Any:
+    """The target of a local JSON pointer (``#/$defs/Filters``), or None."""
+    node: Any = root
+    for part in ref[2:].split("/") if ref.startswith("#/") else [None]:
+        if part is None or not isinstance(node, Mapping):
+            return None
+        node = node.get(part.replace("~1", "/").replace("~0", "~"))
+    return node
+
+
+def _resolve(spec: Any, root: Mapping[str, Any]) -> Any:
+    """``spec`` with local ``$ref``s followed and an ``anyOf``/``oneOf`` narrowed to its first
+    non-null member (``Optional[Model]`` in pydantic's schemas); the outer description wins."""
+    for _ in range(_REF_HOPS):
+        if not isinstance(spec, Mapping):
+            return spec
+        outer = {k: v for k, v in spec.items() if k not in ("$ref", "anyOf", "oneOf")}
+        ref = spec.get("$ref")
+        if isinstance(ref, str):
+            target = _pointer(root, ref)
+        else:
+            members = spec.get("anyOf") or spec.get("oneOf")
+            if not isinstance(members, list):
+                return spec
+            target = next((m for m in members if isinstance(m, Mapping)
+                           and m.get("type") != "null"), None)
+        if not isinstance(target, Mapping):
+            return outer
+        spec = {**target, **outer}
+    return spec
+
+
+def schema_params(parameters: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(name, schema) of every parameter, nested ones too, depth-first in declared order.
+
+    Properties of objects and of arrays' item objects count (an appliance command's ``body``
+    with its ``airConJobMode``), as do local ``$ref``s and optional members; at most
+    :data:`MAX_DEPTH` levels and :data:`MAX_PARAMS` parameters per tool.
+    """
+    root = parameters if isinstance(parameters, Mapping) else {}
+    out: list[tuple[str, Mapping[str, Any]]] = []
+
+    def walk(spec: Any, depth: int) -> None:
+        props = spec.get("properties") if isinstance(spec, Mapping) else None
+        if not isinstance(props, Mapping):
+            return
+        for name, sub in props.items():
+            if len(out) >= MAX_PARAMS:
+                return
+            sub = _resolve(sub, root)
+            out.append((str(name), sub if isinstance(sub, Mapping) else {}))
+            if depth + 1 < MAX_DEPTH and isinstance(sub, Mapping):
+                walk(sub, depth + 1)
+                items = _resolve(sub.get("items"), root)
+                if isinstance(items, Mapping):
+                    walk(items, depth + 1)
+
+    walk(_resolve(root, root), 0)
+    return out
+
+
 def _param_items(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
-    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-    if not isinstance(props, Mapping):
-        return []
-    items = []
-    for pname, spec in props.items():
-        desc = spec.get("description", "") if isinstance(spec, Mapping) else ""
-        items.append((str(pname), str(desc or "")))
-    return items
+    return [(name, str(spec.get("description", "") or "")) for name, spec in
+            schema_params(parameters)]
 
 
 def _param_values(parameters: Mapping[str, Any]) -> list[str]:
     """Enum members and examples of the parameters: words a request often repeats ("COOL",
     "celsius") that the descriptions leave out."""
-    props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-    if not isinstance(props, Mapping):
-        return []
     values: list[str] = []
-    for spec in props.values():
-        if not isinstance(spec, Mapping):
-            continue
+    for _, spec in schema_params(parameters):
         for key in ("enum", "examples"):
             items = spec.get(key)
             if isinstance(items, list):
@@ -129,7 +186,7 @@ def _lead(text: str, words: int) -> str:
 
 def dense_text(tool: ToolDefinition) -> str:
     """What the embedding model sees for a tool: name words, the description's lead, category,
-    parameters (each description's lead). BM25 still indexes every word."""
+    parameters, nested ones too (each description's lead). BM25 still indexes every word."""
     parts = [" ".join(split_identifier(tool.name)) + ":", _lead(tool.description, SUMMARY_WORDS)]
     if tool.category:
         parts.append(f"Category: {_category_words(tool.category)}.")
