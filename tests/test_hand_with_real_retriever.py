@@ -83,3 +83,24 @@ async def test_pinned_and_sticky_tools_stay_in_the_hand(deck, tmp_path):
 async def test_bad_tasks_are_answered_cleanly(deck, task):
     hand = await deck.session().select(task)
     assert len(hand.tools) <= 12
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "read the config file in my project and list the folder",
+        "search the web for trio structured concurrency. then save the result to notes.txt",
+        "Find the latest price of ACME shares. Then email it to my manager. "
+        "Also remind me to check again on Friday.",
+        "run the unit tests. If they fail, show me the log. Finally commit the fix to git.",
+        "resize every picture in the photos folder, then zip the folder and upload it",
+    ],
+)
+async def test_the_hand_keeps_the_retrievers_spread_over_intents(deck, tmp_path, task):
+    # The retriever spreads a compound task's tools over its intents; select sorts by score
+    # after its rule filters, so the scores must carry that order. They once did not: the
+    # hand re-sorted by the unspread scores differed from the retriever's on each of these.
+    session = deck.session(workdir=tmp_path)
+    hand = await session.select(task, limit=12)
+    retrieved = [r.name for r in await deck._retriever.search(task, session.recall)]
+    assert list(hand.names) == retrieved[: len(hand.names)]

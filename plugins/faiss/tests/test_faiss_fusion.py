@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from tooldeck_faiss._fusion import FusionParams, channel_confidence, fuse
 from tooldeck_faiss._text import REQUEST_VERBS, segment_query
 
@@ -79,3 +80,21 @@ def test_spread_over_intents_interleaves_look_alikes():
     assert spread_over_intents(total, best_seg, 3, 0.1).tolist() == [0, 4, 1]
     # one intent only: the plain order
     assert spread_over_intents(total, np.zeros(6, dtype=np.int64), 2, 0.1).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("diversity", [0.0, 0.03, 0.3, 5.0])
+def test_spread_scores_never_rise_along_the_spread(diversity):
+    """Sorting the picks by their effective score gives the spread order back: the core's
+    select sorts the retriever's hits by score after its rule filters."""
+    from tooldeck_faiss._fusion import spread_over_intents, spread_scores
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        total = rng.random(40)
+        best_seg = rng.integers(0, 4, 40)
+        order = spread_over_intents(total, best_seg, 15, diversity)
+        scores = spread_scores(total, best_seg, order, diversity)
+        assert all(a >= b for a, b in zip(scores, scores[1:], strict=False))
+        assert sorted(range(15), key=lambda j: -scores[j]) == list(range(15))
+        if diversity == 0:
+            assert np.array_equal(scores, total[order])

@@ -60,11 +60,12 @@ async def test_signals_and_order(make_retriever, handmade):
     assert scores == sorted(scores, reverse=True)
     for r in results:
         assert {"dense", "bm25", "fused"} <= set(r.signals)
-        if "dense2" in r.signals:  # mixed with the second channel: between its two parts
-            low, high = sorted((r.signals["hybrid"], r.signals["dense2"]))
-            assert low - 1e-9 <= r.score <= high + 1e-9
+        # A score is at most the tool's own (the spread over intents lowers the second and
+        # later picks of one intent, which keeps the order when the core sorts by score).
+        if "dense2" in r.signals:  # mixed with the second channel: its two parts' mix
+            assert r.score <= max(r.signals["hybrid"], r.signals["dense2"]) + 1e-9
         else:
-            assert r.signals["fused"] == pytest.approx(r.score)
+            assert r.score <= r.signals["fused"] + 1e-9
     assert {"run_shell_command", "git_commit"} <= set(names(results[:3]))
     # Each tool says which part of the compound request it serves.
     by_name = {r.name: r.reason for r in results}

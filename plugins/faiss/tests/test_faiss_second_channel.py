@@ -76,8 +76,7 @@ async def test_add_and_remove_keep_both_indexes_in_step(make_retriever, handmade
 
 async def test_approximate_indexes_deal_what_the_exact_ones_deal(make_retriever, handmade):
     # Above approx_threshold both channels switch to IVF; probing every list makes IVF exact,
-    # so the hand must be the exact path's (the first channel's exact path scores with numpy,
-    # the approximate one with FAISS: this also checks that both read the same candidates).
+    # so the hand must be the exact path's, for the hybrid and the multilingual channel alike.
     exact = make_retriever(second_encoder="use")
     approx = make_retriever(second_encoder="use", approx_threshold=5, ivf_nprobe=1_000)
     await exact.index(handmade)
@@ -171,3 +170,37 @@ def test_the_mix_keeps_the_history_lift_whole():
     by_name = {m.name: m.score for m in mixed}
     plain = {w.name: w.score for w in without}
     assert by_name["used_before"] == pytest.approx(plain["used_before"] + 0.9)
+
+
+def test_the_mix_spreads_over_intents_again():
+    """Three near-duplicates answer the first intent, one tool the second: sorting the mix by
+    score deals only the duplicates; with the intents and a diversity the second intent's tool
+    gets a slot, as in the hybrid's own order."""
+    hits = [
+        ScoredTool(name="read_a", score=1.00),
+        ScoredTool(name="read_b", score=0.98),
+        ScoredTool(name="read_c", score=0.97),
+        ScoredTool(name="list_dir", score=0.90),
+        ScoredTool(name="unrelated", score=0.10),
+    ]
+    intents = [0, 0, 0, 1, 2]
+    second = [("read_a", 0.9), ("read_b", 0.9), ("read_c", 0.9), ("list_dir", 0.5),
+              ("only_second", 0.4)]
+    plain = [h.name for h in mix_rankings(hits, second, 0.1, 3)]
+    assert plain == ["read_a", "read_b", "read_c"]
+    # A pick costs its intent 0.1 in the hybrid's units: read_c (0.97 mixed) falls below
+    # list_dir (0.82) after two picks of its intent, read_b (0.98) not after one.
+    spread = mix_rankings(hits, second, 0.1, 3, intents=intents, other_intent=2, diversity=0.1)
+    assert [h.name for h in spread] == ["read_a", "read_b", "list_dir"]
+    # Scores never rise along the order (a caller sorting by score keeps it): a second pick
+    # of an intent is lowered by the penalty, the first ones keep their mixed score.
+    scores = [h.score for h in spread]
+    assert scores == sorted(scores, reverse=True)
+    by_name = {h.name: h.score for h in mix_rankings(hits, second, 0.1, 5)}
+    assert spread[0].score == pytest.approx(by_name["read_a"])
+    assert spread[2].score == pytest.approx(by_name["list_dir"])
+    assert spread[1].score == pytest.approx(by_name["read_b"] - 0.1 * 0.9 / 0.9)
+    # Diversity 0 is the plain order; tools only the channel found have an intent too.
+    assert [h.name for h in mix_rankings(hits, second, 0.1, 3, intents=intents)] == plain
+    assert len(mix_rankings(hits, second, 0.1, 6, intents=intents, other_intent=2,
+                            diversity=0.1)) == 6

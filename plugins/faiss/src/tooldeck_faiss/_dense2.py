@@ -25,6 +25,7 @@ import numpy as np
 from tooldeck_hookspecs import ScoredTool, ToolDefinition
 
 from ._faiss_index import faiss_threads, ivf_index
+from ._fusion import spread_over_intents, spread_scores
 from ._store import EmbeddingStore, text_key
 from ._text import dense_text
 
@@ -119,16 +120,21 @@ def channel_weight(
     return share * (1.0 - margin_scale * margin)
 
 
+def _own_score(hit: ScoredTool) -> float:
+    # The hybrid's own total ("fused"), before any spread over intents lowered it.
+    return float(hit.signals.get("fused", hit.score))
+
+
 def hybrid_margin(hits: Sequence[ScoredTool]) -> float:
     """How far the hybrid's best tool stands out: its lead over the second, as a share of the
     spread of the scores in ``hits`` (0 = a tie at the top, 1 = a clear winner)."""
     if len(hits) < 2:
         return 1.0
-    scores = [h.score for h in hits]
+    scores = [_own_score(h) for h in hits]
     spread = max(scores) - min(scores)
     if spread <= 0:
         return 0.0
-    return float(min(1.0, max(0.0, (hits[0].score - hits[1].score) / spread)))
+    return float(min(1.0, max(0.0, (scores[0] - scores[1]) / spread)))
 
 
 def _min_max(values: np.ndarray) -> np.ndarray:
@@ -141,13 +147,25 @@ def _min_max(values: np.ndarray) -> np.ndarray:
 
 
 def mix_rankings(
-    hits: Sequence[ScoredTool], second: Sequence[tuple[str, float]], weight: float, k: int
+    hits: Sequence[ScoredTool],
+    second: Sequence[tuple[str, float]],
+    weight: float,
+    k: int,
+    *,
+    intents: Sequence[int] | None = None,
+    other_intent: int = 0,
+    diversity: float = 0.0,
 ) -> list[ScoredTool]:
     """``(1 - weight)`` x the hybrid score plus ``weight`` x the second channel's cosine.
 
     Both lists are min-max normalised over their own entries (a tool missing from one list
     counts 0 there), so the mix does not depend on either signal's scale. The hybrid's own
     signals and reasons are kept; ``hybrid`` and ``dense2`` record the two normalised parts.
+
+    With ``intents`` (the intent each hit answers best, as the hybrid found it) and
+    ``diversity`` the order spreads over intents as the hybrid's does
+    (:func:`~tooldeck_faiss._fusion.spread_over_intents`, ``diversity`` in the hybrid's score
+    units); tools only the second channel found count for ``other_intent``.
     """
     if weight <= 0 or not second:
         return list(hits[:k])
@@ -155,7 +173,8 @@ def mix_rankings(
     # out before the mix and added back whole, so the mix does not dilute it (a tool used for
     # this very task stays first).
     lifts = {h.name: float(h.signals.get("history", 0.0)) for h in hits}
-    hybrid = _min_max(np.array([h.score - lifts[h.name] for h in hits], dtype=np.float64))
+    raw = np.array([_own_score(h) - lifts[h.name] for h in hits], dtype=np.float64)
+    hybrid = _min_max(raw)
     cosine = _min_max(np.array([c for _, c in second], dtype=np.float64))
     parts: dict[str, list[float]] = {}
     for hit, value in zip(hits, hybrid.tolist(), strict=True):
@@ -167,8 +186,22 @@ def mix_rankings(
     scored = {
         n: (1.0 - weight) * a + weight * b + lifts.get(n, 0.0) for n, (a, b) in parts.items()
     }
-    # Ties keep the hybrid's order (dict order: hybrid hits first).
-    order = sorted(scored, key=lambda n: -scored[n])[:k]
+    if intents is not None and diversity > 0:
+        names = list(scored)  # the hybrid's hits first, in its order
+        segment = dict(zip((h.name for h in hits), intents, strict=True))
+        spread = float(raw.max() - raw.min()) if raw.size else 0.0
+        # The hybrid's units, as the min-max above scaled them.
+        penalty = diversity * (1.0 - weight) / (spread if spread > 0 else 1.0)
+        totals = np.array([scored[n] for n in names], dtype=np.float64)
+        segs = np.array([segment.get(n, other_intent) for n in names], dtype=np.int64)
+        picked = spread_over_intents(totals, segs, k, penalty)
+        order = [names[i] for i in picked.tolist()]
+        # Scores that never rise along the order: a caller sorting by score keeps it.
+        scored.update(zip(order, spread_scores(totals, segs, picked, penalty).tolist(),
+                          strict=True))
+    else:
+        # Ties keep the hybrid's order (dict order: hybrid hits first).
+        order = sorted(scored, key=lambda n: -scored[n])[:k]
     return [
         ScoredTool(
             name=n,

@@ -9,7 +9,14 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-__all__ = ["FusionParams", "Fused", "channel_confidence", "fuse", "spread_over_intents"]
+__all__ = [
+    "FusionParams",
+    "Fused",
+    "channel_confidence",
+    "fuse",
+    "spread_over_intents",
+    "spread_scores",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -132,3 +139,24 @@ def spread_over_intents(
         picked[step] = pool[best_j]
         counts[segs[best_j]] += 1
     return picked
+
+
+def spread_scores(
+    total: np.ndarray, best_seg: np.ndarray, order: np.ndarray, diversity: float
+) -> np.ndarray:
+    """The effective score of each pick of :func:`spread_over_intents`: its total minus
+    ``diversity`` times the picks of its intent before it.
+
+    They never rise along ``order`` (each pick was the best effective score left, and the
+    others only lose), so a caller that sorts by score keeps the spread order: the core's
+    ``select`` does, after its rule filters.
+    """
+    scores = total[order].astype(np.float64)
+    if diversity <= 0 or order.size == 0:
+        return scores
+    segs = best_seg[order]
+    counts: dict[int, int] = {}
+    for j, seg in enumerate(segs.tolist()):
+        scores[j] -= diversity * counts.get(seg, 0)
+        counts[seg] = counts.get(seg, 0) + 1
+    return scores

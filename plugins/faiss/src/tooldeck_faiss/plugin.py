@@ -62,6 +62,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "second_weight",
     "second_weight_multi",
     "second_margin_scale",
+    "second_diversity_share",
     "second_depth",
 )
 
