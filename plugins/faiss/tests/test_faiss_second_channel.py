@@ -204,3 +204,37 @@ def test_the_mix_spreads_over_intents_again():
     assert [h.name for h in mix_rankings(hits, second, 0.1, 3, intents=intents)] == plain
     assert len(mix_rankings(hits, second, 0.1, 6, intents=intents, other_intent=2,
                             diversity=0.1)) == 6
+
+
+async def test_a_forked_child_selects_with_its_own_side_thread(handmade, tmp_path):
+    # The USE query vector is computed on a side thread; a child forked after a selection
+    # inherits the pool without its thread and must not wait on it forever (without the fork
+    # hook this test waits its 60 s and fails). The default ONNX encoder, not the tests' shared torch
+    # model: torch's own thread pool does not survive a fork.
+    import os
+    import select
+
+    from tooldeck_faiss import FaissRetriever, RetrieverSettings
+
+    retriever = FaissRetriever(
+        RetrieverSettings(cache_dir=str(tmp_path), second_encoder="use", history=False)
+    )
+    await retriever.index(handmade)
+    assert _first(retriever._search_sync("오늘 서울 날씨", 5)) == "get_weather"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one new (uncached) selection, its answer through the pipe
+        try:
+            os.write(write, retriever._search_sync("給老闆寄一封郵件", 5)[0].name.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 60)
+        answer = os.read(read, 100).decode() if ready else None
+    finally:
+        os.close(read)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert answer == "send_email", "the child's selection hung or failed"

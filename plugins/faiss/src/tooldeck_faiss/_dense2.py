@@ -222,6 +222,18 @@ def _prefetch_pool() -> ThreadPoolExecutor:
         return _PREFETCH
 
 
+def _forget_prefetch_pool() -> None:
+    # A forked child inherits the pool but not its thread: work submitted there would wait
+    # forever. The child makes its own pool on first use.
+    global _PREFETCH, _ENCODER_LOCK
+    _PREFETCH = None
+    _ENCODER_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_prefetch_pool)
+
+
 class SecondChannel:
     """The tool texts' USE vectors in their own FAISS index, keyed by tool name: exact up to
     ``approx_threshold`` tools, IVF above (an exact 512-d scan of 100k tools reads 205 MB per
