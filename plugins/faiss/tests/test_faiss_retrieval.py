@@ -359,6 +359,17 @@ def test_nested_parameters_are_tool_text():
     assert len(schema_params(wide)) == MAX_PARAMS
     for broken in (None, [], {"properties": []}, {"properties": {"a": 3}}, {"$ref": "#/nowhere"}):
         schema_params(broken)  # type: ignore[arg-type]  # malformed schemas are read, not raised on
+    # OpenAPI's composition: allOf members' properties merge; a self-including allOf and a
+    # wide one stop at the resolution budget.
+    composed = {"type": "object", "$defs": {
+        "Base": {"properties": {"id": {"type": "string"}}},
+        "Loop": {"allOf": [{"$ref": "#/$defs/Loop"}] * 50},
+    }, "properties": {
+        "pet": {"allOf": [{"$ref": "#/$defs/Base"},
+                          {"properties": {"breed": {"type": "string", "enum": ["PUG"]}}}]},
+        "loop": {"$ref": "#/$defs/Loop"},
+    }}
+    assert [name for name, _ in schema_params(composed)] == ["pet", "id", "breed", "loop"]
 
 
 async def test_a_request_finds_a_tool_by_its_nested_parameters(make_retriever, handmade):

@@ -152,7 +152,8 @@ def spread_scores(
     ``select`` does, after its rule filters.
     """
     scores = total[order].astype(np.float64)
-    if diversity <= 0 or order.size == 0:
+    # The same cases as spread_over_intents' plain order: no penalty there, none here.
+    if diversity <= 0 or order.size == 0 or int(best_seg.max()) == int(best_seg.min()):
         return scores
     segs = best_seg[order]
     counts: dict[int, int] = {}

@@ -81,16 +81,31 @@ def _pointer(root: Mapping[str, Any], ref: str) -> Any:
     return node
 
 
-def _resolve(spec: Any, root: Mapping[str, Any]) -> Any:
-    """``spec`` with local ``$ref``s followed and an ``anyOf``/``oneOf`` narrowed to its first
-    non-null member (``Optional[Model]`` in pydantic's schemas); the outer description wins."""
-    for _ in range(_REF_HOPS):
-        if not isinstance(spec, Mapping):
-            return spec
-        outer = {k: v for k, v in spec.items() if k not in ("$ref", "anyOf", "oneOf")}
-        ref = spec.get("$ref")
+def _resolve(spec: Any, root: Mapping[str, Any], budget: list[int] | None = None) -> Any:
+    """``spec`` with local ``$ref``s followed, ``allOf`` members merged (their properties
+    too: OpenAPI's composition) and an ``anyOf``/``oneOf`` narrowed to its first non-null
+    member (``Optional[Model]`` in pydantic's schemas); the outer keywords win.
+
+    ``budget`` bounds the steps of one resolution, cycles and wide ``allOf``s included.
+    """
+    budget = [_REF_HOPS * 4] if budget is None else budget
+    while isinstance(spec, Mapping) and budget[0] > 0:
+        budget[0] -= 1
+        outer = {k: v for k, v in spec.items() if k not in ("$ref", "anyOf", "oneOf", "allOf")}
+        ref, every = spec.get("$ref"), spec.get("allOf")
+        target: Any
         if isinstance(ref, str):
             target = _pointer(root, ref)
+        elif isinstance(every, list):
+            target, props = {}, {}
+            for member in every:
+                member = _resolve(member, root, budget)
+                if isinstance(member, Mapping):
+                    target.update(member)
+                    if isinstance(member.get("properties"), Mapping):
+                        props.update(member["properties"])
+            if props:
+                target["properties"] = props
         else:
             members = spec.get("anyOf") or spec.get("oneOf")
             if not isinstance(members, list):
