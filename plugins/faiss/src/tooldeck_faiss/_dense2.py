@@ -351,20 +351,21 @@ class SecondChannel:
             raise ValueError(f"{len(tools)} tools need {len(tools)}x{_DIM} second vectors, "
                              f"got {vectors.shape}")
         last = {t.name: i for i, t in enumerate(tools)}
-        rows = list(last.values())
-        if len(rows) > self._approx_threshold:
+        kept = vectors[list(last.values())]
+        ids = np.arange(len(kept), dtype=np.int64)
+        if len(kept) > self._approx_threshold:
             with faiss_threads(os.cpu_count() or 1):  # training is worth every core
-                index = ivf_index(vectors[rows], self._nprobe, direct_map=True)
-                index.add_with_ids(vectors[rows], np.arange(len(rows), dtype=np.int64))
+                index = ivf_index(kept, self._nprobe, direct_map=True)
+                index.add_with_ids(kept, ids)
         else:
             index = faiss.IndexIDMap2(faiss.IndexFlatIP(_DIM))
-            if rows:
-                index.add_with_ids(vectors[rows], np.arange(len(rows), dtype=np.int64))
+            if len(kept):
+                index.add_with_ids(kept, ids)
         with self._lock:
             self._index = index
             self._slot_of = {name: slot for slot, name in enumerate(last)}
             self._name_of = dict(enumerate(last))
-            self._next_slot = len(rows)
+            self._next_slot = len(kept)
             self.active = True
 
     def add(self, tools: Sequence[ToolDefinition]) -> None:
