@@ -209,8 +209,8 @@ def test_the_mix_spreads_over_intents_again():
 async def test_a_forked_child_selects_with_its_own_side_thread(handmade, tmp_path):
     # The USE query vector is computed on a side thread; a child forked after a selection
     # inherits the pool without its thread and must not wait on it forever (without the fork
-    # hook this test waits its 60 s and fails). The default ONNX encoder, not the tests' shared torch
-    # model: torch's own thread pool does not survive a fork.
+    # hook this test waits its 60 s and fails). The default ONNX encoder, not the tests'
+    # shared torch model: torch's own thread pool does not survive a fork.
     import os
     import select
 

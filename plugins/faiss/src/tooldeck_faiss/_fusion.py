@@ -151,7 +151,7 @@ def spread_scores(
     others only lose), so a caller that sorts by score keeps the spread order: the core's
     ``select`` does, after its rule filters.
     """
-    scores = total[order].astype(np.float64)
+    scores: np.ndarray = np.asarray(total[order], dtype=np.float64)
     # The same cases as spread_over_intents' plain order: no penalty there, none here.
     if diversity <= 0 or order.size == 0 or int(best_seg.max()) == int(best_seg.min()):
         return scores

@@ -21,8 +21,8 @@ import trio
 from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
-from ._faiss_index import faiss_threads, ivf_index
 from ._dense2 import SecondChannel, channel_weight, hybrid_margin, mix_rankings
+from ._faiss_index import faiss_threads, ivf_index
 from ._fusion import FusionParams, fuse, spread_over_intents, spread_scores
 from ._history import SelectionHistory, default_history_path, open_history_store
 from ._store import EmbeddingStore, text_key
