@@ -147,16 +147,16 @@ def schema_params(parameters: Mapping[str, Any]) -> list[tuple[str, Mapping[str,
     return out
 
 
-def _param_items(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
-    return [(name, str(spec.get("description", "") or "")) for name, spec in
-            schema_params(parameters)]
+def _param_items(walked: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """(name, description) of the parameters :func:`schema_params` walked."""
+    return [(name, str(spec.get("description", "") or "")) for name, spec in walked]
 
 
-def _param_values(parameters: Mapping[str, Any]) -> list[str]:
-    """Enum members and examples of the parameters: words a request often repeats ("COOL",
-    "celsius") that the descriptions leave out."""
+def _param_values(walked: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Enum members and examples of the parameters :func:`schema_params` walked: words a
+    request often repeats ("COOL", "celsius") that the descriptions leave out."""
     values: list[str] = []
-    for _, spec in schema_params(parameters):
+    for _, spec in walked:
         for key in ("enum", "examples"):
             items = spec.get(key)
             if isinstance(items, list):
@@ -205,7 +205,7 @@ def dense_text(tool: ToolDefinition) -> str:
     parts = [" ".join(split_identifier(tool.name)) + ":", _lead(tool.description, SUMMARY_WORDS)]
     if tool.category:
         parts.append(f"Category: {_category_words(tool.category)}.")
-    params = _param_items(tool.parameters)
+    params = _param_items(schema_params(tool.parameters))
     if params:
         rendered = "; ".join(
             f"{' '.join(split_identifier(n))}"
@@ -218,14 +218,16 @@ def dense_text(tool: ToolDefinition) -> str:
 
 def lexical_fields(tool: ToolDefinition) -> dict[str, str]:
     """The fields BM25 indexes, so that each can carry its own weight."""
-    params = _param_items(tool.parameters)
+    # One walk of the schema for both parameter fields: it follows $refs and copies specs.
+    walked = schema_params(tool.parameters)
+    params = _param_items(walked)
     return {
         "name": " ".join(split_identifier(tool.name)),
         "description": tool.description,
         "category": _category_words(tool.category or ""),
         "param_names": " ".join(" ".join(split_identifier(n)) for n, _ in params),
         "param_descriptions": " ".join(d for _, d in params),
-        "param_values": " ".join(_param_values(tool.parameters)),
+        "param_values": " ".join(_param_values(walked)),
     }
 
 
