@@ -917,14 +917,13 @@ class FaissRetriever:
             return hits[:k]  # the prefetched vector still lands in the channel's query cache
         second = [(n, c) for n, c in dense2.search(whole, depth, prefetched)
                   if n in self._slot_of]
-        if intents == 1:
-            return mix_rankings(hits, second, weight, k)
         # The hybrid's spread over intents is redone on the mixed scores: sorting the mix by
         # score alone undid it (intent_diversity 0 and 0.03 measured the same with the
         # channel on). Tools only the channel found answer the whole query (the last row).
+        share = self.settings.second_diversity_share if intents > 1 else 0.0
         return mix_rankings(
             hits, second, weight, k, intents=best_intent, other_intent=len(segments) - 1,
-            diversity=self.settings.intent_diversity * self.settings.second_diversity_share,
+            diversity=self.settings.intent_diversity * share,
         )
 
     # ------------------------------------------------------------------ public API
