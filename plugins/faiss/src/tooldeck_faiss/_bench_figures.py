@@ -132,9 +132,16 @@ def _synthetic_catalog(size: int, seed: int = 7) -> tuple[list[ToolDefinition], 
                 },
             )
         )
-    vectors = rng.standard_normal((size, 384)).astype(np.float32)
+    return tools, _unit_rows(rng, size, 384)
+
+
+def _unit_rows(rng: Any, size: int, dim: int) -> Any:
+    """``size`` random L2-normalised float32 rows of ``dim`` values drawn from ``rng``."""
+    import numpy as np
+
+    vectors = rng.standard_normal((size, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return tools, vectors
+    return vectors
 
 
 def _second_vectors(size: int, seed: int = 11) -> Any:
@@ -142,10 +149,7 @@ def _second_vectors(size: int, seed: int = 11) -> Any:
     pay its query cost as a default deck does."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    vectors = rng.standard_normal((size, 512)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors
+    return _unit_rows(np.random.default_rng(seed), size, 512)
 
 
 async def bench_selection(
