@@ -31,6 +31,8 @@ STARTUP_MODULES = (
     "opentelemetry",
     "tooldeck_policy._shell",
     "stamina",
+    # The sandbox machinery loads at the first sandboxed call; an in-process one never needs it.
+    "tooldeck_runner._sandbox",
 )
 
 

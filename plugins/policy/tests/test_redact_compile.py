@@ -54,3 +54,27 @@ def test_shipped_rule_file() -> None:
         assert rule["keywords"] == sorted(k.lower() for k in rule["keywords"])
     license_file = resources.files("tooldeck_policy").joinpath("rules", "gitleaks-LICENSE.txt")
     assert "MIT License" in license_file.read_text()
+
+
+def test_module_patterns_compile_at_first_use_and_match_as_compiled() -> None:
+    """The redactor's module-level patterns are compiled lazily (start-up of `tooldeck call`);
+    a fresh one is uncompiled, then answers exactly as ``re.compile`` of its source does."""
+    from tooldeck_policy import redact
+
+    lazy = redact._lazy_re(r"(?P<key>\w+)=(?P<v>\d+)", re.I)
+    assert "compiled" not in vars(lazy)
+    text = "a=1, B=22; c=x"
+    eager = re.compile(r"(?P<key>\w+)=(?P<v>\d+)", re.I)
+    assert [m.groupdict() for m in lazy.finditer(text)] == [
+        m.groupdict() for m in eager.finditer(text)
+    ]
+    assert vars(lazy)["compiled"].pattern == eager.pattern
+    assert lazy.sub("-", text) == eager.sub("-", text)
+    assert lazy.search("zz=9").group("v") == "9"
+    assert lazy.fullmatch("a=1") and not lazy.fullmatch("a=1 ")
+    assert lazy.flags == eager.flags and lazy.groupindex == eager.groupindex
+    # Every module-level pattern is lazy and compiles to a valid regex.
+    patterns = [v for v in vars(redact).values() if isinstance(v, redact._LazyPattern)]
+    assert len(patterns) >= 20
+    for pattern in patterns:
+        assert isinstance(pattern.compiled, re.Pattern)

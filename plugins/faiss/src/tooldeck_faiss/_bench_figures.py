@@ -6,7 +6,6 @@ model load only when ``tooldeck bench`` runs."""
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -162,6 +161,8 @@ async def bench_selection(
     Returns ``select_p50_ms_1k``, ``select_p50_ms_10k``, ``select_p50_ms_100k`` (one key per
     size) and ``index_build_s_<size>``.
     """
+    import statistics  # here, not at the plugin's load: fractions and decimal come with it
+
     from ._retriever import FaissRetriever, RetrieverSettings
 
     figures: dict[str, float] = {}
@@ -206,6 +207,8 @@ async def bench_selection(
 async def query_embedding_figures(rounds: int = 5) -> dict[str, Any]:
     """Median milliseconds of embedding one query with the retriever's own encoder (float
     MiniLM by ONNX Runtime by default)."""
+    import statistics
+
     from ._retriever import FaissRetriever, RetrieverSettings
 
     retriever = FaissRetriever(RetrieverSettings(cache_dir=None, query_cache_size=0))

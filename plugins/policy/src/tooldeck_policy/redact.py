@@ -109,6 +109,30 @@ __all__ = [
     "shannon_entropy",
 ]
 
+class _LazyPattern:
+    """A module-level regex compiled at its first use, not at import: the redactor's ~25
+    patterns cost ~7 ms to compile, which every ``tooldeck call`` paid even when a result held
+    nothing that reaches most of them. After the first use, the pattern's methods are plain
+    instance attributes (no per-call indirection)."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._source = (pattern, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not set yet: compile once, then bind what callers use.
+        compiled = re.compile(*self.__dict__["_source"])
+        for attribute in ("search", "match", "fullmatch", "finditer", "findall", "sub",
+                          "subn", "split", "pattern", "flags", "groups", "groupindex"):
+            self.__dict__[attribute] = getattr(compiled, attribute)
+        self.__dict__["compiled"] = compiled
+        return self.__dict__[name] if name in self.__dict__ else getattr(compiled, name)
+
+
+def _lazy_re(pattern: str, flags: int = 0) -> Any:
+    """``re.compile(pattern, flags)``, deferred to the first use (see :class:`_LazyPattern`)."""
+    return _LazyPattern(pattern, flags)
+
+
 #: How a secret is replaced; ``{rule}`` is the id of the rule that found it.
 REDACTION_FORMAT = "[REDACTED:{rule}]"
 
@@ -121,7 +145,7 @@ _WINDOW_SLACK = 1024
 
 # How far around a match a line-level allowlist looks (lines of tool output can be 8 MiB long).
 _LINE_CONTEXT = 512
-_REDACTED_RE = re.compile(r"\[REDACTED:[\w.-]+\]")
+_REDACTED_RE = _lazy_re(r"\[REDACTED:[\w.-]+\]")
 _REDACTED_MAX = 96
 
 # gitleaks' generic rule template starts with an identifier, then one of the rule's names. The
@@ -317,7 +341,7 @@ def _entropic(value: str, threshold: float) -> bool:
 
 
 # Placeholders that no detector of ours reports: template variables, masks, type names, literals.
-_PLACEHOLDER_RE = re.compile(
+_PLACEHOLDER_RE = _lazy_re(
     r"""^(?:
         \$(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_]*)  # $VAR, $var (not "$ecr3t": mixed case)
       | \$\{[^{}]*\}                      # ${VAR}, ${VAR:-x}
@@ -336,10 +360,10 @@ _PLACEHOLDER_RE = re.compile(
     )$""",
     re.VERBOSE,
 )
-_UUID_RE = re.compile(
+_UUID_RE = _lazy_re(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
-_HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
+_HEX_RE = _lazy_re(r"^[0-9a-fA-F]+$")
 
 
 def _is_placeholder(value: str) -> bool:
@@ -380,7 +404,7 @@ def _windows(positions: list[int], n: int) -> Iterator[tuple[int, int]]:
         yield lo, hi
 
 
-_SPACE_RE = re.compile(r"\s")
+_SPACE_RE = _lazy_re(r"\s")
 
 
 def _extend_to_space(text: str, hi: int) -> int:
@@ -710,12 +734,12 @@ class _RegexRule(_Rule):
 class _PrivateKeyRule(_Rule):
     """Whole PEM/OpenSSH private key blocks, BEGIN line through END line."""
 
-    _BEGIN = re.compile(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", re.I)
-    _END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", re.I)
+    _BEGIN = _lazy_re(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", re.I)
+    _END = _lazy_re(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----", re.I)
     # What a key block holds: base64 lines, "Proc-Type: ..." headers, and, inside JSON strings,
     # escaped newlines. Anything else between BEGIN and END means the markers are just text.
-    _NOT_BODY = re.compile(r"[^\sA-Za-z0-9+/=:,.\\-]")
-    _BODY_LINE = re.compile(r"(?:\\[rn]|\r?\n)[ \t]*(?:[A-Za-z0-9+/=]{8,}|[A-Za-z-]+:[^\n]*)")
+    _NOT_BODY = _lazy_re(r"[^\sA-Za-z0-9+/=:,.\\-]")
+    _BODY_LINE = _lazy_re(r"(?:\\[rn]|\r?\n)[ \t]*(?:[A-Za-z0-9+/=]{8,}|[A-Za-z-]+:[^\n]*)")
     _MAX_BLOCK = 65536
 
     def __init__(self, priority: int) -> None:
@@ -764,8 +788,8 @@ class _PrivateKeyRule(_Rule):
 
 # Names that hold credentials. Strong words count anywhere in the name; weak ones only at its end
 # (``max_tokens`` and ``token_count`` are not credentials, ``auth_token`` is).
-_STRONG_NAME_RE = re.compile(r"passw(?:or)?d|secret|credential|contrase(?:ñ|n)a", re.I)
-_WEAK_NAME_RE = re.compile(
+_STRONG_NAME_RE = _lazy_re(r"passw(?:or)?d|secret|credential|contrase(?:ñ|n)a", re.I)
+_WEAK_NAME_RE = _lazy_re(
     r"""(?:^|[\W_])(?:pwd|pass|passphrase|token|auth|authorization|cookie|
         (?:api|auth|service|account|db|database|priv|private|client|access|secret|signing
           |encryption|master|session|app|consumer|license)[_.-]?key
@@ -773,7 +797,7 @@ _WEAK_NAME_RE = re.compile(
     re.I | re.VERBOSE,
 )
 # Names that say the value is something else: an id, a length, a location, a pagination cursor...
-_NOT_SECRET_NAME_RE = re.compile(
+_NOT_SECRET_NAME_RE = _lazy_re(
     r"""(?:[\W_](?:id|ids|name|names|type|length|len|size|count|file|path|dir|url|uri|endpoint
         |header|env|var|field|policy|required|enabled|expiry|expires|ttl|timeout|version|prompt
         |label|hint|key_id|format|regex|pattern|placeholder|source|provider|helper|process|method
@@ -783,7 +807,7 @@ _NOT_SECRET_NAME_RE = re.compile(
       |^(?:max|num|total|input|output|prompt|completion)[_.-]?tokens?)$""",
     re.I | re.VERBOSE,
 )
-_ASSIGNMENT_RE = re.compile(
+_ASSIGNMENT_RE = _lazy_re(
     r"""(?P<key>[A-Za-z_$@][\w.$@-]{0,79})
         (?:\\?["'])?\]?[ \t]*(?P<sep>:=|=>|\?=|=(?![=>~])|:(?!:))[ \t]*
         (?:!!?[\w/:.-]+[ \t]+)?  # a YAML tag: !!binary, !secret
@@ -795,11 +819,11 @@ _ASSIGNMENT_RE = re.compile(
     re.VERBOSE,
 )
 _CODE_CHARS = frozenset("()[]{}")
-_CODE_HEAD_RE = re.compile(r"^[A-Za-z_$@][\w$@]*(?:\.[A-Za-z_$][\w$]*)*\.?$|^[\W_]+$")
-_DOTTED_NAME_RE = re.compile(r"^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+$")
-_TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z]*$")
-_SNAKE_NAME_RE = re.compile(r"^[a-z]+(?:_[a-z]+)+$")
-_PATH_RE = re.compile(r"^(?:~?/|\./|\.\./)[\w./~+-]*$")
+_CODE_HEAD_RE = _lazy_re(r"^[A-Za-z_$@][\w$@]*(?:\.[A-Za-z_$][\w$]*)*\.?$|^[\W_]+$")
+_DOTTED_NAME_RE = _lazy_re(r"^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+$")
+_TYPE_NAME_RE = _lazy_re(r"^[A-Z][A-Za-z]*$")
+_SNAKE_NAME_RE = _lazy_re(r"^[a-z]+(?:_[a-z]+)+$")
+_PATH_RE = _lazy_re(r"^(?:~?/|\./|\.\./)[\w./~+-]*$")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -886,15 +910,15 @@ _QUOTED_B64_RE = re.compile(r"""["'](?P<v>[A-Za-z0-9+/_=-]{20,256})\\?["']""")
 # The value ends where its alphabet does: requiring an end of line after it let an output that
 # appends one character to each line hide every value.
 _ENV_B64_RE = re.compile(r"""=(?P<v>[A-Za-z0-9+/_-]{20,256}={0,2})(?![A-Za-z0-9+/_=-])""")
-_KEY_BEFORE_RE = re.compile(
+_KEY_BEFORE_RE = _lazy_re(
     r"""([A-Za-z_$][\w.$-]{0,63})(?:\\?["'])?\]?[ \t]*(?::=|=>|=|:)[ \t]*$"""
 )
 # The name of an env-style assignment: at the start of a line or after a blank or ';' (a prefix
 # added to every line must not hide it), ``export`` allowed.
-_ENV_LINE_RE = re.compile(
+_ENV_LINE_RE = _lazy_re(
     r"""(?:^|(?<=[\s;,]))(?:export[ \t]+)?([A-Za-z_][\w.-]{0,63})\Z""", re.MULTILINE
 )
-_ID_NAME_RE = re.compile(
+_ID_NAME_RE = _lazy_re(
     r"""(?:^|[\W_])(?:id|ids|uuid|guid|sha\d*|hash|digest|checksum|etag|integrity|commit|rev
         |revision|nonce|data|content|body|image|icon|file|path|url|uri|href|src|name)$
       |(?<=[a-z])(?:Id|ID|Ids|IDs|Hash|Url|Uri)$""",
@@ -1004,7 +1028,7 @@ MIN_CONFIGURED_SECRET_LENGTH = 4
 
 # Names of environment variables that hold credentials (upper-cased before the test): strong words
 # anywhere (``CLIENTSECRET``), short ones only as a whole segment (``NPM_AUTH``, not ``AUTHOR``).
-_SECRET_ENV_NAME_RE = re.compile(
+_SECRET_ENV_NAME_RE = _lazy_re(
     r"""SECRET|PASSW(?:OR)?D|TOKEN(?!IZ)|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SIGNING_?KEY
       |CREDENTIAL|PASSPHRASE|WEBHOOK|CONNECTION_?STRING
       |(?:^|_)(?:KEY|KEYS|PAT|PASS|PWD|DSN|SALT|PEPPER|COOKIE|AUTH)$
@@ -1014,7 +1038,7 @@ _SECRET_ENV_NAME_RE = re.compile(
 )
 # ... unless the name says the value is a setting about the secret, not the secret (a webhook's
 # URL is the secret itself).
-_NOT_SECRET_ENV_NAME_RE = re.compile(
+_NOT_SECRET_ENV_NAME_RE = _lazy_re(
     r"""^(?:PWD|OLDPWD)$
       |(?<!WEBHOOK)_(?:FILE|PATH|DIR|HOME|ROOT|REGION|PROFILE|OUTPUT|ENDPOINT|HOST|PORT|URL|URI
       |URL_TEMPLATE|ID|TYPE|MODE|LENGTH|SIZE|COUNT|TTL|TIMEOUT|EXPIRY|ENABLED|DISABLED|VERSION
@@ -1022,7 +1046,7 @@ _NOT_SECRET_ENV_NAME_RE = re.compile(
       |METHOD|SCOPES?|AUDIENCE|ISSUER|LOCATION|STORE|BACKEND)$""",
     re.VERBOSE,
 )
-_URL_PASSWORD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:([^\s/?#@]+)@")
+_URL_PASSWORD_RE = _lazy_re(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:([^\s/?#@]+)@")
 
 
 def secret_env_name(name: str) -> bool:

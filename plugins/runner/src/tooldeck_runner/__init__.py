@@ -7,6 +7,8 @@ lives in the ``[tool.tooldeck.runner]`` table (see :class:`RunnerSettings`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._config import RunnerSettings
 from ._executor import (
     ISOLATION_IN_PROCESS,
@@ -15,15 +17,28 @@ from ._executor import (
     RunnerExecutor,
     never_suspends,
 )
-from ._sandbox import (
+from ._isolation import (
     ISOLATION_BWRAP,
     ISOLATION_PROCESS,
     ISOLATION_UNAVAILABLE,
-    PoolKey,
-    SandboxPool,
-    SandboxStatistics,
     resolve_isolation,
 )
+
+if TYPE_CHECKING:
+    from ._sandbox import PoolKey, SandboxPool, SandboxStatistics
+
+# The sandbox's classes load at first use (PEP 562): importing the plugin, as every deck does,
+# does not import the sandbox machinery (see ``_isolation``).
+_LAZY = frozenset({"PoolKey", "SandboxPool", "SandboxStatistics"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import _sandbox
+
+        return getattr(_sandbox, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RunnerExecutor",

@@ -48,7 +48,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import outcome
@@ -68,8 +68,11 @@ from tooldeck_hookspecs import (
 )
 
 from ._config import RunnerSettings
+from ._isolation import resolve_isolation, warn_isolation
 from ._outcomes import as_result, exception_result, failure_result
-from ._sandbox import SandboxPool, SandboxStatistics, resolve_isolation
+
+if TYPE_CHECKING:
+    from ._sandbox import SandboxPool, SandboxStatistics
 
 __all__ = [
     "RunnerExecutor",
@@ -437,6 +440,9 @@ class RunnerExecutor:
     _queues: dict[str, _Queue] = attrs.field(factory=dict, init=False)
     _in_flight: dict[str, set[_InFlight]] = attrs.field(factory=dict, init=False)
     _sandbox: SandboxPool | None = attrs.field(default=None, init=False)
+    # What from_settings found at start-up: the pool, built at the first sandboxed call, keeps
+    # that decision ("" = decide then).
+    _isolation_at_start: str = attrs.field(default="", init=False)
     _closed: bool = attrs.field(default=False, init=False)
     # Per execute function: may it run inline (see the module docstring)? Keyed by the function,
     # so a tool registered again with another implementation is judged again.
@@ -450,10 +456,12 @@ class RunnerExecutor:
         """Build from the whole tooldeck configuration (reads its ``runner`` table)."""
         runner = RunnerSettings.from_settings(settings)
         # At start-up, not at the first sandboxed call: fail when bubblewrap is demanded but
-        # absent, and warn (once) when sandboxed tools would get degraded isolation.
-        resolve_isolation(runner.sandbox, runner.allow_degraded)
+        # absent, and warn (once) when sandboxed tools would get degraded isolation. The pool
+        # itself (and the sandbox module, ~12 ms of imports) waits for the first sandboxed
+        # call: a deck or a `tooldeck call` of in-process tools never needs it.
         executor = cls(settings=runner)
-        executor.sandbox_pool()
+        executor._isolation_at_start = resolve_isolation(runner.sandbox, runner.allow_degraded)
+        warn_isolation(executor._isolation_at_start)
         return executor
 
     # -- public -------------------------------------------------------------------------------
@@ -558,7 +566,9 @@ class RunnerExecutor:
     def sandbox_pool(self) -> SandboxPool:
         """The pool of sandbox workers (created on first use)."""
         if self._sandbox is None:
-            self._sandbox = SandboxPool(self.settings)
+            from ._sandbox import SandboxPool
+
+            self._sandbox = SandboxPool(self.settings, isolation=self._isolation_at_start)
         return self._sandbox
 
     async def aclose(self) -> None:

@@ -85,6 +85,13 @@ from tooldeck_hookspecs import (
 
 from . import _cgroup, _idmap
 from ._config import RunnerSettings
+from ._isolation import (
+    ISOLATION_BWRAP,
+    ISOLATION_PROCESS,
+    ISOLATION_UNAVAILABLE,
+    resolve_isolation,
+    warn_isolation,
+)
 from ._outcomes import memory_result, signal_result
 from ._wire import (
     HEADER,
@@ -109,10 +116,6 @@ __all__ = [
 
 logger = logging.getLogger("tooldeck.runner")
 
-ISOLATION_BWRAP = "bubblewrap"
-ISOLATION_PROCESS = "process (degraded isolation)"
-#: ``sandbox = "auto"`` on a machine without bubblewrap and without ``allow_degraded``.
-ISOLATION_UNAVAILABLE = "none (bubblewrap is not installed)"
 
 #: What the tool runs as, on the host, per isolation (documented in the README).
 _UID_NONROOT = (
@@ -159,7 +162,6 @@ _WRITE_POLL_S = 0.05
 _SWEEP_MAX_ENTRIES = 50_000
 _PROTECTED_DEPTH = 16
 _PROTECTED_ENTRIES = 50_000
-_warned_degraded = False
 # The zygote's own cgroup (it imports and forks; the calls run in cgroups of their own).
 _ZYGOTE_MEMORY_MB = 512
 _ZYGOTE_DESCRIPTION = (
@@ -417,26 +419,6 @@ def _interpreter_paths(python: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in paths if os.path.exists(p)))
 
 
-def resolve_isolation(mode: str, allow_degraded: bool = False) -> str:
-    """The isolation a ``runner.sandbox`` mode gives on this machine.
-
-    ``"process"`` is an explicit opt-in to degraded isolation. ``"auto"`` without bubblewrap
-    gives :data:`ISOLATION_UNAVAILABLE` (sandboxed tools are refused) unless ``allow_degraded``.
-    """
-    if mode == "process":
-        return ISOLATION_PROCESS
-    if shutil.which("bwrap"):
-        return ISOLATION_BWRAP
-    if mode == "bubblewrap":
-        from tooldeck_hookspecs import ConfigError
-
-        raise ConfigError(
-            "runner.sandbox = 'bubblewrap' but `bwrap` is not installed "
-            "(apt-get install bubblewrap)"
-        )
-    return ISOLATION_PROCESS if allow_degraded else ISOLATION_UNAVAILABLE
-
-
 def _unavailable_result(tool: ToolDefinition) -> ToolResult:
     return ToolResult.fail(
         ErrorCode.PERMISSION_DENIED,
@@ -496,22 +478,11 @@ class SandboxPool:
     _zygote_broken: str = ""
 
     def __attrs_post_init__(self) -> None:
-        global _warned_degraded
-        self.isolation = resolve_isolation(self.settings.sandbox, self.settings.allow_degraded)
-        if self.isolation == ISOLATION_UNAVAILABLE and not _warned_degraded:
-            _warned_degraded = True
-            logger.warning(
-                "tooldeck-runner: bubblewrap (bwrap) is not installed; sandboxed tools will be "
-                "refused. Install bubblewrap, or opt into degraded isolation with "
-                "[tool.tooldeck.runner] sandbox = \"process\" or allow_degraded = true."
+        if not self.isolation:  # else decided at the deck's start-up (the executor's)
+            self.isolation = resolve_isolation(
+                self.settings.sandbox, self.settings.allow_degraded
             )
-        elif self.isolation == ISOLATION_PROCESS and not _warned_degraded:
-            _warned_degraded = True
-            logger.warning(
-                "tooldeck-runner: bubblewrap (bwrap) is not in use; sandboxed tools run as plain "
-                "processes with resource limits only (degraded isolation: no filesystem, network "
-                "or PID isolation). Install bubblewrap for real isolation."
-            )
+        warn_isolation(self.isolation)
         if self.settings.cgroups:
             self._cgroups = _cgroup.detect()
             if self._cgroups.available:
