@@ -195,3 +195,28 @@ async def test_the_policy_past_the_deadline_withholds_everything():
     assert "withheld" in result.error.message  # the redaction's deadline, not the tool's
     assert result.data is None
     assert not any(secret in repr(result) for secret in secrets[:50])
+
+
+@tool(category="demo")
+def fails_big() -> None:
+    """Fail with a huge error detail (a failure's data is None)."""
+    from tooldeck import ToolFailure
+
+    raise ToolFailure(ErrorCode.EXECUTION_ERROR, "broke", details={"log": "k" * 300_000})
+
+
+async def test_a_failure_with_big_details_is_processed_off_the_loop_too():
+    """The offload predicate is asked for failures (data None) as well: an audit measured a
+    1 MB error detail redacted on the loop for 5 s, every session stalled."""
+    seen: list = []
+    loop_thread = threading.get_ident()
+    processor = _processor("marker", seen=seen)
+    # This processor's predicate looks at the error details as the policy's does.
+    processor.tooldeck_process_result.tooldeck_offload = (  # type: ignore[attr-defined]
+        lambda result: result.error is not None and len(str(result.error.details)) > 100_000
+    )
+    async with make_deck(processor, load_entry_points=STAGES, tools=[fails_big]) as deck:
+        result = await deck.session().call("fails_big", {})
+    assert result.error is not None and result.error.code == "EXECUTION_ERROR"
+    ((thread, deadline),) = seen
+    assert thread != loop_thread and deadline is not None

@@ -78,3 +78,50 @@ async def test_a_listener_that_raises_costs_the_call_nothing():
     async with make_deck(load_entry_points=STAGES, tools=[crunch]) as deck:
         result = await deck.session().call("crunch", {"steps": 2}, on_progress=broken)
     assert result.success and result.data == "done"
+
+
+@tool(category="work")
+def leaky(token: str, context: ToolContext) -> str:
+    """Report progress that quotes a credential, from a worker thread.
+
+    Args:
+        token: the credential
+    """
+    context.emit({"progress": 1, "message": f"cloning with GITHUB_TOKEN={token}"})
+    return "ok"
+
+
+async def test_progress_messages_pass_the_result_processors_redaction_included():
+    """Progress is output as the result is: the policy's redaction reaches it (an audit found
+    a token in a progress message going out as is, to the caller and to MCP clients)."""
+    import secrets
+    import string
+
+    token = "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits)
+                             for _ in range(36))
+    seen: list[dict] = []
+    async with make_deck(load_entry_points=[*STAGES, "policy"], tools=[crunch, leaky]) as deck:
+        session = deck.session()
+        result = await session.call("leaky", {"token": token}, on_progress=seen.append)
+        await trio.sleep(0.05)
+    assert result.success
+    assert len(seen) == 1 and token not in repr(seen)
+    assert "[REDACTED:" in seen[0]["message"] and seen[0]["progress"] == 1
+
+
+async def test_a_result_processor_that_fails_on_progress_withholds_the_message():
+    from tooldeck_hookspecs import hookimpl
+
+    class Broken:
+        @hookimpl
+        def tooldeck_process_result(self, call, tool, result):
+            if result.data == "step 1":
+                raise RuntimeError("processor bug")
+            return None
+
+    seen: list[dict] = []
+    async with make_deck(Broken(), load_entry_points=STAGES, tools=[crunch]) as deck:
+        result = await deck.session().call("crunch", {"steps": 2}, on_progress=seen.append)
+    assert result.success
+    assert seen[0] == {"progress": 1, "total": 2, "call_id": seen[0]["call_id"]}  # withheld
+    assert seen[1]["message"] == "step 2"

@@ -51,6 +51,7 @@ from tooldeck_hookspecs import (
     is_nonblocking,
     never_suspends,
     normalise_rules,
+    protected_rule,
 )
 from tooldeck_hookspecs._progress import clean_progress
 
@@ -152,6 +153,20 @@ def repr_safe(value: object) -> str:
         return repr(value)
     except Exception:
         return f"<{type(value).__name__}>"
+
+
+
+#: Worker threads each session's blocking policy hooks may use at once.
+_POLICY_THREADS_PER_SESSION = 8
+
+
+def rules_cover_config(source: str, rules: Sequence[str]) -> bool:
+    """Whether the protected path rules (defaults included) already cover a configuration
+    file's name, or the name is not a usable rule (a path that is not a plain file name)."""
+    name = os.path.basename(source)
+    if not name or name in (".", ".."):
+        return True
+    return protected_rule(name, normalise_rules(rules)) is not None
 
 
 def _must_propagate(exc: BaseException) -> bool:
@@ -268,7 +283,13 @@ class Deck:
         try:
             #: Rules of paths no tool writes (defaults plus ``protected_paths``), handed to every
             #: tool in its context.
-            self.protected_paths = normalise_rules(config.settings.get("protected_paths"))
+            rules = list(config.settings.get("protected_paths") or ())
+            if config.source and not rules_cover_config(config.source, rules):
+                # The file this deck was configured from, whatever its name (TOOLDECK_CONFIG,
+                # --config, Deck.load(path)): a model that rewrites it configures the next
+                # deck (grants, MCP servers to start). Its name is protected in every folder.
+                rules.append(os.path.basename(config.source))
+            self.protected_paths = normalise_rules(rules)
         except ValueError as exc:
             raise ConfigError(f"{config.source or 'config'}: protected_paths: {exc}") from exc
         self._session_defaults = dict(config.section("session"))
@@ -292,9 +313,6 @@ class Deck:
         self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
         self._may_stall: dict[str, bool] = {}
         self._authorize_split: tuple[list[HookImpl], list[HookImpl]] | None = None
-        # Threads of policy hooks that may block: their own pool, so that hung hooks can never
-        # take the thread tokens sync tools need (and the other way round).
-        self._policy_threads = trio.CapacityLimiter(32)
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
@@ -875,14 +893,26 @@ _PROGRESS: contextvars.ContextVar[Callable[[Mapping[str, Any]], None] | None] = 
 
 
 def _emitter(
-    listener: Callable[[Mapping[str, Any]], None], call_id: str
+    listener: Callable[[Mapping[str, Any]], None],
+    call_id: str,
+    processed: Callable[[str], str | None] | None = None,
 ) -> Callable[[Mapping[str, Any]], None]:
     """``ToolContext.emit`` for one call: normalises each event and hands it to ``listener``
-    on the deck's trio thread, from whatever thread the tool runs in."""
+    on the deck's trio thread, from whatever thread the tool runs in.
+
+    ``processed`` takes each event's message through the result processors (redaction) first:
+    a progress message is output the caller (and an MCP client) sees, as the result is. None
+    from it drops the message.
+    """
     token = trio.lowlevel.current_trio_token()
     loop_thread = threading.get_ident()
 
     def deliver(event: Mapping[str, Any]) -> None:
+        if processed is not None and isinstance(event.get("message"), str):
+            message = processed(event["message"])
+            event = {k: v for k, v in event.items() if k != "message"}
+            if message is not None:
+                event["message"] = message
         try:
             listener(event)
         except Exception:
@@ -949,6 +979,11 @@ class Session:
         # requests does not grow the session without bound.
         self._pending: dict[str, tuple[ToolCall, float]] = {}
         self._scopes: set[trio.CancelScope] = set()
+        # Threads of policy hooks that may block: a pool per session, apart from the threads
+        # sync tools use. An abandoned thread (its hook outlived the deadline) keeps its slot
+        # until the hook returns: shared by the deck, one session's hung hooks (a hook that
+        # hangs on that user's arguments) locked every session out of every call.
+        self._policy_threads = trio.CapacityLimiter(_POLICY_THREADS_PER_SESSION)
         # cancel() bumps the generation: a call that entered before it (even one still at its
         # first checkpoint) sees the change before it starts and answers CANCELLED.
         self._generation = 0
@@ -1197,6 +1232,13 @@ class Session:
                 result = await self._run(call, approval_id, generation)
             finally:
                 _PROGRESS.reset(token)
+        if result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
+            # A plugin's failure quotes its exception (a Redis URL, a validator's message):
+            # output like any other, so it passes the result processors (redaction) too. Some
+            # paths processed it already; redaction is idempotent.
+            tool = self.deck.catalog.get(call.name) if isinstance(call.name, str) else None
+            if tool is not None:
+                result = await self._finish(call, tool, result)
         if "cached" in result.metadata:
             result = result.with_metadata(
                 duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=call.name
@@ -1594,7 +1636,7 @@ class Session:
                     impls,
                     running,
                     abandon_on_cancel=True,
-                    limiter=self.deck._policy_threads,
+                    limiter=self._policy_threads,
                 )
         finally:
             self._scopes.discard(scope)
@@ -1604,7 +1646,21 @@ class Session:
             return None
         # The deadline passed: the hook still running is the one to blame (its thread is
         # abandoned; its late answer is dropped). Fail closed.
-        plugin = running[-1] if running else impls[0].plugin
+        if not running:  # no hook started: every thread of the session's pool is stuck
+            stuck = self._policy_threads.borrowed_tokens
+            log.error("session %s: %d policy hook threads still running past their deadline",
+                      self.id, stuck)
+            return [
+                Decision.deny(
+                    f"no policy check could start within the call's {timeout:g} s deadline: "
+                    f"this session's {stuck} policy hook threads are still busy with earlier "
+                    "calls; the call was refused",
+                    code=ErrorCode.PLUGIN_ERROR,
+                    plugin=impls[0].plugin,
+                    suggestion="Try again later; if it persists, tell the user.",
+                )
+            ]
+        plugin = running[-1]
         log.error("plugin %r: tooldeck_authorize_call did not answer within %g s", plugin, timeout)
         return [
             Decision.deny(
@@ -1880,8 +1936,33 @@ class Session:
         )
         listener = _PROGRESS.get()
         if listener is not None:  # Session.call(on_progress=...): emit reaches the caller
-            context.emit = _emitter(listener, call.id)
+            context.emit = _emitter(listener, call.id, self._progress_processor(call, tool))
         return context
+
+    def _progress_processor(
+        self, call: ToolCall, tool: ToolDefinition
+    ) -> Callable[[str], str | None]:
+        """The ``tooldeck_process_result`` chain over one progress message (at most
+        ``PROGRESS_MESSAGE_MAX`` characters, so inline on the loop), as the data of a result:
+        the policy's redaction reaches progress as it reaches results. A processor that fails
+        or turns the message into anything but text withholds it (None)."""
+
+        def process(message: str) -> str | None:
+            result = ToolResult.ok(message)
+            for impl in self.deck._impls("tooldeck_process_result"):
+                try:
+                    changed = impl.call_in_order(call, tool, result)
+                except Exception:
+                    log.exception("plugin %r: tooldeck_process_result raised on progress",
+                                  impl.plugin)
+                    return None
+                if changed is not None:
+                    result = changed
+            if not isinstance(result, ToolResult) or not result.success:
+                return None
+            return result.data if isinstance(result.data, str) else None
+
+        return process
 
     async def _execute_scoped(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call with a cancel scope of the session's, for executors without their own
@@ -1926,11 +2007,9 @@ class Session:
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
                 offload = getattr(impl.function, "tooldeck_offload", None)
-                if (
-                    offload is not None
-                    and type(result.data) not in _LEAF_RESULTS  # a scalar is never big
-                    and offload(result)
-                ):
+                # Asked for every result: a failure's data is None, but its message, details
+                # and metadata can be megabytes (the predicate is cheap on small results).
+                if offload is not None and offload(result):
                     changed = await self._process_in_thread(impl, call, tool, result)
                     if isinstance(changed, _Withheld):
                         return changed.result

@@ -84,6 +84,23 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "*.pth",
     "sitecustomize.py",
     "usercustomize.py",
+    # Installed-distribution metadata: a folder on sys.path (the workdir itself, for a script
+    # started there) with a `*.dist-info/entry_points.txt` adds (or shadows) plugins every
+    # entry-point scan loads, tooldeck's own included.
+    "*.dist-info/",
+    "*.egg-info/",
+    # A workdir that is a home folder: what the user's tools run from there. git's second user
+    # configuration, ssh's keys and client configuration, per-user services and autostart
+    # entries, fish's start-up file, the user site-packages; and tooldeck's own state (use
+    # history and embeddings: they steer which tools are dealt).
+    "/.config/git/",
+    "/.ssh/",
+    "/.config/systemd/",
+    "/.config/autostart/",
+    "/.config/fish/",
+    "/.local/lib/",
+    "/.local/state/tooldeck/",
+    "/.cache/tooldeck/",
 )
 
 _GLOB = re.compile(r"[*?\[]")

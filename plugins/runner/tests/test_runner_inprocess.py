@@ -113,6 +113,21 @@ async def test_other_exceptions_become_execution_error_without_traceback(caplog:
     assert any(r.exc_info for r in caplog.records)  # the traceback went to the log instead
 
 
+async def test_keyboard_interrupt_raised_by_a_sync_tool_is_its_failure() -> None:
+    """A plain def tool raising KeyboardInterrupt in its worker thread (a real Ctrl-C only ever
+    reaches the main thread) gets EXECUTION_ERROR; unwrapped as is, it took the host down."""
+
+    def interrupting(arguments: Any, context: ToolContext) -> None:
+        raise KeyboardInterrupt("from the tool")
+
+    ex = RunnerExecutor()
+    for _ in range(2):  # and the worker thread serves the next call
+        result = await run(ex, make_tool(interrupting))
+        assert result.error is not None and result.error.code == "EXECUTION_ERROR"
+        assert "KeyboardInterrupt" in result.error.message
+    assert (await run(ex, make_tool(lambda arguments, context: 7))).data == 7
+
+
 async def test_sys_exit_in_a_tool_does_not_stop_the_host() -> None:
     import sys
 

@@ -40,6 +40,10 @@ def _is_magic(path: str) -> bool:
     return bool(_PROC_MAGIC.match(path) or _DEV_FD.match(path))
 
 
+#: Longest path resolved (Linux's PATH_MAX, in characters).
+_PATH_MAX = 4096
+
+
 def resolve_path(path: str) -> tuple[str, list[str]]:
     """Resolve an absolute ``path`` the way the kernel would, without needing it to exist.
 
@@ -48,6 +52,16 @@ def resolve_path(path: str) -> tuple[str, list[str]]:
     Components that do not exist are taken literally; ``..`` pops after links are resolved, as the
     kernel does.
     """
+    if len(path) > _PATH_MAX:
+        # The kernel refuses these too (PATH_MAX); walked here, a 1 MB path of 500k components
+        # cost seconds of the event loop.
+        raise OSError(errno.ENAMETOOLONG, f"path longer than {_PATH_MAX} characters")
+    try:
+        os.fsencode(path)
+    except UnicodeError as exc:  # a lone surrogate: no file system name can hold it
+        raise OSError(errno.EILSEQ, f"path is not valid text: {exc.reason}") from None
+    if "\0" in path:
+        raise OSError(errno.EINVAL, "path contains a NUL character")
     visited: list[str] = [os.path.normpath(path)]
     pending = [c for c in path.split("/") if c]
     pending.reverse()  # a stack: the next component is at the end

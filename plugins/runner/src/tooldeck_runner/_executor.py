@@ -412,6 +412,15 @@ class _Worker:
                     result: outcome.Outcome[Any] = outcome.Value(None)
                 else:
                     result = outcome.capture(job.context.run, job.function)
+                    if isinstance(result, outcome.Error) and isinstance(
+                        result.error, KeyboardInterrupt
+                    ):
+                        # Ctrl-C reaches the main thread only: in this thread it is the tool's
+                        # own raise, and unwrapped as is in the caller it would pass for the
+                        # user's interrupt and take the host down. It is the tool's failure.
+                        error = RuntimeError("the tool raised KeyboardInterrupt")
+                        error.__cause__ = result.error
+                        result = outcome.Error(error)
                 pool.finished(self, job, result)
                 del job, result  # drop the references while parked
         finally:
