@@ -156,6 +156,9 @@ def repr_safe(value: object) -> str:
 
 
 
+#: Argument problems listed in an INVALID_ARGUMENTS answer's details (the rest counted).
+_MAX_LISTED_PROBLEMS = 100
+
 #: Worker threads each session's blocking policy hooks may use at once.
 _POLICY_THREADS_PER_SESSION = 8
 
@@ -1530,7 +1533,9 @@ class Session:
             ErrorCode.INVALID_ARGUMENTS,
             f"{len(problems)} invalid argument(s): {listed}{more}",
             suggestion=f"Fix these fields and call again: {listed}{more}",
-            details={"errors": [attrs.asdict(p) for p in problems]},
+            details={"errors": [attrs.asdict(p) for p in problems[:_MAX_LISTED_PROBLEMS]],
+                     **({"errors_total": len(problems)}
+                        if len(problems) > _MAX_LISTED_PROBLEMS else {})},
         )
 
     @staticmethod

@@ -190,3 +190,18 @@ def test_validator_speed_is_reported(validate):
     print(f"\nargument validator: valid call {ok_us:.1f} us, invalid call (full report) "
           f"{bad_us:.1f} us")
     assert validate(arguments) == []
+
+
+@pytest.mark.parametrize("dialect", [None, "https://json-schema.org/draft/2020-12/schema"])
+def test_a_flood_of_bad_fields_is_explained_in_part_and_counted(dialect):
+    """100k unknown keys from a model: the answer explains the first problems and counts the
+    rest (an audit measured a 10 MB answer after 3.3 s of the event loop)."""
+    schema = {"type": "object", "properties": {"value": {"type": "integer"}},
+              "additionalProperties": False}
+    if dialect:
+        schema["$schema"] = dialect
+    problems = SchemaArgumentValidator(schema)({f"k{i}": i for i in range(100_000)})
+    assert 1 <= len(problems) <= 51
+    if not dialect:
+        assert problems[-1].message == "and 99950 more unknown fields"
+        assert problems[0].message.startswith("unknown field 'k0'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,10 @@ from ._regex import safe_regex
 __all__ = ["SchemaArgumentValidator", "json_path", "json_type"]
 
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Problems explained per call; the rest are counted (a model sending 100k unknown keys got a
+#: 10 MB answer after seconds of the event loop).
+MAX_PROBLEMS = 50
 
 
 def json_type(value: Any) -> str:
@@ -162,9 +167,13 @@ def _explain_one(
         # The model chose these keys: match them time-safely, as the validator itself did.
         patterns = [safe_regex(p) for p in definition.get("patternProperties", {})]
         problems = []
+        unknown = 0
         for field in value:
             if field in properties or any(p.search(str(field)) for p in patterns):
                 continue
+            unknown += 1
+            if unknown > MAX_PROBLEMS:
+                continue  # counted, not explained: 100k unknown keys cost seconds of hints
             guess = _closest(str(field), properties)
             hint = f"; did you mean {guess!r}?" if guess else (
                 f"; known fields: {', '.join(properties)}" if properties else ""
@@ -174,6 +183,12 @@ def _explain_one(
             problems.append(ArgumentProblem(path=json_path([*segments, shown]),
                                             message=f"unknown field {shown!r}{hint}",
                                             expected=properties))
+        if unknown > MAX_PROBLEMS:
+            problems.append(ArgumentProblem(
+                path=json_path(segments),
+                message=f"and {unknown - MAX_PROBLEMS} more unknown fields",
+                expected=properties,
+            ))
         if problems:
             return problems
     if rule in ("anyOf", "oneOf") and isinstance(error.rule_definition, list):
@@ -234,13 +249,14 @@ class SchemaArgumentValidator:
 
     def _dialect_problems(self, arguments: Mapping[str, Any]) -> list[ArgumentProblem]:
         try:
-            errors = sorted(self._dialect.iter_errors(arguments),
+            errors = sorted(itertools.islice(self._dialect.iter_errors(arguments),
+                                             MAX_PROBLEMS * 20),
                             key=lambda e: list(map(str, e.absolute_path)))
         except Exception as exc:  # odd (non-JSON) values must not crash a call
             return [ArgumentProblem(path="$", message=f"arguments are not valid JSON values "
                                     f"({type(exc).__name__}: {exc})")]
         problems = []
-        for error in errors[:50]:
+        for error in errors[:MAX_PROBLEMS]:
             validator = error.validator
             expected = error.validator_value if validator in ("type", "enum", "const") else None
             problems.append(ArgumentProblem(
@@ -275,4 +291,6 @@ class SchemaArgumentValidator:
                 if (problem.path, problem.message) not in seen:
                     seen.add((problem.path, problem.message))
                     problems.append(problem)
+            if len(problems) > MAX_PROBLEMS:
+                break  # a model's answer needs the first few, not a 10 MB list
         return problems
