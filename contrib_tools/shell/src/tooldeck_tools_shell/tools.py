@@ -54,17 +54,32 @@ MAX_ENV_VARS = 32
 MAX_ENV_VALUE_CHARS = 8192
 
 #: Variables that decide which code a program loads or runs: never settable through ``env``
-#: (the shell guard does not see ``env``, so the tool refuses them itself).
+#: (the shell guard does not see ``env``, so the tool refuses them itself). A copy of the shell
+#: guard's table (``tooldeck_policy._shell.code_bearing_env_name``: this pack does not depend on
+#: tooldeck-policy), plus a few more; a test checks that it covers the guard's.
 REFUSED_ENV_NAMES = frozenset(
     {
         "PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
-        "CDPATH", "GLOBIGNORE", "PERL5OPT", "PERL5LIB", "PERLLIB", "PYTHONSTARTUP",
-        "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "NODE_OPTIONS", "NODE_PATH", "RUBYOPT",
-        "RUBYLIB", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXEC_PATH", "GIT_CONFIG_PARAMETERS",
+        "CDPATH", "GLOBIGNORE", "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP",
+        "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONBREAKPOINT",
+        "NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB",
+        # git: configuration from the environment runs programs (core.fsmonitor, pagers, ...)
+        "GIT_SSH_COMMAND", "GIT_SSH", "GIT_SSH_VARIANT", "GIT_EXEC_PATH",
+        "GIT_CONFIG_PARAMETERS", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_COUNT", "GIT_PROXY_COMMAND", "GIT_ASKPASS", "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR", "GIT_PAGER", "GIT_EXTERNAL_DIFF", "GIT_TEMPLATE_DIR", "GIT_DIR",
+        "GIT_COMMON_DIR", "GIT_ALLOW_PROTOCOL", "GIT_PROTOCOL_FROM_USER",
+        # editors, pagers and helpers other programs start
+        "EDITOR", "VISUAL", "PAGER", "MANPAGER", "MANOPT", "LESSOPEN", "LESSCLOSE", "LESSKEY",
+        "LESSKEYIN", "LESSKEY_CONTENT", "BROWSER", "SHELL", "SSH_ASKPASS", "SUDO_ASKPASS",
+        "RSYNC_RSH", "TAR_OPTIONS", "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS",
         "GCONV_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "LOCPATH", "HOSTALIASES",
+        "XDG_CONFIG_HOME", "ZDOTDIR", "GLIBC_TUNABLES",
     }
 )
-_REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "GLIBC_")
+_REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "GLIBC_", "GIT_CONFIG_KEY_",
+                     "GIT_CONFIG_VALUE_", "NPM_CONFIG_")
+_REFUSED_SUFFIXES = ("_ASKPASS",)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 #: The command's environment before ``env`` is applied; nothing is inherited from the host (or
@@ -162,7 +177,8 @@ def _env_name_problem(name: str) -> str | None:
         return (f"{name!r} is not a valid variable name (letters, digits and '_', not "
                 "starting with a digit, at most 128 characters)")
     upper = name.upper()
-    if upper in REFUSED_ENV_NAMES or upper.startswith(_REFUSED_PREFIXES):
+    if (upper in REFUSED_ENV_NAMES or upper.startswith(_REFUSED_PREFIXES)
+            or upper.endswith(_REFUSED_SUFFIXES)):
         return f"{name!r} changes which code programs load or run; it cannot be set"
     return None
 

@@ -13,7 +13,8 @@ plain command does not need is recognised and refused (``injection``) with a rea
 here-documents, ``$(...)``, backticks, ``${...}``, ``$((...))``, ``$'...'`` and ``$"..."`` (read
 differently by dash and bash), comments, subshells, groups, compound commands, function
 definitions, unbalanced quotes, a trailing backslash, brace expansion (bash expands it, dash does
-not), control characters (NUL, CR, ...), invisible Unicode and look-alike quotes or operators. When
+not), an unquoted ``$IFS`` (it splits the word it is in), control characters (NUL, CR, ...),
+invisible Unicode and look-alike quotes or operators. When
 the tokenizer and a shell could disagree, the command is refused rather than guessed at.
 
 **Program position.** A glob (``*``, ``?``, ``[...]``), a tilde or a ``$VAR`` in the place of a
@@ -31,14 +32,17 @@ analysed too. Interpreters' inline code (``python -c``, ``perl -e``, ``awk 'BEGI
 ``exec``, ``popen``, backticks, ``subprocess``, ``child_process``, ``| getline``) or to hide one
 (``eval``, ``__import__``), and an interpreter reading its code from stdin, are ``destructive``:
 the user must confirm that very call even for an always-allowed tool, and command strings found in
-the code (``system("rm -rf /")``) are analysed too. Other inline code (``python -c 'print(1)'``) is
-left to the tool's tier and the sandbox. A sed script with the ``e`` command or flag, and a shell
-reading its script from stdin, are refused. Assignments of variables that decide which code
-runs (``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are
-refused wherever the guard finds them: before a command, through ``env``/``sudo``, after
-``export``, as ``make`` arguments. ``git -c``
-keys and ``git config`` keys that run programs (``core.fsmonitor``, ``core.sshCommand``,
-``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
+the code (``system("rm -rf /")``) are analysed too. A script or program file that is the standard
+input (``-``, ``/dev/stdin``, ``/dev/fd/N``, ``/proc/self/fd/N``, anything under ``/dev`` or
+``/proc``) counts as code read from stdin. Other inline code (``python -c 'print(1)'``) is left to
+the tool's tier and the sandbox. A sed script with the ``e`` command or flag, and a shell reading
+its script from stdin, are refused. Assignments of variables that decide which code runs
+(``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are refused
+wherever the guard finds them: before a command, through ``env``/``sudo``, after ``export``, as
+``make`` arguments. ``git -c`` keys and ``git config`` keys that run programs (``core.fsmonitor``,
+``core.sshCommand``, ``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
+:func:`code_bearing_env_name` tells a tool that sets variables itself which names to refuse. Long
+options are matched by their unambiguous prefixes too (``rm --rec``), as GNU getopt_long does.
 
 **Destructive meaning** (``destructive``: run only once the user confirmed this call): recursive
 ``rm`` (or ``find -delete`` / ``find -exec rm``) of the root, a top-level or system directory, a
@@ -62,7 +66,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
-__all__ = ["MAX_COMMAND_CHARS", "MAX_DEPTH", "CommandVerdict", "analyze_command"]
+__all__ = [
+    "MAX_COMMAND_CHARS",
+    "MAX_DEPTH",
+    "CommandVerdict",
+    "analyze_command",
+    "code_bearing_env_name",
+]
 
 #: Longer command lines are refused unread (keep the guard cheap and bounded).
 MAX_COMMAND_CHARS = 16_384
@@ -531,6 +541,13 @@ class _Lexer:
                           "evaluates array subscripts that can run commands")
         match = _NAME.match(line, i + 1)
         if match:
+            if match.group() == "IFS" and not quoted:
+                # Unquoted, $IFS is split away: 'timeout 5$IFS"sh" -c ...' is three words to
+                # the shell and one to a reader.
+                self.f.inject(
+                    "'$IFS' outside double quotes splits the word it is in: the shell sees more "
+                    "words (and another command) than the text shows"
+                )
             b.param(match.group(), "$" + match.group())
             return match.end()
         if nxt and nxt in "0123456789@*#?-$!":
@@ -810,10 +827,34 @@ _CODE_VARIABLES = frozenset(
         "GIT_SEQUENCE_EDITOR", "GIT_PAGER", "GIT_EXTERNAL_DIFF", "GIT_TEMPLATE_DIR", "GIT_DIR",
         "GIT_ALLOW_PROTOCOL", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "LESSOPEN", "LESSCLOSE",
         "BROWSER", "GCONV_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "LOCPATH", "HOSTALIASES",
-        "XDG_CONFIG_HOME", "ZDOTDIR", "TAR_OPTIONS",
+        "XDG_CONFIG_HOME", "ZDOTDIR", "TAR_OPTIONS", "GIT_COMMON_DIR", "SUDO_ASKPASS",
+        "RSYNC_RSH", "PERL5DB", "PYTHONBREAKPOINT", "MANOPT", "LESSKEYIN", "LESSKEY",
+        "LESSKEY_CONTENT", "SHELL", "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS", "GLIBC_TUNABLES",
+        "GIT_SSH_VARIANT", "GIT_PROTOCOL_FROM_USER",
     }
 )
 _CODE_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+_CODE_SUFFIXES = ("_ASKPASS",)
+# npm reads every npm_config_* variable as configuration (script-shell, node-options, ...).
+_CODE_PREFIXES_ANY_CASE = ("npm_config_",)
+# make's flags variables are everyday ('MAKEFLAGS=-j8'); only these letters are let through.
+_MAKE_FLAGS = frozenset({"MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS"})
+_PLAIN_MAKE_FLAGS = re.compile(r"[-\s0-9jklsnwiBOqrRt]*")
+
+
+def code_bearing_env_name(name: str) -> bool:
+    """Whether setting the environment variable ``name`` can change which code a program loads
+    or runs (``LD_PRELOAD``, ``BASH_ENV``, ``GIT_CONFIG_*``, ``GIT_PAGER``, ``*_ASKPASS``, ...).
+
+    The shell guard refuses such assignments wherever it finds them in a command line; a tool
+    that sets variables itself (shell_exec's ``env``) should refuse the same names.
+    """
+    return (
+        name in _CODE_VARIABLES
+        or name.startswith(_CODE_PREFIXES)
+        or name.endswith(_CODE_SUFFIXES)
+        or name.lower().startswith(_CODE_PREFIXES_ANY_CASE)
+    )
 _SUBSCRIPT_BUILTINS = frozenset(
     {"let", "declare", "typeset", "local", "readonly", "export", "printf", "test", "[", "unset",
      "read", "mapfile", "readarray", "wait", "shift", "return", "exit", "source", ".", "eval"}
@@ -824,8 +865,11 @@ _ENV_ARGUMENT_TAKERS = frozenset({"make", "gmake", "bmake", "ninja"})
 
 
 def _check_assignment(text: str, findings: _Findings, how: str = "") -> None:
-    name = text.split("=", 1)[0].rstrip("+")
-    if name in _CODE_VARIABLES or name.startswith(_CODE_PREFIXES):
+    name, _, value = text.partition("=")
+    name = name.rstrip("+")
+    if name in _MAKE_FLAGS and _PLAIN_MAKE_FLAGS.fullmatch(value):
+        return
+    if code_bearing_env_name(name):
         findings.inject(f"setting {name}{how} changes which code the command runs")
 
 
@@ -1146,7 +1190,7 @@ def _wrapped(
 def _check_xargs_input(inner: Sequence[_Word], findings: _Findings) -> None:
     name = _basename(inner[0].value) if inner else ""
     flags, operands = _flags([a.value for a in inner[1:]])
-    if name == "rm" and flags & {"r", "R", "--recursive"}:
+    if name == "rm" and (flags & {"r", "R"} or _has_long(flags, "--recursive")):
         findings.destroy("'xargs rm -r' deletes whatever its input names, which the guard "
                          "does not see")
     if name in ("shred", "wipefs") or name.startswith("mkfs"):
@@ -1154,6 +1198,23 @@ def _check_xargs_input(inner: Sequence[_Word], findings: _Findings) -> None:
 
 
 # --- shells and interpreters --------------------------------------------
+
+# A "file" that is the standard input (or a terminal, or another open descriptor): a script read
+# from it is code the guard never sees. Matched on the lexically normalised path.
+_STDIN_FILE = re.compile(
+    r"(?:^|/)(?:dev/+(?:stdin|tty|fd(?:/|$))|proc/+[^/]+/+(?:task/+[^/]+/+)?fd(?:/|$)|fd/+[^/]*$)"
+)
+
+
+def _stdin_file(path: str) -> bool:
+    """``-``, ``/dev/stdin``, ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/PID/fd/N``, ``/dev/tty``
+    and anything else under ``/dev`` or ``/proc``: no script or program file lives there."""
+    if path == "-":
+        return True
+    normal = _normal(path.replace(_UNKNOWN, "x"))
+    if normal.startswith(("/dev/", "/proc/")) or normal in ("/dev", "/proc"):
+        return True
+    return bool(_STDIN_FILE.search(normal))
 
 
 def _check_shell(
@@ -1196,6 +1257,12 @@ def _check_shell(
             "does not see"
         )
         return
+    if _stdin_file(args[i].path):
+        findings.inject(
+            f"'{name} {operands[0]}' reads its commands from standard input or another open "
+            "file descriptor, which the guard does not see"
+        )
+        return
     # 'bash script.sh': a file; it runs in the sandbox like any program.
 
 
@@ -1207,26 +1274,55 @@ class _Interpreter:
     ends: str  # short options after which the rest belongs to the program (python -m)
     first_operand_is_code: bool = False
     source_options: str = ""  # short options naming a program file or module (-f, -m, -r)
+    attached: str = ""  # short options whose value can only be attached (perl -i.bak, -x)
+    long_values: tuple[str, ...] = ()  # long options that take the next argument as value
 
 
+_NODE_LONG_VALUES = (
+    "--require", "--import", "--loader", "--experimental-loader", "--title", "--input-type",
+    "--conditions", "--env-file", "--inspect-port", "--redirect-warnings", "--icu-data-dir",
+    "--openssl-config", "--disable-warning", "--experimental-policy", "--diagnostic-dir",
+    "--report-dir", "--report-filename", "--unhandled-rejections", "--dns-result-order",
+    "--watch-path", "--test-reporter", "--test-reporter-destination", "--test-name-pattern",
+    "--stack-trace-limit", "--trace-event-categories", "--trace-event-file-pattern",
+    "--cpu-prof-dir", "--cpu-prof-name", "--heap-prof-dir", "--heap-prof-name",
+    "--heapsnapshot-signal", "--secure-heap", "--tls-cipher-list", "--max-http-header-size",
+)
+_AWK_LONG_VALUES = (
+    "--assign", "--field-separator", "--file", "--include", "--exec", "--load",
+)
+# Long options whose value names a program file (or a module loaded as code).
+_LONG_SOURCES = frozenset({"--file", "--exec"})
+# Long options whose value is a library loaded as code before the program.
+_LONG_LIBRARIES = frozenset({"--include", "--load", "--require", "--import", "--loader",
+                             "--experimental-loader"})
 _INTERPRETERS: dict[str, _Interpreter] = {
-    "python": _Interpreter("c", (), "WXQ", "m", source_options="m"),
-    "pypy": _Interpreter("c", (), "WXQ", "m", source_options="m"),
-    "perl": _Interpreter("eE", (), "IMmxdDCi", ""),
-    "ruby": _Interpreter("e", (), "IrCEFx", ""),
-    "node": _Interpreter("ep", ("--eval", "--print"), "r", "", source_options="r"),
-    "nodejs": _Interpreter("ep", ("--eval", "--print"), "r", "", source_options="r"),
+    "python": _Interpreter("c", (), "WXQ", "m", source_options="m",
+                           long_values=("--check-hash-based-pycs",)),
+    "pypy": _Interpreter("c", (), "WXQ", "m", source_options="m",
+                         long_values=("--check-hash-based-pycs",)),
+    # perl: -I takes the next argument; -i, -x, -M, -m, -d, -D, -F only an attached value;
+    # -l, -0 and -C attached digits (or -C letters), then more options ('-le', '-CSe').
+    "perl": _Interpreter("eE", (), "I", "", attached="imMxdDF"),
+    "ruby": _Interpreter("e", (), "IrCE", "", attached="xFiKlT0W"),
+    "node": _Interpreter("ep", ("--eval", "--print"), "rC", "", source_options="r",
+                         long_values=_NODE_LONG_VALUES),
+    "nodejs": _Interpreter("ep", ("--eval", "--print"), "rC", "", source_options="r",
+                           long_values=_NODE_LONG_VALUES),
     "deno": _Interpreter("", (), "", ""),
     "php": _Interpreter("rBRE", (), "dcz", "", source_options="f"),
     "lua": _Interpreter("e", (), "l", ""),
     "luajit": _Interpreter("e", (), "lj", ""),
     "Rscript": _Interpreter("e", (), "", ""),
     "tclsh": _Interpreter("", (), "", ""),
-    "awk": _Interpreter("e", ("--source",), "vFf", "", True, "f"),
-    "gawk": _Interpreter("e", ("--source",), "vFf", "", True, "f"),
-    "mawk": _Interpreter("", (), "vFf", "", True, "f"),
+    "awk": _Interpreter("e", ("--source",), "vFfWiEl", "", True, "fE",
+                        long_values=_AWK_LONG_VALUES),
+    "gawk": _Interpreter("e", ("--source",), "vFfWiEl", "", True, "fE",
+                         long_values=_AWK_LONG_VALUES),
+    "mawk": _Interpreter("", (), "vFfW", "", True, "f"),
     "nawk": _Interpreter("", (), "vFf", "", True, "f"),
-    "sed": _Interpreter("e", ("--expression",), "fl", "", True, "f"),
+    "sed": _Interpreter("e", ("--expression",), "fl", "", True, "f",
+                        long_values=("--file", "--line-length")),
 }
 _SPAWN = re.compile(
     r"\b(?:system|exec(?:l|lp|le|v|vp|ve|vpe|lpe|_command)?(?=\s*[(\s'\"])|popen\w*|spawn\w*"
@@ -1235,7 +1331,11 @@ _SPAWN = re.compile(
     r"passthru|pcntl_\w+|os\s*\.\s*execute|io\s*\.\s*popen|require|Function|Deno\s*\.\s*"
     r"(?:run|Command)|Bun\s*\.\s*spawn|process\s*\.\s*binding|getline|qx)\b"
     r"|`|%x[({\[<|!/]|\bimport\s*\(|\|\s*[\"']|[\"']\s*\|"
+    # os.posix_spawn, vars(os)["sys"+"tem"], os.__dict__[...], CORE::GLOBAL::, module._load
+    r"|\b\w*spawn\w*|\bvars\s*\(|__dict__|CORE::|\b_load\b"
 )
+# awk's 'print ... | cmd' and '|&' (a coprocess) pipe into a command held in a variable.
+_AWK_PIPE = re.compile(r"\bprintf?\b[^;{}\n|]{0,1000}\|&?(?!\|)\s*[A-Za-z_(]")
 _DEVICE_TEXT = re.compile(
     r"/dev/+(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|mapper/|disk/|sr|mtd|nbd|rbd|zd|mem\b|"
     r"kmem\b|port\b)"
@@ -1274,12 +1374,116 @@ def _sed_runs(script: str) -> bool:
 
     skeleton = _SED_SUBST.sub(blank, script)
     skeleton = _SED_ADDRESS.sub("/", skeleton)
-    return runs or bool(_SED_EXEC.search(skeleton))
+    return runs or bool(_SED_EXEC.search(skeleton)) or _sed_parse_runs(script)
+
+
+def _sed_parse_runs(script: str) -> bool:
+    """Walk the script command by command, as GNU sed reads it: any character but a backslash
+    or newline delimits 's' and 'y' (``sQaQbQe``, ``s x y e``). True on an 'e' command or flag,
+    and when the script cannot be read (fail closed)."""
+    i, n = 0, len(script)
+
+    def delimited(k: int, delim: str) -> int:
+        # Index just past the closing delimiter of a part starting at k, or -1.
+        while k < n:
+            c = script[k]
+            if c == "\\":
+                k += 2
+                continue
+            if c == "\n" and delim != "\n":
+                return -1
+            if c == delim:
+                return k + 1
+            k += 1
+        return -1
+
+    def address(k: int) -> int:
+        while k < n and script[k] in " \t":
+            k += 1
+        if k < n and script[k] in "/\\":
+            delim = script[k] if script[k] == "/" else script[k + 1 : k + 2]
+            start = k + 1 if script[k] == "/" else k + 2
+            if not delim:
+                return -1
+            k = delimited(start, delim)
+            if k < 0:
+                return -1
+            while k < n and script[k] in "IM":
+                k += 1
+            return k
+        while k < n and (script[k].isdigit() or script[k] in "$~+"):
+            k += 1
+        return k
+
+    while i < n:
+        c = script[i]
+        if c in " \t\n;{}!":
+            i += 1
+            continue
+        if c == "#":
+            end = script.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        i = address(i)
+        if i < 0:
+            return True
+        if i < n and script[i] == ",":
+            i = address(i + 1)
+            if i < 0:
+                return True
+        while i < n and script[i] in " \t!":
+            i += 1
+        if i >= n:
+            break
+        command = script[i]
+        i += 1
+        if command == "e":
+            return True
+        if command in "sy":
+            if i >= n or script[i] in "\\\n":
+                return True
+            delim = script[i]
+            i = delimited(i + 1, delim)
+            if i < 0:
+                return True
+            i = delimited(i, delim)
+            if i < 0:
+                return True
+            while i < n and script[i] not in ";\n}#":
+                if command == "s" and script[i] == "e":
+                    return True
+                if command == "s" and script[i] in "wW":
+                    break  # 'w FILE' takes the rest of the line
+                i += 1
+            end = script.find("\n", i) if i < n and script[i] in "wW" else i
+            i = n if end < 0 else end
+        elif command in "aicrRwWbtTvl:qQLz=dDgGhHnNpPx" or command.isalpha():
+            if command in "aicrRwW:":
+                # Text or a file name: the rest of the line; a/i/c text goes on over lines
+                # that end in a backslash ('a\' NEWLINE 'text').
+                while True:
+                    end = script.find("\n", i)
+                    if end < 0:
+                        i = n
+                        break
+                    i = end + 1
+                    if command not in "aic" or not script[:end].endswith("\\"):
+                        i = end
+                        break
+            else:
+                while i < n and script[i] not in ";\n}":
+                    i += 1
+        elif command in "{}":
+            continue
+        else:
+            return True
+    return False
 
 
 def _check_interpreter(family: str, name: str, values: Sequence[str], findings: _Findings) -> None:
     spec = _INTERPRETERS[family]
     codes: list[str] = []
+    sources: list[str] = []  # program files named by options (awk -f FILE, sed -f FILE)
     has_source = False
     i, n = 0, len(values)
     while i < n:
@@ -1291,16 +1495,33 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
             break
         if arg.startswith("--"):
             key, eq, value = arg.partition("=")
+            takes = key in spec.long_code or key in spec.long_values
+            if takes and not eq and i + 1 < n:
+                i += 1
+                value = values[i]
             if key in spec.long_code:
-                if not eq and i + 1 < n:
-                    i += 1
-                    value = values[i]
                 codes.append(value)
+            elif takes and key in _LONG_SOURCES | _LONG_LIBRARIES:
+                has_source = has_source or key in _LONG_SOURCES
+                sources.append(value)
             i += 1
             continue
         j, stop = 1, False
         while j < len(arg):
             letter = arg[j]
+            if letter in spec.attached:
+                break  # the rest of the word is its value
+            if family == "perl" and letter in "l0C":
+                # '-l012', '-0777', '-0x1F', '-CSD': the value is these characters only.
+                j += 1
+                if letter == "0" and arg[j : j + 1] == "x":
+                    allowed = "0123456789abcdefABCDEF"
+                    j += 1
+                else:
+                    allowed = "0123456789IOEioSADLa" if letter == "C" else "01234567"
+                while j < len(arg) and arg[j] in allowed:
+                    j += 1
+                continue
             if letter in spec.code or letter in spec.values or letter in spec.ends:
                 value = arg[j + 1 :]
                 if not value and i + 1 < n:
@@ -1312,6 +1533,16 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
                     stop = family in ("python", "pypy")
                 if letter in spec.source_options:
                     has_source = True
+                    sources.append(value)
+                elif letter in "il" and family in ("awk", "gawk"):
+                    sources.append(value)  # gawk -i/-l: a library, then the program
+                if letter == "W" and family in ("awk", "gawk", "mawk") and value.startswith("e"):
+                    # mawk '-W exec FILE': the program is read from FILE.
+                    has_source = True
+                    if i + 1 < n:
+                        i += 1
+                        sources.append(values[i])
+                    stop = True
                 if letter in spec.ends:
                     stop = True
                 break
@@ -1319,13 +1550,23 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
         i += 1
         if stop:
             break
-    else:
-        pass
     operands = values[i:] if i <= n else []
     if not codes and spec.first_operand_is_code and operands and not has_source:
         codes.append(operands[0])
     elif not codes and not has_source and operands and not spec.first_operand_is_code:
-        has_source = operands[0] != "-"
+        has_source = not _stdin_file(operands[0])
+    if any(_stdin_file(source) for source in sources if family not in ("python", "pypy")):
+        # 'awk -f /dev/stdin', 'sed -f -': the program comes from standard input.
+        if family == "sed":
+            findings.inject(
+                "a sed script read from standard input may hold the 'e' command, which runs "
+                "shell commands out of the guard's sight"
+            )
+        else:
+            findings.destroy(
+                f"'{name}' reads its program from standard input or an open file descriptor, "
+                "which the guard does not see: the user must confirm this exact call"
+            )
     if not codes and not has_source and not spec.first_operand_is_code:
         # The code is unseen, and inline code can run anything: the user must see this call.
         findings.destroy(
@@ -1347,7 +1588,9 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
                     "guard's sight; run that command directly instead"
                 )
         else:
-            spawn = _SPAWN.search(code)
+            spawn = _SPAWN.search(code) or (
+                _AWK_PIPE.search(code) if family in ("awk", "gawk", "mawk", "nawk") else None
+            )
             if spawn:
                 # Interpreters' inline code can run anything: it is not refused (python -c is an
                 # everyday tool), but it needs the user's confirmation of this very call, even
@@ -1379,7 +1622,8 @@ _GIT_CODE_KEYS = re.compile(
     r"init\.templatedir|(?:web|browser|man|instaweb)\..*|sendemail\..+|"
     r"trailer\..+\.(?:command|cmd)|interactive\.difffilter|ssh\.variant|http\..*proxy.*|"
     r"core\.fsmonitorhookversion|safe\.bareRepository|receive\.procreceiverefs|"
-    r"notes\.rewritemode|gc\..*hook.*|maintenance\..+)$",
+    r"notes\.rewritemode|gc\..*hook.*|maintenance\..+|hook\..+|gpg\.ssh\.defaultkeycommand|"
+    r"core\.editor|diff\..+\.cmd|(?:status|log|diff)\.external)$",
     re.IGNORECASE,
 )
 
@@ -1428,8 +1672,18 @@ def _check_git(
     for value in rest:
         if value.startswith("ext::") or "::" in value.split("/", 1)[0] and "ext::" in value:
             findings.inject("an 'ext::' URL makes git run a command")
+    if sub in ("init", "clone") and any(_abbreviates(v, "--template") for v in rest):
+        findings.inject(f"'git {sub} --template' copies hooks of the caller's choosing")
     if sub == "config":
-        operands = [v for v in rest if not v.startswith("-")]
+        operands, k = [], 0
+        while k < len(rest):
+            value = rest[k]
+            if value in ("-f", "--file", "--blob", "--type", "--default", "--comment", "--value"):
+                k += 2  # an option with its value, not the key
+                continue
+            if not value.startswith("-"):
+                operands.append(value)
+            k += 1
         if operands[:1] and operands[0] in ("set", "add", "replace-all"):
             operands = operands[1:]
         if operands and (len(operands) >= 2 or any("=" in o for o in operands[:1])):
@@ -1511,11 +1765,12 @@ def _check_find(
             k = end + 1
             continue
         if value in _FIND_RESTRICTING and k + 1 < n:
-            if values[k + 1].strip("*") or value not in ("-name", "-iname", "-path", "-ipath",
-                                                         "-wholename", "-iwholename"):
+            if _find_narrows(value, values[k + 1]):
                 restricted = True
             k += 2
             continue
+        if value == "-empty":
+            restricted = True
         if value in ("-fprint", "-fprint0", "-fprintf", "-fls") and k + 1 < n:
             if _is_device(args[k + 1].path):
                 findings.destroy(f"'find {value} {values[k + 1]}' overwrites a disk device")
@@ -1533,12 +1788,43 @@ def _check_find(
         findings.destroy(f"'find {root.value} ... -delete' deletes {danger}")
 
 
+# Tests (with a value) that may narrow what 'find -delete' deletes; _find_narrows judges the value.
+# -user/-group/-uid/-gid are left out: in the sandbox every file belongs to the one user.
 _FIND_RESTRICTING = frozenset(
     {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
-     "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-user",
-     "-group", "-perm", "-lname", "-ilname", "-inum", "-samefile", "-links", "-uid", "-gid",
-     "-newermt", "-empty"}
+     "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-perm",
+     "-lname", "-ilname", "-inum", "-samefile", "-links", "-newermt"}
 )
+_FIND_TIMES = {"-mtime": 30, "-atime": 30, "-ctime": 30, "-mmin": 43_200, "-amin": 43_200,
+               "-cmin": 43_200}
+_SIZE_UNITS = {"c": 1, "w": 2, "b": 512, "k": 1024, "M": 1 << 20, "G": 1 << 30}
+
+
+def _find_narrows(test: str, value: str) -> bool:
+    """Whether ``find TEST VALUE`` clearly narrows a deletion (``-name '*.o'``, ``-mmin -5``);
+    ``-name '?*'``, ``-regex '.*'``, ``-size -99999999k`` or ``-mtime +1`` do not."""
+    if test in ("-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex",
+                "-iregex", "-lname", "-ilname"):
+        # A literal name part narrows; wildcards, brackets and regex operators alone do not.
+        literal = re.sub(r"\{[0-9,]*\}", "", _BRACKET.sub("", value))
+        return any(c.isalnum() or c in "_-~#@%" for c in literal.replace("\\", ""))
+    if test in _FIND_TIMES:
+        match = re.fullmatch(r"([-+]?)([0-9]+)", value)
+        if not match:
+            return False
+        sign, number = match.group(1), int(match.group(2))
+        # '-mmin -5': changed recently (narrow); '+N' is everything older (most of a tree).
+        return sign != "+" and number <= _FIND_TIMES[test]
+    if test == "-size":
+        match = re.fullmatch(r"([-+]?)([0-9]+)([cwbkMG]?)", value)
+        if not match:
+            return False
+        sign, number = match.group(1), int(match.group(2))
+        size = number * _SIZE_UNITS[match.group(3) or "b"]
+        if sign == "-":
+            return size <= 4096
+        return sign == "" or size > 0
+    return True
 
 
 def _check_remote_shells(
@@ -1565,14 +1851,12 @@ def _check_remote_shells(
                 findings.inject("'rsync -e/--rsh/--rsync-path' runs a command of the caller's "
                                 "choosing")
         elif name in ("tar", "bsdtar", "gtar"):
-            if value.startswith(("--to-command", "--checkpoint-action", "--use-compress-program",
-                                 "--info-script", "--new-volume-script", "--rsh-command")) or (
-                value in ("-I", "-F")
-            ):
+            if any(_abbreviates(value, option, ("--checkpoint",))
+                   for option in _TAR_PROGRAM_OPTIONS) or _tar_short_program(value, k == 0):
                 findings.inject(f"'{name} {value.split('=')[0]}' runs a program of the caller's "
                                 "choosing")
         elif name in ("zip",):
-            if value in ("-TT", "--unzip-command") or value.startswith("--unzip-command="):
+            if value.startswith("-TT") or _abbreviates(value, "--unzip-command"):
                 findings.inject("'zip -TT' runs a command of the caller's choosing")
         elif name in ("vim", "vi", "nvim", "ex", "view", "vimdiff", "gvim"):
             if value in ("-c", "--cmd", "-S") or value.startswith("+"):
@@ -1592,9 +1876,67 @@ def _check_remote_shells(
         findings.inject(f"'{name}' schedules shell commands to run later")
 
 
+_TAR_PROGRAM_OPTIONS = ("--to-command", "--checkpoint-action", "--use-compress-program",
+                        "--info-script", "--new-volume-script", "--rsh-command")
+# tar's short options that take a value; -I (compress program) and -F (volume script) run one.
+_TAR_SHORT_VALUES = "bCfFgHIKLNTVX"
+
+
+def _tar_short_program(value: str, first: bool) -> bool:
+    """``-I PROG``, ``-xIprog``, ``-cvIprog``, or old-style ``tar cIf PROG ...`` (first word)."""
+    if value.startswith("--"):
+        return False
+    if value.startswith("-"):
+        letters = value[1:]
+    elif first and value.isalpha():
+        return "I" in value or "F" in value  # old style: every letter takes the next word
+    else:
+        return False
+    for letter in letters:
+        if letter in "IF":
+            return True
+        if letter in _TAR_SHORT_VALUES:
+            return False  # the rest of the word is this option's value
+    return False
+
+
+def _check_make(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    for k, value in enumerate(values):
+        nxt = values[k + 1] if k + 1 < len(values) else ""
+        target = ""
+        if name == "cmake":
+            if value == "-P":
+                target = nxt
+            elif value == "-E" and nxt == "env":
+                rest = list(args[k + 2 :])
+                while rest and (rest[0].value.startswith("-") or _ASSIGNMENT.match(rest[0].value)):
+                    if _ASSIGNMENT.match(rest[0].value):
+                        _check_assignment(rest[0].value, findings, " through 'cmake -E env'")
+                    rest = rest[1:]
+                if rest:
+                    _check_command(rest, findings, allow_pipes, depth + 1)
+                break
+        elif value in ("-f", "--file", "--makefile"):
+            target = nxt
+        elif value.startswith("-f") and not value.startswith("--"):
+            target = value[2:]
+        elif _abbreviates(value, "--file") or _abbreviates(value, "--makefile"):
+            target = value.split("=", 1)[1] if "=" in value else nxt
+        elif value == "-E" or _abbreviates(value, "--eval", ("--e",)):
+            findings.destroy(f"'{name} --eval' runs make code given inline, which can run any "
+                             "command: the user must confirm this exact call")
+        if target and _stdin_file(target):
+            findings.destroy(f"'{name}' reads its makefile or script from standard input, which "
+                             "the guard does not see: the user must confirm this exact call")
+
+
 _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
     "git": _check_git,
     "find": _check_find,
+    **{name: _check_make for name in ("make", "gmake", "bmake", "cmake")},
     **{name: _check_remote_shells for name in (
         "ssh", "scp", "sftp", "autossh", "rsync", "tar", "bsdtar", "gtar", "zip", "vim", "vi",
         "nvim", "ex", "view", "vimdiff", "gvim", "gdb", "lldb", "at", "batch", "crontab",
@@ -1647,9 +1989,24 @@ def _globby(part: str) -> bool:
     return any(c in _GLOB for c in part)
 
 
+# A bracket expression (with POSIX classes like [:alpha:]); no '[' inside keeps it linear.
+_BRACKET = re.compile(r"\[[!^]?\]?(?:\[:[a-z]+:\]|[^\][])*\]")
+
+
 def _matches_all(part: str) -> bool:
-    """A pattern that matches every name in a directory (``*``, ``.*``, ``?*``, ``*.*``...)."""
-    return "*" in part and all(c in "*?." for c in part)
+    """A pattern that matches every name in a directory, or nearly every one (``*``, ``.*``,
+    ``?*``, ``*.*``, ``[!.]*``, ``[a-z]*``, ``*[!.]``, ``?``): nothing but wildcards and bracket
+    expressions, no literal name part."""
+    if not any(c in _GLOB for c in part):
+        return False
+    brackets = _BRACKET.findall(part)
+    rest = _BRACKET.sub("", part)
+    if not all(c in "*?." for c in rest):
+        return False
+    # '[abc]' alone names three files; a '*', a '?' or a negated or ranged bracket is broad.
+    return "*" in rest or "?" in rest or any(
+        b[1:2] in ("!", "^") or "-" in b[2:-1] for b in brackets
+    )
 
 
 def _target_danger(path: str) -> str | None:
@@ -1715,6 +2072,18 @@ def _flags(args: Sequence[str]) -> tuple[set[str], list[str]]:
     return flags, operands
 
 
+def _abbreviates(arg: str, option: str, exact: Iterable[str] = ()) -> bool:
+    """``arg`` (``--rec``, ``--use-compress=x``) names the long ``option`` (``--recursive``):
+    GNU getopt_long takes any unambiguous prefix. An ambiguous prefix makes the program fail, so
+    counting it is safe; a prefix that is itself another option (``exact``) names that one."""
+    key = arg.split("=", 1)[0]
+    return len(key) > 2 and key.startswith("--") and option.startswith(key) and key not in exact
+
+
+def _has_long(flags: Iterable[str], option: str, exact: Iterable[str] = ()) -> bool:
+    return any(_abbreviates(flag, option, exact) for flag in flags)
+
+
 def _operand_words(args: Sequence[_Word]) -> list[_Word]:
     out, done = [], False
     for word in args:
@@ -1738,16 +2107,16 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
     flags, operands = _flags(values)
     words = _operand_words(args)
     if name == "rm":
-        if "--no-preserve-root" in flags:
+        if _has_long(flags, "--no-preserve-root"):
             findings.destroy("'rm --no-preserve-root' lifts the protection of /")
-        if flags & {"r", "R", "--recursive"}:
+        if flags & {"r", "R"} or _has_long(flags, "--recursive"):
             for word in words:
                 danger = _target_danger(word.path)
                 if danger:
                     findings.destroy(f"'rm -r {word.value}' deletes {danger}")
     elif name in ("chmod", "chown", "chgrp", "setfacl", "chattr", "chcon"):
-        recursive = bool(flags & {"R", "--recursive"})
-        reference = any(v.startswith("--reference") for v in values)
+        recursive = bool(flags & {"R"}) or _has_long(flags, "--recursive")
+        reference = _has_long(flags, "--reference")
         targets = words if reference or name in ("setfacl", "chattr") else words[1:]
         for word in targets:
             danger = _target_danger(word.path)
@@ -1818,7 +2187,7 @@ def _check_writes(
                 danger = _target_danger(word.path)
                 if danger and danger != _HERE:
                     findings.destroy(f"'mv {word.value}' moves away {danger}")
-        if name == "rsync" and any(f.startswith("--delete") for f in flags):
+        if name == "rsync" and any(f.startswith("--del") for f in flags):
             for word in targets:
                 danger = _target_danger(word.path)
                 if danger:

@@ -740,6 +740,27 @@ class _PrivateKeyRule(_Rule):
     # escaped newlines. Anything else between BEGIN and END means the markers are just text.
     _NOT_BODY = _lazy_re(r"[^\sA-Za-z0-9+/=:,.\\-]")
     _BODY_LINE = _lazy_re(r"(?:\\[rn]|\r?\n)[ \t]*(?:[A-Za-z0-9+/=]{8,}|[A-Za-z-]+:[^\n]*)")
+    # The same, for key lines that a command decorated (``cat -n``, ``grep -n``, ``cat -A``,
+    # ``| ...``, ``... #``, the whole key joined on one line): from the end of the marker or of
+    # the last key material, the next run of 16+ base64 characters, either further on the same
+    # line (after a few separator characters) or on the next line (after whatever short suffix
+    # ends this line and a short prefix that holds no letters: line numbers, ``N:``, ``|``,
+    # ``#``, ``>``, blanks; or a ``file:`` name). Every part is bounded, so a step costs the same
+    # whatever the text around it (many BEGIN markers with no END stay linear).
+    _NEXT = (
+        r"(?:[^A-Za-z0-9+/=\n\\]{0,8}+"  # on the same line: blanks, ';', '|'...
+        r"|(?:[^\n\\]|\\(?![rn])){0,64}+(?:\n|\\[rn])"  # or a suffix ('$', '#', '\r'), a break,
+        r"(?:[^\s:]{1,100}+:)?"  # then a prefix: a file name, ...
+        r"[^A-Za-z0-9+/=\n]{0,16}+(?:[0-9]{1,9}+[^A-Za-z0-9+/=\n]{1,8}+)?)"  # '|', '>', 12:
+    )
+    _LOOSE_STEP = _lazy_re(_NEXT + r"[A-Za-z0-9+/=]{16,}")
+    # A short last key line (the last base64 line of a key may hold a few characters) and the
+    # END line, both decorated the same way (tried only when an END follows closely).
+    _LOOSE_END = _lazy_re(
+        _NEXT + r"(?:[A-Za-z0-9+/=]{1,15}+" + _NEXT + r")?"
+        r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
+        re.I,
+    )
     _MAX_BLOCK = 65536
 
     def __init__(self, priority: int) -> None:
@@ -777,13 +798,34 @@ class _PrivateKeyRule(_Rule):
             if end is not None and (bad is None or bad >= end.start()):
                 stop = end.end()
             else:
-                # No END line (the output was cut off): take the key lines that follow.
-                while (line := self._BODY_LINE.match(text, stop)) is not None:
-                    stop = line.end()
+                # No END line (the output was cut off, or its lines were decorated): take the
+                # key lines that follow.
+                stop = self._key_material_end(text, stop, end_match)
                 if stop == begin.end():
                     continue  # a bare marker, e.g. in code that looks for keys
             last_end = stop
             yield Finding(rule_id=self.id, start=begin.start(), end=stop)
+
+    def _key_material_end(self, text: str, stop: int, end: re.Match[str] | None) -> int:
+        """End of the key lines after a BEGIN marker (ending at ``stop``) with no usable END.
+
+        Plain key lines and ``Proc-Type:`` headers first, then decorated ones (see
+        ``_LOOSE_STEP``), until a line holds no base64 run of 16+ characters; a short last line
+        and an END line decorated the same way are taken too. ``stop`` itself when nothing
+        follows that looks like key material (a bare marker, e.g. in code that looks for keys).
+        """
+        while True:
+            line = self._BODY_LINE.match(text, stop)
+            if line is None:
+                line = self._LOOSE_STEP.match(text, stop)
+            if line is None:
+                break
+            stop = line.end()
+        if end is not None and stop <= end.start() <= stop + 256:
+            tail = self._LOOSE_END.match(text, stop)
+            if tail is not None:
+                stop = tail.end()
+        return stop
 
 
 # Names that hold credentials. Strong words count anywhere in the name; weak ones only at its end
@@ -815,9 +857,28 @@ _ASSIGNMENT_RE = _lazy_re(
           |"(?P<dq>[^"\n]{1,512})"
           |'(?P<sq>[^'\n]{1,512})'
           |`(?P<bq>[^`\n]{1,512})`
+          # a quoted value longer than 512 characters, or whose closing quote was cut off:
+          # its first 512 characters (the scan takes the rest up to the closing quote)
+          |\\"(?P<eqo>[^"\\\n]{1,512})
+          |"(?P<dqo>[^"\n]{1,512})
+          |'(?P<sqo>[^'\n]{1,512})
+          |`(?P<bqo>[^`\n]{1,512})
           |(?P<bare>[^\s"'`,;]{1,512}))""",
     re.VERBOSE,
 )
+# The rest of the identifier a keyword occurs in (the characters of _ASSIGNMENT_RE's name) and
+# what must follow a name for _ASSIGNMENT_RE to match (a cheap test before the full pattern).
+_IDENT_RUN_RE = _lazy_re(r"[\w.$@-]*")
+_OPERATOR_AFTER_RE = _lazy_re(r"""(?:\\?["'])?\]?[ \t]*(?::=|=>|\?=|=(?![=>~])|:(?!:))""")
+_KEY_NAME_MAX = 80
+_VALUE_GROUPS = ("eq", "dq", "sq", "bq", "eqo", "dqo", "sqo", "bqo", "bare")
+# The rest of a value whose closing quote is not within _ASSIGNMENT_RE's 512 characters.
+_OPEN_QUOTE_REST = {
+    "eqo": _lazy_re(r'[^"\\\n]*'),
+    "dqo": _lazy_re(r'[^"\n]*'),
+    "sqo": _lazy_re(r"[^'\n]*"),
+    "bqo": _lazy_re(r"[^`\n]*"),
+}
 _CODE_CHARS = frozenset("()[]{}")
 _CODE_HEAD_RE = _lazy_re(r"^[A-Za-z_$@][\w$@]*(?:\.[A-Za-z_$][\w$]*)*\.?$|^[\W_]+$")
 _DOTTED_NAME_RE = _lazy_re(r"^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+$")
@@ -882,7 +943,22 @@ class _KeywordAssignmentRule(_Rule):
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
         seen_keys: set[int] = set()
         last_end = -1
+        # The identifier a keyword occurrence sits in ends at run_end; an assignment needs an
+        # operator right after it (_ASSIGNMENT_RE's name cannot stop inside an identifier).
+        # Computed once per identifier, not once per occurrence: ``keykeykey...`` (one
+        # identifier, a keyword every 3 characters) used to walk back 64 characters and run the
+        # assignment pattern at every occurrence (~5 s per MB).
+        run_end, run_assigned = -1, False
         for p in positions:
+            if p < last_end:
+                continue
+            if p >= run_end:
+                run_end = _IDENT_RUN_RE.match(text, p).end()
+                run_assigned = _OPERATOR_AFTER_RE.match(text, run_end) is not None
+            # No operator after the identifier, or the name would be longer than the pattern's
+            # 80 characters from any start the walk below can reach: no match.
+            if not run_assigned or run_end - p > _KEY_NAME_MAX:
+                continue
             start = p
             floor = max(0, p - 64)
             while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_.$@-"):
@@ -890,18 +966,28 @@ class _KeywordAssignmentRule(_Rule):
             if start in seen_keys or start < last_end:
                 continue
             seen_keys.add(start)
+            # The name the pattern would capture is text[start:run_end]: when it is not a
+            # credential's, skip the pattern (its value part reads up to 512 characters).
+            if not secret_name(text[start:run_end]):
+                continue
             m = _ASSIGNMENT_RE.match(text, start)
             if m is None or not secret_name(m.group("key")):
                 continue
-            for group in ("eq", "dq", "sq", "bq", "bare"):
+            for group in _VALUE_GROUPS:
                 if m.group(group) is not None:
                     break
-            value = m.group(group).strip()
+            vstart, vend = m.span(group)
+            if group in _OPEN_QUOTE_REST:
+                # Padding after a secret must not push it past the 512-character cap, nor
+                # padding before it (``"xxx...<secret>"``, a placeholder's characters) hide it:
+                # the whole value, up to its closing quote or the end of the line, is judged
+                # and redacted (values of one quote kind do not overlap: linear).
+                vend = _OPEN_QUOTE_REST[group].match(text, vend).end()
+            value = text[vstart:vend].strip()
             if not _credential_value(
                 value, m.group("key"), quoted=group != "bare", type_hint=m.group("sep") == ":"
             ):
                 continue
-            vstart, vend = m.span(group)
             last_end = vend
             yield Finding(rule_id=self.id, start=vstart, end=vend)
 
@@ -1680,6 +1766,9 @@ LOGGER_PREFIX = "tooldeck"
 def redact_record(record: logging.LogRecord) -> logging.LogRecord:
     """Redact one log record in place: its message, its traceback and its stack; returns it.
 
+    A message, traceback or stack longer than :data:`LOG_TEXT_CAP` is cut to it first (the text
+    says how much was cut), so that a record costs bounded time whatever it holds.
+
     The message is formatted (``getMessage``) once; when it holds no secret the record keeps its
     ``msg`` and ``args`` so that handlers still see the lazy form. When it does, ``msg`` becomes
     the redacted text and ``args`` empty. A traceback is rendered with the standard formatter
@@ -1691,20 +1780,50 @@ def redact_record(record: logging.LogRecord) -> logging.LogRecord:
     except Exception:  # a broken format string: logging reports it at emit time, as usual
         message = None
     if message is not None:
-        redacted = redact_text(message)
+        redacted = _redact_log_text(message)
         if redacted != message:
             record.msg, record.args = redacted, ()
     if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
         traceback_text = _TRACEBACK_FORMATTER.formatException(record.exc_info)
-        redacted = redact_text(traceback_text)
+        redacted = _redact_log_text(traceback_text)
         record.exc_text = redacted
         if redacted != traceback_text:
             record.exc_info = None
     elif record.exc_text:
-        record.exc_text = redact_text(record.exc_text)
+        record.exc_text = _redact_log_text(record.exc_text)
     if record.stack_info:
-        record.stack_info = redact_text(record.stack_info)
+        record.stack_info = _redact_log_text(record.stack_info)
     return record
+
+
+#: A log record's message, traceback or stack longer than this (characters) is cut to it before
+#: redaction: records are redacted synchronously, in the caller's thread (often the event loop).
+LOG_TEXT_CAP = 64 * 1024
+# Text past the cap that is scanned too, so that a secret running across the cut is seen whole.
+_LOG_LOOKAHEAD = 4096
+
+
+def _redact_log_text(text: str) -> str:
+    """``text`` redacted, cut to :data:`LOG_TEXT_CAP` characters first when longer.
+
+    The rules run on the kept part and a little beyond it (``_LOG_LOOKAHEAD``): a secret that
+    starts before the cut is found whole and replaced whole, so no part of it is kept.
+    """
+    if len(text) <= LOG_TEXT_CAP:
+        return redact_text(text)
+    _known.quick_check()
+    window = text[: LOG_TEXT_CAP + _LOG_LOOKAHEAD]
+    parts, cursor = [], 0
+    for finding in _redactor().find(window):
+        if finding.start >= LOG_TEXT_CAP:
+            break
+        parts.append(window[cursor : finding.start])
+        parts.append(REDACTION_FORMAT.format(rule=finding.rule_id))
+        cursor = finding.end
+    kept = max(cursor, LOG_TEXT_CAP)
+    parts.append(window[cursor:kept])
+    parts.append(f"... [truncated {len(text) - kept} chars before redaction]")
+    return "".join(parts)
 
 
 _TRACEBACK_FORMATTER = logging.Formatter()
