@@ -267,6 +267,49 @@ def test_stdio_server_lists_the_same_before_and_after_the_sdk_took_over(
     assert process.returncode == 0
 
 
+def test_stdio_server_answers_requests_the_sdk_cannot_read(tmp_path: Path) -> None:
+    """Lines the SDK's reader refuses (a lone surrogate, a 5,000-digit integer, deep nesting,
+    a method that is not a string, list params) each get a JSON-RPC error for their id: the
+    client waited forever before. The server then serves on."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLDECK_DISABLE_PLUGINS": "faiss"}
+    env.pop("TOOLDECK_CONFIG", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tooldeck", "serve", "mcp", "--workdir", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=env, cwd=str(tmp_path),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_dir",'
+    bad = {
+        3: b'{"jsonrpc":"2.0","id":3,"method":123}',
+        4: b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":[1,2]}',
+        5: call % 5 + b'"arguments":' + b'{"a":' * 400 + b"1" + b"}" * 400 + b"}}",
+        6: call % 6 + b'"arguments":{"path":1' + b"0" * 5000 + b"}}}",
+        7: call % 7 + b'"arguments":{"path":"\\ud800"}}}',
+        8: b'{"jsonrpc":"2.0","id":"eight","method":"tools/call","params":{"x":' + b"0" * 5000
+           + b"}}",
+    }
+    try:
+        def send(line: bytes) -> dict[str, Any]:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(line + b"\n")
+            process.stdin.flush()
+            return dict(json.loads(process.stdout.readline()))
+
+        assert send(_line(_initialize()).strip())["result"]["serverInfo"]["name"] == "tooldeck"
+        send(b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}')
+        for request_id, line in bad.items():
+            answer = send(line)
+            expected = "eight" if request_id == 8 else request_id
+            assert answer["id"] == expected and answer["error"]["code"] in (-32600, -32700)
+        after = send(b'{"jsonrpc":"2.0","id":9,"method":"tools/list"}')
+        assert after["id"] == 9 and after["result"]["tools"]
+    finally:
+        process.stdin.close()
+        process.wait(timeout=120)
+    assert process.returncode == 0
+
+
 def test_the_command_line_and_the_server_module_import_no_sdk(tmp_path: Path) -> None:
     """Adding ``serve mcp`` (the plugin, every ``tooldeck`` run) and importing the server module
     load no MCP SDK: it comes with the first message the preface hands over."""

@@ -80,6 +80,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import signal
 import sys
@@ -1344,6 +1345,7 @@ class DeckMcpServer:
                     read_stream, write_stream = await tasks.start(
                         _replaying_streams, preface, read_stream, write_stream
                     )
+                read_stream = await tasks.start(_answering_invalid, read_stream, write_stream)
                 await self.server.run(
                     read_stream,
                     write_stream,
@@ -1615,6 +1617,101 @@ async def _replaying_streams(
         nursery.start_soon(feed)
         nursery.start_soon(drain)
         task_status.started((sdk_reads, sdk_writes))
+
+
+_ID_RE = re.compile(r'"id"\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,200}")')
+
+
+def _request_id(error: Exception) -> tuple[bool, str | int | None]:
+    """From the SDK reader's validation error of one line: (was the line JSON at all, the
+    request's id or None). The id is read from the parsed message when pydantic kept it, else
+    from the raw text (a 5,000-digit integer or deep nesting that json refuses)."""
+    errors_of = getattr(error, "errors", None)
+    if errors_of is None:
+        return True, None
+    try:
+        errors = errors_of()
+    except Exception:
+        return True, None
+    parsed, raw = True, None
+    for item in errors:
+        value = item.get("input")
+        if item.get("type") == "json_invalid":
+            parsed = False
+            raw = value if isinstance(value, str | bytes) else raw
+        elif isinstance(value, Mapping) and "id" in value:
+            found = value["id"]
+            if isinstance(found, str | int) and not isinstance(found, bool):
+                return True, found
+    if raw is not None:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError):
+            message = None
+        if isinstance(message, Mapping):
+            found = message.get("id")
+            if isinstance(found, str | int) and not isinstance(found, bool):
+                return parsed, found
+        match = _ID_RE.search(text[:4096])  # the id comes early in every real client's frames
+        if match:
+            try:
+                found = json.loads(match.group(1))
+            except ValueError:
+                found = None
+            if isinstance(found, str | int):
+                return parsed, found
+    return parsed, None
+
+
+async def _answering_invalid(
+    read_stream: Any,
+    write_stream: Any,
+    *,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The connection's messages for the SDK, with lines it could not read answered here.
+
+    The SDK's stdio reader passes a line that is not a valid JSON-RPC message on as an
+    exception, and nothing answers it: a client that sent a lone surrogate, a 5,000-digit
+    integer, 300 levels of nesting or ``"method": 123`` waited forever. Such a request is
+    answered with a JSON-RPC error for its id (-32600, or -32700 when the line is not JSON);
+    a line with no readable id gets a -32700 with a null id, as JSON-RPC asks.
+    """
+    import anyio
+    import mcp_types
+    from mcp.shared._context_streams import create_context_streams
+    from mcp.shared.message import SessionMessage
+
+    to_sdk, sdk_reads = create_context_streams[Any](0)
+
+    async def feed() -> None:
+        async with to_sdk:
+            async for item in read_stream:
+                if not isinstance(item, Exception):
+                    await to_sdk.send(item)
+                    continue
+                parsed, request_id = _request_id(item)
+                if parsed and request_id is None:
+                    # JSON but not a request we can answer (a malformed notification): the
+                    # SDK logs it, as before.
+                    await to_sdk.send(item)
+                    continue
+                code = mcp_types.INVALID_REQUEST if parsed else mcp_types.PARSE_ERROR
+                what = "not a valid JSON-RPC request" if parsed else "not readable JSON"
+                log.warning("stdio: answered a message that was %s (id %r)", what, request_id)
+                answer = mcp_types.JSONRPCError(
+                    jsonrpc="2.0", id=request_id,
+                    error=mcp_types.ErrorData(code=code, message=f"the message was {what}"),
+                )
+                try:
+                    await write_stream.send(SessionMessage(answer))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(feed)
+        task_status.started(sdk_reads)
 
 
 async def serve_stdio(
