@@ -230,19 +230,24 @@ async def test_preface_negotiates_like_the_sdk_and_leaves_other_eras_alone(
             assert answers == [] and preface.replay == [first.strip()]
 
 
+def _serve_stdio(workdir: Path) -> subprocess.Popen[bytes]:
+    """``tooldeck serve mcp`` over stdio in ``workdir`` (faiss off), pipes open."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLDECK_DISABLE_PLUGINS": "faiss"}
+    env.pop("TOOLDECK_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tooldeck", "serve", "mcp", "--workdir", str(workdir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=env, cwd=str(workdir),
+    )
+
+
 def test_stdio_server_lists_the_same_before_and_after_the_sdk_took_over(
     tmp_path: Path,
 ) -> None:
     """The real command: the first tools/list (the preface's) equals the second (the SDK's),
     and calls run through the SDK afterwards."""
     (tmp_path / "notes.txt").write_text("hello\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLDECK_DISABLE_PLUGINS": "faiss"}
-    env.pop("TOOLDECK_CONFIG", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tooldeck", "serve", "mcp", "--workdir", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=env, cwd=str(tmp_path),
-    )
+    process = _serve_stdio(tmp_path)
     assert process.stdin is not None and process.stdout is not None
     try:
         def ask(message: dict[str, Any]) -> dict[str, Any]:
@@ -271,13 +276,7 @@ def test_stdio_server_answers_requests_the_sdk_cannot_read(tmp_path: Path) -> No
     """Lines the SDK's reader refuses (a lone surrogate, a 5,000-digit integer, deep nesting,
     a method that is not a string, list params) each get a JSON-RPC error for their id: the
     client waited forever before. The server then serves on."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLDECK_DISABLE_PLUGINS": "faiss"}
-    env.pop("TOOLDECK_CONFIG", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tooldeck", "serve", "mcp", "--workdir", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=env, cwd=str(tmp_path),
-    )
+    process = _serve_stdio(tmp_path)
     assert process.stdin is not None and process.stdout is not None
     call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_dir",'
     bad = {
