@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 import types
 
+import pytest
 import trio
 
 from tooldeck import tool
-from tooldeck.testing import inline_plugin, make_deck
+from tooldeck.testing import KeywordRetriever, inline_plugin, make_deck
 from tooldeck_hookspecs import hookimpl
 
 
@@ -80,3 +81,49 @@ async def test_a_plugins_exception_text_is_redacted_before_the_model_sees_it() -
     assert result.error is not None and result.error.code == "PLUGIN_ERROR"
     assert "argument validator failed" in result.error.message
     assert password not in repr(result) and "[REDACTED:" in result.error.message
+
+
+@tool(category="work", execution={"timeout_s": 0.5})
+def other(value: int) -> int:
+    """Return a number unchanged, another way.
+
+    Args:
+        value: the number
+    """
+    return value
+
+
+class _WideningFails(KeywordRetriever):
+    """Deals hands normally; the widened search (k = fallback_recall) raises or hangs."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    async def search(self, query: str, k: int) -> list:
+        if k == 5:
+            if self.how == "raise":
+                raise ConnectionError("index at https://svc:Pw9xLq3Zt7Kc2@10.0.0.9 is down")
+            await trio.sleep_forever()
+        return await super().search(query, k)
+
+
+@pytest.mark.parametrize("how", ["raise", "hang"])
+async def test_a_retriever_failing_in_the_widened_search_refuses_the_call(how: str) -> None:
+    """A call of a tool outside the hand widens the search: a retriever that raised there made
+    session.call raise (its message with a credential), one that hung hung the call."""
+    retriever = _WideningFails(how)
+    config = {"hand": {"limit": 1, "recall": 1, "fallback_recall": 5}}
+    async with make_deck(inline_plugin(tooldeck_retriever=lambda settings: retriever,
+                                       name="words"),
+                         load_entry_points=["schema", "runner", "policy"], tools=[echo, other],
+                         config=config) as deck:
+        session = deck.session()
+        hand = await session.select("echo a number")
+        assert hand.names == ["echo"]
+        with trio.fail_after(10):
+            result = await session.call("other", {"value": 1})
+    assert result.error is not None
+    assert result.error.code == ("PLUGIN_ERROR" if how == "raise" else "TIMEOUT")
+    assert "widened search" in result.error.message
+    assert "Pw9xLq3Zt7Kc2" not in repr(result)

@@ -1584,7 +1584,16 @@ class Session:
         metadata: dict[str, Any] = {}
         hand = self.hand
         if hand is not None and self.deck._retriever is not None:
-            wider = await self.deck._retriever.search(hand.query, self.fallback_recall)
+            # The retriever is a plugin: raising or hanging, it must cost this call a refusal
+            # within its deadline, never an exception or a hang of session.call.
+            timeout = tool.execution.timeout_s
+            try:
+                with trio.move_on_after(timeout) as waited:
+                    wider = await self.deck._retriever.search(hand.query, self.fallback_recall)
+            except Exception as exc:
+                return self._plugin_error("retriever (widened search)", exc), metadata
+            if waited.cancelled_caught:
+                return self._provider_timeout("retriever (widened search)", tool), metadata
             ranks = {c.name: i + 1 for i, c in enumerate(wider)}
             if tool.name not in ranks and tool.name not in self.pinned:
                 return (
