@@ -127,3 +127,28 @@ async def test_a_retriever_failing_in_the_widened_search_refuses_the_call(how: s
     assert result.error.code == ("PLUGIN_ERROR" if how == "raise" else "TIMEOUT")
     assert "widened search" in result.error.message
     assert "Pw9xLq3Zt7Kc2" not in repr(result)
+
+
+class _GarbageExecutor:
+    """An executor plugin that answers with a dict instead of a ToolResult."""
+
+    async def run(self, tool, call, context):
+        return {"ok": True}
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_stage_that_returns_garbage_fails_the_call_not_session_call() -> None:
+    garbage = _GarbageExecutor()
+    broken = types.SimpleNamespace(
+        __tooldeck_name__="gx",
+        tooldeck_executor=hookimpl(tryfirst=True)(lambda settings: garbage),
+    )
+    async with make_deck(broken, load_entry_points=["schema", "policy"], tools=[echo]) as deck:
+        session = deck.session()
+        first = await session.call("echo", {"value": 1})
+        second = await session.call("echo", {"value": 2})
+    for result in (first, second):
+        assert result.error is not None and result.error.code == "PLUGIN_ERROR"
+        assert "pipeline" in result.error.message

@@ -1227,13 +1227,18 @@ class Session:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
             await trio.lowlevel.checkpoint()
-        if on_progress is None:
+        token = _PROGRESS.set(on_progress) if on_progress is not None else None
+        try:
             result = await self._run(call, approval_id, generation)
-        else:
-            token = _PROGRESS.set(on_progress)
-            try:
-                result = await self._run(call, approval_id, generation)
-            finally:
+            if not isinstance(result, ToolResult):
+                raise TypeError(f"the pipeline produced {type(result).__name__}, not a ToolResult")
+        except Exception as exc:
+            # The stages are plugins: one that returns something unexpected (a limiter's None,
+            # an executor's dict, a filter's 42) fails this call, never session.call itself.
+            log.exception("call %s %s: a plugin broke the pipeline", call.id, call.name)
+            result = self._plugin_error("a stage of the pipeline", exc)
+        finally:
+            if token is not None:
                 _PROGRESS.reset(token)
         if result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
             # A plugin's failure quotes its exception (a Redis URL, a validator's message):
