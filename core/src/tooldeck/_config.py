@@ -216,7 +216,7 @@ def _table_of(path: Path, document: dict[str, Any]) -> dict[str, Any] | None:
     table = inner if isinstance(inner, dict) else document
     tool = table.get("tool")
     nested = tool.get("tooldeck") if isinstance(tool, dict) else None
-    if not isinstance(nested, dict):
+    if not isinstance(tool, dict) or not isinstance(nested, dict):
         return table
     # Every README spells tables as in a pyproject.toml ([tool.tooldeck.faiss]): copied into a
     # tooldeck.toml they mean the same tables, not an unknown table "tool" (which would stop

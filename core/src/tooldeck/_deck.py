@@ -155,7 +155,6 @@ def repr_safe(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
-
 #: Argument problems listed in an INVALID_ARGUMENTS answer's details (the rest counted).
 _MAX_LISTED_PROBLEMS = 100
 
@@ -163,7 +162,7 @@ _MAX_LISTED_PROBLEMS = 100
 _POLICY_THREADS_PER_SESSION = 8
 
 
-def rules_cover_config(source: str, rules: Sequence[str]) -> bool:
+def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
     """Whether the protected path rules (defaults included) already cover a configuration
     file's name, or the name is not a usable rule (a path that is not a plain file name)."""
     name = os.path.basename(source)
@@ -287,7 +286,7 @@ class Deck:
             #: Rules of paths no tool writes (defaults plus ``protected_paths``), handed to every
             #: tool in its context.
             rules = list(config.settings.get("protected_paths") or ())
-            if config.source and not rules_cover_config(config.source, rules):
+            if config.source and not _rules_cover_config(config.source, rules):
                 # The file this deck was configured from, whatever its name (TOOLDECK_CONFIG,
                 # --config, Deck.load(path)): a model that rewrites it configures the next
                 # deck (grants, MCP servers to start). Its name is protected in every folder.
