@@ -288,3 +288,31 @@ async def test_protected_paths_stay_read_only_and_new_ones_do_not_survive(workdi
     subprocess.run([str(hook)], check=True, cwd=workdir)
     assert not marker.exists()
 
+
+
+async def test_bytecode_is_never_left_in_the_workdir(workdir):
+    # Running the project's code writes no __pycache__ (PYTHONDONTWRITEBYTECODE is set), so the
+    # call succeeds; bytecode written on purpose is a protected path (the host would import it
+    # instead of the reviewed source) and does not survive the call.
+    (workdir / "mod.py").write_text("VALUE = 41\n")
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "__init__.py").write_text("")
+    (workdir / "pkg" / "inner.py").write_text("VALUE = 1\n")
+    run = [PY, "-c", "import mod, pkg.inner; print(mod.VALUE + pkg.inner.VALUE)"]
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, confirm=_approver([]))
+        ran = await session.call("shell_exec", {"command": run})
+        assert ran.success, ran.error
+        assert ran.data["stdout"] == "42\n"
+        assert not list(workdir.rglob("__pycache__"))
+        for command in (
+            [PY, "-m", "py_compile", "mod.py"],  # __pycache__/mod.cpython-3X.pyc
+            [PY, "-c", "import py_compile; py_compile.compile('pkg/inner.py', cfile='evil.pyc')"],
+            ["env", "PYTHONDONTWRITEBYTECODE=", PY, "-c", "import mod"],
+        ):
+            result = await session.call("shell_exec", {"command": command})
+            assert not result.success and result.error.code == "PATH_NOT_ALLOWED", (command,
+                                                                                  result)
+            assert "pyc" in result.error.message or "__pycache__" in result.error.message
+            assert not list(workdir.rglob("*.pyc")), command
+            assert not list(workdir.rglob("__pycache__")), command

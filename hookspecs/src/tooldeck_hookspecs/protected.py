@@ -84,6 +84,13 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "*.pth",
     "sitecustomize.py",
     "usercustomize.py",
+    # Compiled bytecode: Python imports __pycache__/m.cpython-311.pyc instead of m.py when the
+    # stamp in its header (the source's mtime and size, both readable) matches, and a lone m.pyc
+    # on sys.path is imported where no m.py exists. Either runs code no reviewer sees in the
+    # source. Sandboxed commands run with PYTHONDONTWRITEBYTECODE=1, so everyday work (running
+    # tests) writes none.
+    "__pycache__/",
+    "*.pyc",
     # Installed-distribution metadata: a folder on sys.path (the workdir itself, for a script
     # started there) with a `*.dist-info/entry_points.txt` adds (or shadows) plugins every
     # entry-point scan loads, tooldeck's own included.

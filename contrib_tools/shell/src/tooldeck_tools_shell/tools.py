@@ -95,6 +95,9 @@ BASE_ENVIRONMENT: Mapping[str, str] = {
     "GIT_PAGER": "cat",
     "GIT_TERMINAL_PROMPT": "0",
     "DEBIAN_FRONTEND": "noninteractive",
+    # Bytecode in the workdir is a protected path (the host would import it): Python writes
+    # none, so 'python -m pytest' does not end in PATH_NOT_ALLOWED.
+    "PYTHONDONTWRITEBYTECODE": "1",
 }
 
 

@@ -137,7 +137,10 @@ def _arguments(
         # with a command argument should pay (not every process that loads the policy).
         from ._shell import analyze_command
 
-        verdict = analyze_command(value, allow_pipes=security.allow_pipes)
+        # The workdir makes absolute paths into it read like the relative ones they name.
+        verdict = analyze_command(
+            value, allow_pipes=security.allow_pipes, workdir=session.workdir or None
+        )
         if verdict.injection:
             denies.append(
                 _Problem(

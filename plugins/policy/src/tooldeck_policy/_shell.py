@@ -26,28 +26,33 @@ their basename.
 ``xargs``, ``flock``, ``unshare``, ``chroot``, ``find -exec``, ``git`` subcommands, ...) are looked
 through with a table that knows which of their options take values, recursively up to
 :data:`MAX_DEPTH`. Programs that run a *string* (``sh -c``, ``script -c``, ``flock -c``, ``su -c``,
-``watch``, ``env -S``, ``git rebase --exec``) are refused as nested shells, and the string is
-analysed too. Interpreters' inline code (``python -c``, ``perl -e``, ``awk 'BEGIN{...}'``,
-``node -e``) can run anything: inline code that names a way to start a program (``system``,
-``exec``, ``popen``, backticks, ``subprocess``, ``child_process``, ``| getline``) or to hide one
-(``eval``, ``__import__``), and an interpreter reading its code from stdin, are ``destructive``:
-the user must confirm that very call even for an always-allowed tool, and command strings found in
-the code (``system("rm -rf /")``) are analysed too. A script or program file that is the standard
-input (``-``, ``/dev/stdin``, ``/dev/fd/N``, ``/proc/self/fd/N``, anything under ``/dev`` or
-``/proc``) counts as code read from stdin. Other inline code (``python -c 'print(1)'``) is left to
-the tool's tier and the sandbox. A sed script with the ``e`` command or flag, and a shell reading
-its script from stdin, are refused. Assignments of variables that decide which code runs
-(``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are refused
-wherever the guard finds them: before a command, through ``env``/``sudo``, after ``export``, as
-``make`` arguments. ``git -c`` keys and ``git config`` keys that run programs (``core.fsmonitor``,
-``core.sshCommand``, ``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
+``watch``, ``env -S``, ``git rebase --exec``, ``npx -c``, ``man -P``, ``split --filter``) are
+refused as nested shells, and the string is analysed too; options that run a program (``sort
+--compress-program``, ``tar -I``, ``rsync -e``, ``apt-get -o ...Pre-Invoke``) are refused.
+Interpreters' inline code (``python -c``, ``perl -e``, ``awk 'BEGIN{...}'``, ``node -e``) can run
+anything: inline code that names a way to start a program (``system``, ``exec``, ``popen``,
+backticks, ``subprocess``, ``child_process``, ``| getline``) or to hide one (``eval``,
+``__import__``), and an interpreter reading its code from stdin, are ``destructive``: the user must
+confirm that very call even for an always-allowed tool, and command strings found in the code
+(``system("rm -rf /")``) are analysed too. A script or program file that is the standard input
+(``-``, ``/dev/stdin``, ``/dev/fd/N``, ``/proc/self/fd/N``, anything under ``/dev`` or ``/proc``)
+counts as code read from stdin. Other inline code (``python -c 'print(1)'``) is left to the tool's
+tier and the sandbox. A sed script with the ``e`` command or flag, and a shell reading its script
+from stdin, are refused. Assignments of variables that decide which code runs (``LD_PRELOAD``,
+``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are refused wherever the guard
+finds them: before a command, through ``env``/``sudo``, after ``export``, as ``make`` arguments.
+``git -c`` keys and ``git config`` keys that run programs (``core.fsmonitor``, ``core.sshCommand``,
+``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
 :func:`code_bearing_env_name` tells a tool that sets variables itself which names to refuse. Long
 options are matched by their unambiguous prefixes too (``rm --rec``), as GNU getopt_long does.
 
 **Destructive meaning** (``destructive``: run only once the user confirmed this call): recursive
 ``rm`` (or ``find -delete`` / ``find -exec rm``) of the root, a top-level or system directory, a
-home (``~``, ``$HOME``), everything here (``*``, ``.``), or outside the working directory (``..``),
-with paths normalised (``//``, ``/.``, ``/usr/..``) and globs read as what they may match; writes
+home (``~``, ``$HOME``), everything here (``*``, ``.``, or the working directory by its absolute
+path when the caller passes ``workdir``), or outside the working directory (``..``), with paths
+normalised (``//``, ``/.``, ``/usr/..``) and globs read as what they may match; ``mv`` of everything
+here out of the working directory; ``rm``, ``chmod`` or ``find`` with a word taken from a variable
+(it may split into ``-rf /`` or ``-delete``); writes
 to disk devices (``dd of=``, ``cp``/``tee``/``mv`` onto ``/dev/sd*``, ``/dev/nvme*``, ...,
 redirections), ``mkfs*``, ``wipefs``, partitioners, ``shred``, ``truncate`` or copies onto system
 files, ``chmod``/``chown -R`` of the system, fork bombs, shutdown, ``kill -9 -1``, downloads piped
@@ -59,6 +64,8 @@ The wrapper, interpreter and destructive checks apply to it all the same.
 
 from __future__ import annotations
 
+import contextvars
+import fnmatch
 import functools
 import re
 import unicodedata
@@ -137,7 +144,11 @@ class _Findings:
 
 
 def analyze_command(
-    command: str | Sequence[str], allow_pipes: bool = False, *, through_shell: bool = False
+    command: str | Sequence[str],
+    allow_pipes: bool = False,
+    *,
+    through_shell: bool = False,
+    workdir: str | None = None,
 ) -> CommandVerdict:
     """Find shell injection and destructive intent in ``command``.
 
@@ -149,10 +160,28 @@ def analyze_command(
     inline code and destructive commands. Pass ``through_shell=True`` for a tool that joins the
     list with spaces into a shell command line: the joined line is then analysed as a string.
 
-    ``allow_pipes`` lets ``|`` through (other chaining stays refused). Never raises.
+    ``allow_pipes`` lets ``|`` through (other chaining stays refused). ``workdir`` is the
+    absolute working directory the command runs in: with it, absolute paths are judged like the
+    relative ones they name (``rm -r /work/proj/*`` deletes everything here, ``rm -r /work/proj``
+    or ``/work`` the working directory itself), and moving everything here out of it is
+    destructive. Never raises.
     """
+    parts = tuple(_components(workdir)[1]) if workdir and workdir.startswith("/") else None
+    token = _WORKDIR.set(parts)
+    try:
+        return _analyze(command, allow_pipes, through_shell, parts)
+    finally:
+        _WORKDIR.reset(token)
+
+
+def _analyze(
+    command: str | Sequence[str],
+    allow_pipes: bool,
+    through_shell: bool,
+    workdir: tuple[str, ...] | None,
+) -> CommandVerdict:
     if isinstance(command, str):
-        return _analyze_string(command, allow_pipes)
+        return _analyze_string(command, allow_pipes, workdir)
     findings = _Findings()
     try:
         argv = list(command)
@@ -163,7 +192,7 @@ def analyze_command(
         findings.inject("every argument of an argv list must be a string")
         return findings.verdict()
     if through_shell:
-        return _analyze_string(" ".join(argv), allow_pipes)
+        return _analyze_string(" ".join(argv), allow_pipes, workdir)
     if any("\x00" in a for a in argv):
         findings.inject("an argument contains a NUL byte")
     _check_command([_Word.literal(a) for a in argv], findings, allow_pipes, 0)
@@ -171,8 +200,12 @@ def analyze_command(
 
 
 @functools.lru_cache(maxsize=2048)
-def _analyze_string(command: str, allow_pipes: bool) -> CommandVerdict:
-    # Cached: agents repeat commands (tests, builds), and the tokenizer is pure Python.
+def _analyze_string(
+    command: str, allow_pipes: bool, workdir: tuple[str, ...] | None
+) -> CommandVerdict:
+    # Cached: agents repeat commands (tests, builds), and the tokenizer is pure Python. The
+    # working directory is part of the key (it changes what an absolute path means); the
+    # analysis reads it from _WORKDIR, set by analyze_command.
     findings = _Findings()
     # A trailing line break ends the one command; it does not start another.
     _analyze_line(command.rstrip(" \t\n"), allow_pipes, findings, 0)
@@ -1748,6 +1781,12 @@ def _check_find(
         i += 1
     expression = values[i:]
     deletes = "-delete" in expression
+    hidden = next((w.value for w in args if w.path.startswith(_UNKNOWN)), None)
+    if hidden is not None:
+        # '$X' (a root or in the expression) may split into '-delete' or '-exec CMD ;', a
+        # quoted one into '-delete': what find would do is not in the text.
+        findings.destroy(f"'find ... {hidden}' takes part of its expression from a variable, "
+                         "which may hold -delete or -exec")
     restricted = False
     k = i
     while k < n:
@@ -1783,7 +1822,7 @@ def _check_find(
         danger = _target_danger(root.path)
         if danger is None:
             continue
-        if danger == _HERE and restricted:
+        if _local(danger) and restricted:
             continue
         findings.destroy(f"'find {root.value} ... -delete' deletes {danger}")
 
@@ -1933,6 +1972,68 @@ def _check_make(
                              "the guard does not see: the user must confirm this exact call")
 
 
+@attrs.frozen
+class _RunsOption:
+    """An option whose value a program runs: a shell string (``sh -c``) or a program."""
+
+    long: str  # '--pager' ('' if none)
+    short: str = ""  # 'P' ('' if none)
+    string: bool = False  # the value is a shell command line, analysed as one
+    attached_only: bool = False  # the short option's value is never the next word (-Hfirefox)
+    key: re.Pattern[str] | None = None  # only values that match (apt's -o NAME=VALUE)
+
+
+# Everyday programs with an option that makes them run a command of the caller's choosing.
+_RUNS_OPTIONS: dict[str, tuple[_RunsOption, ...]] = {
+    "sort": (_RunsOption("--compress-program"),),
+    "split": (_RunsOption("--filter", string=True),),
+    "man": (_RunsOption("--pager", "P", string=True), _RunsOption("--html", "H",
+                                                                    attached_only=True)),
+    "npx": (_RunsOption("--call", "c", string=True), _RunsOption("--script-shell")),
+    "npm": (_RunsOption("--call", "c", string=True), _RunsOption("--script-shell")),
+    "pnpm": (_RunsOption("--shell-mode", "c", string=True), _RunsOption("--script-shell")),
+    "wget": (_RunsOption("--use-askpass"),),
+    "tcpdump": (_RunsOption("", "z"),),
+    **{name: (_RunsOption("--option", "o", key=re.compile(
+        r"(?i)[^=]*(?:invoke|::bin|pager|script|method|hook|options)")),
+              _RunsOption("--config-file", "c"))
+       for name in ("apt", "apt-get", "apt-cache", "aptitude")},
+}
+
+
+def _check_runs_options(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    for k, value in enumerate(values):
+        if value == "--":
+            break
+        nxt = values[k + 1] if k + 1 < len(values) else None
+        for option in _RUNS_OPTIONS[name]:
+            found: str | None = None
+            if option.long and _abbreviates(value, option.long):
+                if "=" in value:
+                    found = value.split("=", 1)[1]
+                elif not option.attached_only:
+                    found = "" if option.long == "--shell-mode" else nxt
+            elif option.short and value.startswith("-" + option.short) and not value.startswith(
+                "--"
+            ):
+                # An optional value ('-Hfirefox') is attached; '-H' alone uses the default.
+                found = value[2:] or (None if option.attached_only else nxt)
+            if found is None or (option.key is not None and not option.key.match(found)):
+                continue
+            spelled = option.long or "-" + option.short
+            if option.string and name == "pnpm":
+                found = " ".join(values[k + 1:])  # 'pnpm exec -c CMD ARGS' joins and runs them
+            if option.string:
+                findings.inject(f"'{name} {spelled}' runs a string as a shell command")
+                if found:
+                    _nested_line(found, name, findings, allow_pipes, depth)
+            else:
+                findings.inject(f"'{name} {spelled}' runs a program of the caller's choosing")
+
+
 _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
     "git": _check_git,
     "find": _check_find,
@@ -1941,6 +2042,7 @@ _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]
         "ssh", "scp", "sftp", "autossh", "rsync", "tar", "bsdtar", "gtar", "zip", "vim", "vi",
         "nvim", "ex", "view", "vimdiff", "gvim", "gdb", "lldb", "at", "batch", "crontab",
         "parallel")},
+    **{name: _check_runs_options for name in _RUNS_OPTIONS},
 }
 
 
@@ -1949,6 +2051,12 @@ _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]
 # -------------------------------------------------------------------------
 
 _HERE = "everything in the working directory"
+_WORKDIR_ITSELF = "the working directory itself"
+_HOLDS_WORKDIR = "a directory that holds the working directory"
+#: Components of the absolute working directory of the command being analysed (None: unknown).
+_WORKDIR: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "tooldeck_shell_workdir", default=None
+)
 _SYSTEM_DIRS = frozenset(
     {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "var",
      "root", "sys", "proc", "opt", "srv", "snap", "efi"}
@@ -2020,27 +2128,78 @@ def _target_danger(path: str) -> str | None:
             return "a home directory" if head == "~" else f"the home of {head[1:]!r}"
         return None
     absolute, parts, above = _components(path)
+    workdir = _WORKDIR.get()
+    if absolute and workdir and parts:
+        inside = _inside_workdir(parts, workdir)
+        if inside is not None:
+            # Below the working directory: judged as the relative path it is ('*' = here).
+            return _target_danger("/".join(inside)) if inside else _WORKDIR_ITSELF
+        if len(parts) <= len(workdir) and all(
+            _component_matches(part, wd) for part, wd in zip(parts, workdir, strict=False)
+        ):
+            # '/work' above '/work/proj', or '/work/*' that matches it: what the rules below
+            # say of it (a top-level directory), else that it holds the working directory.
+            return _absolute_danger(path, parts) or f"{_HOLDS_WORKDIR} ({_normal(path)})"
     if absolute:
-        if not parts:
-            return "the whole system ('/')"
-        top = parts[0]
-        if _globby(top):
-            return f"whatever '/{top}' matches at the root of the system"
-        if top in _SYSTEM_DIRS:
-            return f"system files ({_normal(path)})"
-        if top in ("home", "Users") and (len(parts) == 1 or len(parts) == 2
-                                         or _globby(parts[1])):
-            return "users' home directories"
-        if len(parts) == 1 and top != "tmp":
-            return f"a top-level directory ({_normal(path)})"
-        if len(parts) >= 2 and _globby(parts[1]) and top != "tmp":
-            return f"whatever {_normal(path)} matches near the root"
-        return None
+        return _absolute_danger(path, parts)
     if above:
         return "files outside the working directory ('..')"
     if not parts or _matches_all(parts[0]):
         return _HERE
     return None
+
+
+def _absolute_danger(path: str, parts: Sequence[str]) -> str | None:
+    """What deleting the absolute ``path`` (its normalised ``parts``) would hit, if vital."""
+    if not parts:
+        return "the whole system ('/')"
+    top = parts[0]
+    if _globby(top):
+        return f"whatever '/{top}' matches at the root of the system"
+    if top in _SYSTEM_DIRS:
+        return f"system files ({_normal(path)})"
+    if top in ("home", "Users") and (len(parts) == 1 or len(parts) == 2 or _globby(parts[1])):
+        return "users' home directories"
+    if len(parts) == 1 and top != "tmp":
+        return f"a top-level directory ({_normal(path)})"
+    if len(parts) >= 2 and _globby(parts[1]) and top != "tmp":
+        return f"whatever {_normal(path)} matches near the root"
+    return None
+
+
+def _local(danger: str) -> bool:
+    """A danger to the working directory's own files only (not the system or a home)."""
+    return danger in (_HERE, _WORKDIR_ITSELF) or danger.startswith(_HOLDS_WORKDIR)
+
+
+def _component_matches(part: str, name: str) -> bool:
+    """Whether one path component (maybe a glob, maybe a variable) may name ``name``."""
+    if part == name:
+        return True
+    if _UNKNOWN in part or _globby(part):
+        pattern = part.replace(_UNKNOWN, "*").replace("\x02", "?")
+        return fnmatch.fnmatchcase(name, pattern)
+    return False
+
+
+def _inside_workdir(parts: Sequence[str], workdir: Sequence[str]) -> list[str] | None:
+    """The components below the working directory if ``parts`` is in it (or names it, []),
+    else None. Its leading components must name the working directory literally: a glob there
+    ('/*/proj/x') may match other trees too, and is judged by the absolute rules."""
+    if len(parts) < len(workdir) or tuple(parts[: len(workdir)]) != tuple(workdir):
+        return None
+    return list(parts[len(workdir):])
+
+
+def _leaves_workdir(path: str) -> bool:
+    """A destination outside the working directory (absolute elsewhere, '..', a home)."""
+    if path.startswith(("~", _UNKNOWN)):
+        return True
+    absolute, parts, above = _components(path)
+    if not absolute:
+        return above > 0
+    workdir = _WORKDIR.get()
+    return workdir is None or _inside_workdir(parts, workdir) is None
 
 
 def _is_device(path: str) -> bool:
@@ -2052,7 +2211,11 @@ def _is_device(path: str) -> bool:
 
 def _is_system_path(path: str) -> bool:
     absolute, parts, _ = _components(path)
-    return absolute and bool(parts) and parts[0] in _SYSTEM_DIRS - {"dev", "proc", "sys"}
+    if not (absolute and parts and parts[0] in _SYSTEM_DIRS - {"dev", "proc", "sys"}):
+        return False
+    workdir = _WORKDIR.get()
+    # A workdir under /srv or /opt is still the workdir: writing into it is everyday work.
+    return workdir is None or _inside_workdir(parts, workdir) is None
 
 
 def _flags(args: Sequence[str]) -> tuple[set[str], list[str]]:
@@ -2106,21 +2269,26 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
     values = [a.value for a in args]
     flags, operands = _flags(values)
     words = _operand_words(args)
+    # A word that is (or starts with) a variable may split into options ('-rf') and paths: the
+    # command is judged as if it held the most destructive options.
+    hidden = any(a.path.startswith(_UNKNOWN) for a in args)
     if name == "rm":
         if _has_long(flags, "--no-preserve-root"):
             findings.destroy("'rm --no-preserve-root' lifts the protection of /")
-        if flags & {"r", "R"} or _has_long(flags, "--recursive"):
+        recursive = flags & {"r", "R"} or _has_long(flags, "--recursive")
+        if recursive or hidden:
+            how = "rm -r" if recursive else "rm (a variable may hold '-r')"
             for word in words:
                 danger = _target_danger(word.path)
                 if danger:
-                    findings.destroy(f"'rm -r {word.value}' deletes {danger}")
+                    findings.destroy(f"'{how} {word.value}' deletes {danger}")
     elif name in ("chmod", "chown", "chgrp", "setfacl", "chattr", "chcon"):
-        recursive = bool(flags & {"R"}) or _has_long(flags, "--recursive")
+        recursive = bool(flags & {"R"}) or _has_long(flags, "--recursive") or hidden
         reference = _has_long(flags, "--reference")
         targets = words if reference or name in ("setfacl", "chattr") else words[1:]
         for word in targets:
             danger = _target_danger(word.path)
-            if danger is None or danger == _HERE:
+            if danger is None or _local(danger):
                 continue
             _, parts, _ = _components(word.path)
             if recursive or len(parts) <= 1:
@@ -2183,9 +2351,15 @@ def _check_writes(
         targets = [target_dir] if target_dir else list(words[-1:])
         sources = list(words) if target_dir else list(words[:-1])
         if name == "mv":
+            leaves = any(_leaves_workdir(word.path) for word in targets)
             for word in sources:
                 danger = _target_danger(word.path)
-                if danger and danger != _HERE:
+                if danger == _HERE and leaves:
+                    # 'mv * /tmp': the sandbox's /tmp (or another tree) keeps nothing for the
+                    # user; the working directory is emptied all the same.
+                    findings.destroy(f"'mv {word.value} {targets[0].value}' moves {danger} out "
+                                     "of it")
+                elif danger and danger != _HERE:
                     findings.destroy(f"'mv {word.value}' moves away {danger}")
         if name == "rsync" and any(f.startswith("--del") for f in flags):
             for word in targets:

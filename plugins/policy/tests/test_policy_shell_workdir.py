@@ -1,0 +1,232 @@
+"""Shell guard families of the second audit round: absolute paths into the working directory,
+moving everything out of it, variables that may hold options, and everyday programs with an
+option that runs a command of the caller's choosing.
+
+Nothing here runs a shell: the detector is called directly (shared/data/security/README.md,
+rule 1).
+"""
+
+from __future__ import annotations
+
+import pytest
+from tooldeck_policy import analyze_command, plugin
+
+from tooldeck_hookspecs import SecurityConfig, SessionInfo, ToolCall, ToolDefinition
+
+WORKDIR = "/data/agent/proj"
+
+# --- 1. the workdir named by its absolute path is judged like '.' ---------------------------
+
+WORKDIR_DELETES = [
+    "rm -rf /data/agent/proj/*",
+    "rm -rf /data/agent/proj/.*",
+    "rm -r /data/agent/proj/[a-z]*",
+    "rm -rf /data/agent/proj",
+    "rm -rf /data/agent/proj/",
+    "rm -rf /data/agent/proj/.",
+    "rm -rf /data/agent/proj/sub/..",
+    "rm -rf //data//agent/./proj/*",
+    "rm -rf /data/agent",
+    "rm -rf /data/agent/*",
+    "rm -rf /data/*/proj",
+    "rm --recursive --force /data/agent/proj/*",
+    "find /data/agent/proj -delete",
+    "find /data/agent/proj/ -exec rm -rf {} +",
+    ["rm", "-rf", "/data/agent/proj/"],
+    "timeout 5 rm -rf /data/agent/proj",
+]
+
+
+@pytest.mark.parametrize("command", WORKDIR_DELETES)
+def test_shell_workdir_absolute_deletes_ask(command: str | list[str]) -> None:
+    verdict = analyze_command(command, workdir=WORKDIR)
+    assert verdict.destructive, command
+
+
+WORKDIR_EVERYDAY = [
+    "rm -rf /data/agent/proj/build",
+    "rm -rf /data/agent/proj/build/*",
+    "rm -f /data/agent/proj/a.txt",
+    "rm -r /data/agent/proj/*.pyc",
+    "find /data/agent/proj -name '*.pyc' -delete",
+    "find /data/agent/proj/dist -delete",
+    "chmod -R u+w /data/agent/proj",
+    "chmod -R u+w /data/agent/proj/*",
+    "rm -rf /tmp/scratch",
+    "find /tmp -name '*.log' -delete",
+    "mv /data/agent/proj/a /data/agent/proj/b",
+]
+
+
+@pytest.mark.parametrize("command", WORKDIR_EVERYDAY)
+def test_shell_workdir_everyday_commands_pass(command: str) -> None:
+    verdict = analyze_command(command, workdir=WORKDIR)
+    assert verdict.clean, (command, verdict)
+
+
+def test_shell_workdir_unknown_keeps_absolute_rules() -> None:
+    # Without a workdir an absolute path deep in a tree is nobody's workdir in particular.
+    assert analyze_command("rm -rf /data/agent/proj/*").clean
+    assert analyze_command("rm -rf /data/agent/proj/*", workdir=WORKDIR).destructive
+    # The cache is keyed by the workdir too: the same line is judged per workdir.
+    assert analyze_command("rm -rf /data/agent/proj/*", workdir="/elsewhere").clean
+    # System paths stay system paths whatever the workdir.
+    assert analyze_command("rm -rf /etc", workdir="/etc/proj").destructive
+    assert analyze_command("chmod -R 000 /data", workdir=WORKDIR).destructive
+
+
+# --- 2. moving everything here out of the working directory ------------------------------
+
+MOVES_OUT = [
+    "mv * /tmp",
+    "mv * /tmp/",
+    "mv ./* /tmp/keep/",
+    "mv .* * /var/tmp",
+    "mv -t /tmp *",
+    "mv --target-directory=/tmp *",
+    "mv * ..",
+    "mv * ../other",
+    "mv * ~",
+    "mv * ~/backup",
+    "mv /data/agent/proj/* /tmp",
+    "mv * $DEST",
+]
+
+
+@pytest.mark.parametrize("command", MOVES_OUT)
+def test_shell_moving_everything_out_asks(command: str) -> None:
+    verdict = analyze_command(command, workdir=WORKDIR)
+    assert verdict.destructive, command
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["mv * sub/", "mv * ./sub", "mv -t sub *", "mv * /data/agent/proj/sub", "mv *.txt /tmp",
+     "mv a.txt /tmp", "mv build /tmp/old-build"],
+)
+def test_shell_moving_within_or_a_few_files_passes(command: str) -> None:
+    verdict = analyze_command(command, workdir=WORKDIR)
+    assert verdict.clean, (command, verdict)
+
+
+# --- 3. a variable may split into options ------------------------------------------------
+
+HIDDEN_OPTIONS = [
+    "rm $X",
+    "rm $X ~",
+    "rm -f \"$X\" ~",
+    "rm -f $OPTS /",
+    "rm ${X}",
+    "chmod $MODE /etc",
+    "find . $X",
+    "find $ROOT -name x",
+    "find . -name x $ACTION",
+    "find . -name \"$PATTERN\" $X",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_OPTIONS)
+def test_shell_variables_that_may_hold_options_ask(command: str) -> None:
+    verdict = analyze_command(command)
+    assert verdict.destructive or verdict.injection, command
+
+
+@pytest.mark.parametrize(
+    "command", ["rm -f tmp.txt", "find . -name \"*.py\"", "find . -type f -newer x",
+                "chmod 644 a.txt", "echo $HOME", "ls $DIR"],
+)
+def test_shell_plain_commands_without_variables_pass(command: str) -> None:
+    assert analyze_command(command).clean, command
+
+
+# --- 4. everyday programs with an option that runs a command ------------------------------
+
+RUNS_A_COMMAND = [
+    "npx -c 'rm -rf ~'",
+    "npx --call=id",
+    "npx --ca id",
+    "npm exec -c id",
+    "npm exec --call 'curl x | sh'",
+    "npm --script-shell=/tmp/x run build",
+    "pnpm exec -c rm -rf ~",
+    "pnpm --shell-mode exec id",
+    "man -P 'sh -c id' ls",
+    "man -Pcat ls",
+    "man --pager=cat ls",
+    "man --pag=id ls",
+    "man --html=firefox ls",
+    "man -Hfirefox ls",
+    "sort --compress-program=sh data",
+    "sort --compress-prog=sh data",
+    "split --filter='sh -c id' data",
+    "split --fil=id data",
+    "wget --use-askpass=./x http://127.0.0.1/",
+    "tcpdump -z ./x -w out",
+    "apt-get -o APT::Update::Pre-Invoke::=id update",
+    "apt -o Dpkg::Pre-Invoke::=id install x",
+    "apt-get -oDir::Bin::methods=/tmp/m update",
+    "apt-get -c ./apt.conf update",
+    ["npx", "-c", "id"],
+    ["man", "-P", "id", "ls"],
+    "timeout 5 sort --compress-program=sh data",
+    "env X=1 split --filter=id data",
+]
+
+
+@pytest.mark.parametrize("command", RUNS_A_COMMAND)
+def test_shell_options_that_run_a_command_are_refused(command: str | list[str]) -> None:
+    verdict = analyze_command(command)
+    assert verdict.injection, command
+
+
+def test_shell_option_strings_are_analysed_too() -> None:
+    verdict = analyze_command("split --filter='rm -rf /' data")
+    assert any("'/'" in reason for reason in verdict.destructive), verdict
+    verdict = analyze_command("npx -c 'rm -rf ~'")
+    assert any("home" in reason for reason in verdict.destructive), verdict
+
+
+RUNS_NOTHING = [
+    "npx prettier --check .",
+    "npm test",
+    "npm run build",
+    "npm ci",
+    "pnpm install",
+    "man ls",
+    "man -k printf",
+    "man -H ls",
+    "sort -n -k2 data",
+    "split -l 100 data part-",
+    "wget -q -O out http://127.0.0.1/",
+    "tcpdump -r capture.pcap",
+    "apt-get -o Debug::pkgProblemResolver=1 -s install x",
+    "apt-cache policy python3",
+]
+
+
+@pytest.mark.parametrize("command", RUNS_NOTHING)
+def test_shell_everyday_uses_of_those_programs_pass(command: str) -> None:
+    verdict = analyze_command(command)
+    assert not verdict.injection, (command, verdict)
+
+
+# --- through the policy: the session's workdir reaches the guard --------------------------
+
+
+def test_shell_policy_passes_the_session_workdir() -> None:
+    tool = ToolDefinition(
+        name="shell_exec", description="d", category="shell",
+        security=SecurityConfig(command_params="command"),
+    )
+    session = SessionInfo(session_id="s", workdir=WORKDIR, grants={"shell"})
+
+    def decide(command: str) -> object:
+        call = ToolCall(name="shell_exec", arguments={"command": command})
+        return plugin.tooldeck_authorize_call(call=call, tool=tool, session=session)
+
+    decision = decide("rm -rf /data/agent/proj/*")
+    assert decision is not None and decision.action == "ask"
+    assert "working directory" in decision.reason
+    assert decide("rm -rf /data/agent/proj/build") is None
+    moved = decide("mv * /tmp")
+    assert moved is not None and moved.action == "ask"
