@@ -6,8 +6,12 @@ Real tools on the real runner; misbehaving policy hooks and tools written the wa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
+import enum
 import json
 import math
+import uuid
 from typing import Any
 
 import pytest
@@ -135,6 +139,16 @@ async def test_a_tool_raising_a_base_exception_gives_an_execution_error(exc, sha
 # -- 10: results that are not JSON ------------------------------------------------------------
 
 
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
 class Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no")
@@ -157,8 +171,20 @@ class Unprintable:
             {"nested": {frozenset({"a"}): b"x"}},
             {"nested": {"frozenset({'a'})": {"$bytes_base64": "eA=="}}},
         ),
+        # Nested values orjson can write but json.dumps cannot (or writes as NaN): converted
+        # even inside an otherwise plain list or dict.
+        (
+            [datetime.datetime(2026, 1, 2, 3, 4, 5), uuid.UUID(int=1), Colour.RED, Point(1, 2)],
+            ["2026-01-02T03:04:05", "00000000-0000-0000-0000-000000000001", "red",
+             {"x": 1, "y": 2}],
+        ),
+        ({"when": datetime.date(2026, 1, 2), "pair": (1, 2)}, {"when": "2026-01-02",
+                                                                "pair": [1, 2]}),
+        ({"rows": [[1.5, math.nan], [2.5, -math.inf]]}, {"rows": [[1.5, None], [2.5, None]]}),
+        ([{"k": [1, {"deep": math.nan}]}], [{"k": [1, {"deep": None}]}]),
     ],
-    ids=["bytes", "set", "tuple-key", "int-key", "nan", "inf", "tuple", "bad-str", "nested"],
+    ids=["bytes", "set", "tuple-key", "int-key", "nan", "inf", "tuple", "bad-str", "nested",
+         "nested-objects", "nested-date-tuple", "nested-nan", "deep-nan"],
 )
 async def test_results_are_plain_json_at_the_boundary(value, expected):
     @tool(category="demo")

@@ -12,6 +12,7 @@ import random
 import string
 import threading
 
+import attrs
 import trio
 
 from tooldeck import ErrorCode, ExecutionConfig, ToolDefinition, tool
@@ -220,3 +221,67 @@ async def test_a_failure_with_big_details_is_processed_off_the_loop_too():
     assert result.error is not None and result.error.code == "EXECUTION_ERROR"
     ((thread, deadline),) = seen
     assert thread != loop_thread and deadline is not None
+
+
+# -- results with millions of items are checked (plain JSON, size cap) off the loop ------------
+
+
+def _many(count: int = 300_000) -> list:
+    return [{"i": i, "tags": ("a", "b")} for i in range(count // 3)]
+
+
+MANY = ToolDefinition(
+    name="many", description="Return many rows.", category="demo",
+    parameters={"type": "object", "properties": {"count": {"type": "integer"}}},
+    execute=_many, call_style="kwargs",
+    execution=ExecutionConfig(timeout_s=10, max_output_bytes=50_000_000),
+)
+
+
+async def test_a_result_with_many_items_is_normalised_in_a_worker_thread(monkeypatch):
+    import tooldeck._deck as deck_module
+
+    threads: list[int] = []
+    original = deck_module._normalised
+
+    def recording(result, cap):
+        threads.append(threading.get_ident())
+        return original(result, cap)
+
+    monkeypatch.setattr(deck_module, "_normalised", recording)
+    loop_thread = threading.get_ident()
+    async with make_deck(load_entry_points=STAGES, tools=[MANY]) as deck:
+        session = deck.session()
+        result = await session.call("many", {"count": 300_000})
+        small = await session.call("many", {"count": 30})
+    assert result.success, result.error
+    # Converted all the same (tuples became lists), off the loop.
+    assert len(result.data) == 100_000 and result.data[7] == {"i": 7, "tags": ["a", "b"]}
+    assert small.success and small.data[1] == {"i": 1, "tags": ["a", "b"]}
+    big_thread, small_thread = threads
+    assert big_thread != loop_thread
+    assert small_thread == loop_thread  # small results pay no thread hop
+
+
+async def test_checking_a_result_past_the_deadline_withholds_it(monkeypatch):
+    import time
+
+    import tooldeck._deck as deck_module
+
+    original = deck_module._normalised
+
+    def slow(result, cap):
+        time.sleep(1.5)  # a walk that outlives the call's 0.5 s timeout
+        return original(result, cap)
+
+    monkeypatch.setattr(deck_module, "_normalised", slow)
+    quick_many = attrs.evolve(MANY, name="quick_many",
+                              execution=ExecutionConfig(timeout_s=0.5, max_output_bytes=50_000_000))
+    async with make_deck(load_entry_points=STAGES, tools=[quick_many, quick]) as deck:
+        session = deck.session()
+        with trio.fail_after(10):
+            result = await session.call("quick_many", {"count": 300_000})
+            other = await session.call("quick", {})  # the session is not stuck behind it
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert "withheld" in result.error.message and result.data is None
+    assert other.success and other.data == "ok"

@@ -59,7 +59,14 @@ from ._approvals import InMemoryApprovalStore
 from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
 from ._config import Config, load_config
 from ._introspect import apply_override, definition_from_function
-from ._normalise import MAX_ARGUMENT_DEPTH, json_safe, json_size, shorten, too_deep
+from ._normalise import (
+    MAX_ARGUMENT_DEPTH,
+    json_safe,
+    json_safe_sized,
+    json_size,
+    shorten,
+    too_deep,
+)
 from ._plugins import FailedPlugin, HookImpl, PluginInfo, TooldeckPluginManager
 
 __all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
@@ -192,12 +199,12 @@ def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
     or a client ever walk it."""
     data = result.data
     if data is not None:
-        if type(data) is not str:
-            safe = json_safe(data)
+        if type(data) is str:
+            size = json_size(data, max_output_bytes)
+        else:
+            safe, size = json_safe_sized(data, max_output_bytes)
             if safe is not data:
                 result = attrs.evolve(result, data=safe)
-                data = safe
-        size = json_size(data, max_output_bytes)
         if size > max_output_bytes:
             return ToolResult.fail(
                 ErrorCode.OUTPUT_TRUNCATED,
@@ -212,6 +219,31 @@ def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
         if details != error.details:
             result = attrs.evolve(result, error=attrs.evolve(error, details=details))
     return result
+
+
+#: Results with more items than this (counted over nested dicts and lists) are normalised in a
+#: worker thread: ~1 ms of walking on the loop at most, a thread hop only for big results.
+_INLINE_ITEMS = 50_000
+
+
+def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
+    """Whether ``value`` holds more than ``budget`` items in its dicts and lists (and sets and
+    tuples). Stops as soon as it knows: never more than ``budget`` items visited."""
+    stack = [value]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list or kind is tuple or kind is set or kind is frozenset:
+            seen += len(item)
+            if seen > budget:
+                return True
+            children = item.values() if kind is dict else item
+            stack.extend(c for c in children if type(c) in _CONTAINERS)
+    return False
+
+
+_CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
 
 
 def _arguments_hash(arguments: Mapping[str, Any]) -> str:
@@ -1489,7 +1521,10 @@ class Session:
         if result.error is not None or not (type(data) in _LEAF_RESULTS or (
             type(data) is str and len(data) * 4 <= tool.execution.max_output_bytes
         )):  # a successful int/bool/None or short text is plain JSON within the cap already
-            result = _normalised(result, tool.execution.max_output_bytes)
+            if _bulky(data) or (result.error is not None and _bulky(result.error.details)):
+                result = await self._normalised_in_thread(tool, result)
+            else:
+                result = _normalised(result, tool.execution.max_output_bytes)
         result = await self._finish(call, tool, result)
         if deck._cache is not None and result.success and (
             key is not None or tool.execution.invalidates
@@ -2043,6 +2078,38 @@ class Session:
             if changed is not None:
                 result = changed
         return result
+
+    async def _normalised_in_thread(self, tool: ToolDefinition, result: ToolResult) -> ToolResult:
+        """:func:`_normalised` of a result with very many items, in a worker thread under the
+        tool's timeout: walking millions of items (a second or more) on the event loop would
+        stall every other session. Past the deadline the walk is abandoned and the call fails
+        with TIMEOUT (nothing unchecked goes out)."""
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        try:
+            with scope:
+                return await trio.to_thread.run_sync(
+                    _normalised,
+                    result,
+                    tool.execution.max_output_bytes,
+                    abandon_on_cancel=True,
+                    limiter=self.deck._result_threads,
+                )
+        finally:
+            self._scopes.discard(scope)
+        if scope.deadline > trio.current_time():
+            return ToolResult.fail(
+                ErrorCode.CANCELLED,
+                f"the call of {tool.name!r} was cancelled by the session while its result was "
+                "being checked; the result was withheld",
+            )
+        return ToolResult.fail(
+            ErrorCode.TIMEOUT,
+            f"checking the result of {tool.name!r} (plain JSON within its size limit) took "
+            f"longer than the call's {timeout:g} s timeout; the result was withheld",
+            suggestion="Ask for less output (a narrower query, a page) and try again.",
+        )
 
     async def _process_in_thread(
         self, impl: HookImpl, call: ToolCall, tool: ToolDefinition, result: ToolResult

@@ -22,7 +22,9 @@ import orjson
 from tooldeck_hookspecs import shorten
 from tooldeck_hookspecs.content import Content
 
-__all__ = ["MAX_ARGUMENT_DEPTH", "json_safe", "json_size", "shorten", "too_deep"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH", "json_safe", "json_safe_sized", "json_size", "shorten", "too_deep",
+]
 
 #: Deeper arguments are refused with INVALID_ARGUMENTS. JSON Schemas of real tools nest a few
 #: levels; 64 leaves room for generous ones and stays far below every recursion limit.
@@ -103,9 +105,25 @@ def json_safe(value: Any) -> Any:
         return int(value)  # an int subclass (IntEnum) as the plain number it is
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if type(value) in (dict, list) and _orjson_ok(value) and not _has_nonfinite(value):
+    if type(value) in (dict, list) and _orjson_ok(value) and not _exotic(value):
         return value
     return _convert(value)
+
+
+def json_safe_sized(value: Any, cap: int) -> tuple[Any, int]:
+    """``(json_safe(value), json_size(that, cap))`` with one encoding of a plain container, and
+    no walk of one whose encoding is already over ``cap`` (it is dropped anyway): what the call
+    path needs for every result."""
+    if type(value) in (dict, list):
+        try:
+            size = len(orjson.dumps(value))
+        except (TypeError, orjson.JSONEncodeError, RecursionError):
+            pass
+        else:
+            if size > cap or not _exotic(value):
+                return value, size
+    safe = json_safe(value)
+    return safe, json_size(safe, cap)
 
 
 def json_size(value: Any, cap: int) -> int:
@@ -124,19 +142,44 @@ def json_size(value: Any, cap: int) -> int:
         return len(str(value))
 
 
-def _has_nonfinite(value: Any) -> bool:
-    # orjson writes NaN as null silently; a NaN that stays in the value would break json.dumps
-    # consumers that produce "NaN" (invalid JSON) instead. Look only when a float is present.
-    stack = [value]
+#: Exact types of plain JSON leaves besides float (which must also be finite).
+_PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+_PLAIN_OR_FLOAT = _PLAIN_LEAVES | {float}
+
+
+def _exotic(value: dict[Any, Any] | list[Any]) -> bool:
+    """Whether a container orjson can encode holds anything but exact dicts, lists, str, int,
+    bool, None and finite floats. orjson also writes tuples, datetimes, UUIDs, enums, dataclasses
+    and subclasses of str, int, dict and list, and NaN as null: json_safe converts those, so that
+    a consumer's ``json.dumps`` never meets them. Iterative; the types of a container's children
+    are collected in C (``set(map(type, ...))``), so flat data costs little per item."""
+    stack: list[Any] = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        kind = type(item)
+        if kind is dict:
+            if not set(map(type, item)) <= {str}:
+                return True
+            children: Any = item.values()
+        elif kind is list:
+            children = item
+        elif kind is float:
             if not math.isfinite(item):
                 return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+            continue
+        elif kind in _PLAIN_LEAVES:
+            continue
+        else:
+            return True
+        kinds = set(map(type, children))
+        if kinds <= _PLAIN_LEAVES:
+            continue
+        if kinds <= _PLAIN_OR_FLOAT:
+            # NaN and infinities: orjson writes them as null, json.dumps as invalid JSON.
+            if not all(map(math.isfinite, (c for c in children if type(c) is float))):
+                return True
+            continue
+        stack.extend(children)
     return False
 
 

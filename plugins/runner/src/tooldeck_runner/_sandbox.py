@@ -160,6 +160,8 @@ _ETC_FILES = (
 )
 _WRITE_POLL_S = 0.05
 _SWEEP_MAX_ENTRIES = 50_000
+#: Answers bigger than this are decoded in a worker thread (a few ms of JSON on the loop at most).
+_INLINE_FRAME_BYTES = 256 * 1024
 _PROTECTED_DEPTH = 16
 _PROTECTED_ENTRIES = 50_000
 # The zygote's own cgroup (it imports and forks; the calls run in cgroups of their own).
@@ -960,7 +962,7 @@ class SandboxPool:
             used = _used_bytes(worker.key.workdir)
             if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
                 got.wrote_too_much = used - baseline
-        return self._interpret(got, returncode, limits)
+        return await self._interpret(got, returncode, limits)
 
     # -- limits -------------------------------------------------------------------------------
 
@@ -1660,7 +1662,7 @@ class SandboxPool:
             used = _used_bytes(worker.key.workdir)
             if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
                 got.wrote_too_much = used - baseline
-        return self._interpret(got, process.returncode, limits)
+        return await self._interpret(got, process.returncode, limits)
 
     async def _watch_writes(
         self,
@@ -1696,7 +1698,9 @@ class SandboxPool:
         if worker.cgroup is not None:
             worker.cgroup.kill()
 
-    def _interpret(self, got: _Exchange, returncode: int | None, limits: Limits) -> ToolResult:
+    async def _interpret(
+        self, got: _Exchange, returncode: int | None, limits: Limits
+    ) -> ToolResult:
         tail = got.output[-4000:].decode("utf-8", "replace")
         if got.wrote_too_much:
             budget = self.settings.workdir_write_mb
@@ -1718,7 +1722,10 @@ class SandboxPool:
             )
         if got.frame is not None:
             try:
-                result = structure_result(got.frame)
+                if len(got.frame) <= _INLINE_FRAME_BYTES:
+                    result = structure_result(got.frame)
+                else:  # decoding megabytes of JSON would stall every session on the loop
+                    result = await trio.to_thread.run_sync(structure_result, got.frame)
             except Exception as exc:  # a malformed answer is the tool's failure, not ours
                 return ToolResult.fail(
                     ErrorCode.EXECUTION_ERROR, f"the sandbox worker sent a malformed answer: {exc}"
