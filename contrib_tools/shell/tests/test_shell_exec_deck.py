@@ -316,3 +316,25 @@ async def test_bytecode_is_never_left_in_the_workdir(workdir):
             assert "pyc" in result.error.message or "__pycache__" in result.error.message
             assert not list(workdir.rglob("*.pyc")), command
             assert not list(workdir.rglob("__pycache__")), command
+
+
+async def test_planted_build_tool_configuration_does_not_survive(workdir):
+    # Files npm, cargo, husky and pdb read from the project folder and run what they name: a
+    # command that plants one fails PATH_NOT_ALLOWED and leaves nothing behind.
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, confirm=_approver([]))
+        for path, text in (
+            (".npmrc", "script-shell=/tmp/evil\n"),
+            (".cargo/config.toml", "[build]\nrustc-wrapper = '/tmp/evil'\n"),
+            (".husky/pre-commit", "#!/bin/sh\ntouch /tmp/pwned\n"),
+            (".pdbrc", "import os; os.system('touch /tmp/pwned')\n"),
+        ):
+            script = (
+                "import os, sys\n"
+                "path, text = sys.argv[1], sys.argv[2]\n"
+                "os.makedirs(os.path.dirname(path) or '.', exist_ok=True)\n"
+                "open(path, 'w').write(text)\n"
+            )
+            result = await session.call("shell_exec", {"command": [PY, "-c", script, path, text]})
+            assert not result.success and result.error.code == "PATH_NOT_ALLOWED", (path, result)
+            assert not (workdir / path).exists(), path

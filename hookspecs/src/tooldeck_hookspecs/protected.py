@@ -78,6 +78,38 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     ".mcp.json",
     ".claude/",
     ".codex/",
+    ".devcontainer/",
+    # Other version control systems and hook managers: Mercurial's .hg/hgrc names hooks; husky
+    # and lefthook run the scripts their folder or file names at every commit.
+    ".hg/",
+    ".husky/",
+    "lefthook.yml",
+    ".lefthook.yml",
+    # Package managers and build tools read these from the project folder and run what they
+    # name: npm's script-shell and node-options, yarn's yarnPath, pnpm's hooks file, bun's
+    # preload, cargo's runner and rustc-wrapper, Maven's extensions and JVM options.
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pnpmfile.cjs",
+    "bunfig.toml",
+    ".cargo/",
+    ".mvn/",
+    # Tool managers that run scripts on entering the folder (mise's env sources and hooks).
+    "mise.toml",
+    ".mise.toml",
+    "mise.local.toml",
+    ".mise/",
+    # Debuggers, REPLs and editors that run a start-up file found in the current folder.
+    ".pdbrc",
+    ".Rprofile",
+    ".irbrc",
+    ".pryrc",
+    ".exrc",
+    ".nvimrc",
+    ".nvim.lua",
+    ".gdbinit",
+    ".lldbinit",
     # Python runs these at interpreter start-up when they lie on sys.path; a virtual
     # environment in the workdir is code the developer runs.
     ".venv/",
