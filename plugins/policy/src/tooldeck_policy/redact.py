@@ -21,6 +21,9 @@ Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
 - ``authorization-header``: the credential of ``Authorization: Bearer|Basic|Token ...``;
 - ``aws-access-key-id`` / ``aws-secret-access-key``: AWS keys regardless of entropy (gitleaks
   skips low-entropy ones);
+- ``cookie``: the values of ``Cookie:`` / ``Set-Cookie:`` headers and ``curl --cookie``;
+- ``cli-credential``: credentials on a command line (``--password X``, ``--token X``,
+  ``mysql -pX``, ``sshpass -p X``, ``redis-cli -a X``, ``docker login -p X``, ``curl -u user:X``);
 - ``keyword-assignment``: ``password = ...``, ``secret: ...``, ``api_key=...``, ``token: ...`` in
   code, env, ini, yaml and JSON, like detect-secrets' keyword detector, minus placeholders, code
   references and type annotations;
@@ -43,12 +46,15 @@ redacted on their own.
 Speed: linear in the input. One Aho-Corasick pass (``pyahocorasick`` when installed, ``str.find``
 otherwise) finds every keyword occurrence; rules then run only around those occurrences, anchored
 at them when the rule's pattern starts with its keyword; every look around a finding is bounded
-(512 characters for a line-level allowlist, 96 for a name), so a finding costs the same on a
-1 MB line as on a short one. 1 MB of mixed text takes about 50 ms with ~600 secrets; a 1 MB line
-holding 19,000 ``aws_secret=...`` findings about 2 s (46 s before; 2-core machine). The rules
-compile once, on first use (~0.15 s). :func:`redact_result` is thread-safe and accepts a
-deadline; :func:`needs_offload` tells the core when a result is big enough to redact in a worker
-thread.
+(512 characters for a line-level allowlist, 96 for a name), so a finding costs the same on a 1 MB
+line as on a short one. gitleaks' curl rules, written for RE2's linear engine as
+``\bcurl\b(?:.*|...)`` before the option they want, search that option part and look back for
+``curl`` instead (Python's engine read to the end of the line from every ``curl``: 18 s for 80 kB
+of them); long scans check the call's deadline, so an abandoned redaction thread stops. 1 MB of
+mixed text takes about 50 ms with ~600 secrets; a 1 MB line holding 19,000 ``aws_secret=...``
+findings about 2 s (46 s before; 2-core machine). The rules compile once, on first use (~0.15 s).
+:func:`redact_result` is thread-safe and accepts a deadline; :func:`needs_offload` tells the core
+when a result is big enough to redact in a worker thread.
 
 A string value under a credential-like key of a mapping (``{"password": ...}``, HTTP header
 dicts with ``Authorization`` or ``Cookie``) is replaced whole by :func:`redact_value`, whatever it
@@ -565,6 +571,29 @@ def _loosen_terminator(regex: str, *, optional: bool) -> str:
     return regex
 
 
+#: A leading program name followed by "anything on this line or the next five" (gitleaks' curl
+#: rules); the name is group 1.
+_LEAD_ANY_LINES = _lazy_re(
+    r"^\\b([a-z]+)\\b\(\?:\.\*\??\|\.\*\??\(\?:\[\\r\\n\]\{1,2\}\.\*\??\)\{1,5\}\)"
+)
+_LINE_BREAK_RE = _lazy_re(r"\r\n?|\n")
+
+
+def _word_at(text: str, p: int, n: int) -> bool:
+    """``text[p:p+n]`` is a whole word (what ``\b...\b`` around it asks)."""
+    before = text[p - 1] if p else " "
+    after = text[p + n] if p + n < len(text) else " "
+    return not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_")
+
+
+def _check_deadline() -> None:
+    """Stop a long scan once the call's deadline has passed: an abandoned redaction thread
+    must not go on burning a core."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise RedactionTimeout("redaction ran past the call's deadline")
+
+
 class _GitleaksRule(_Rule):
     def __init__(
         self,
@@ -602,6 +631,17 @@ class _GitleaksRule(_Rule):
                 for p in starts or ()
             )
         )
+        # gitleaks' curl rules start "\bcurl\b(?:.*|.*(?:[\r\n]{1,2}.*){1,5})" before the option
+        # they look for: RE2 runs that in linear time, Python's backtracking engine reads to the
+        # end of the line from every "curl" (a line of 10,000 "curl " took 18 s per 80 KB).
+        # Such a rule searches its option part instead (linear) and looks back for the
+        # program within the same five lines (see _scan_after_lead).
+        lead = _LEAD_ANY_LINES.match(regex)
+        self.lead: str | None = None
+        if lead is not None and self.keywords == (lead.group(1).lower(),):
+            self.lead = lead.group(1).lower()
+            self.anchored = False
+            regex = regex[lead.end():]
         self._regex = regex
 
     # The pattern and the rule's allowlists compile at the rule's first use: compiling all 221
@@ -616,11 +656,16 @@ class _GitleaksRule(_Rule):
         return tuple(_Allowlist.load(a) for a in self._raw_allowlists)
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        if self.lead is not None:
+            yield from self._scan_after_lead(text, positions)
+            return
         if self.anchored:
             last_end = -1
-            for p in positions:
+            for k, p in enumerate(positions):
                 if p < last_end:
                     continue
+                if not k & 1023:
+                    _check_deadline()
                 m = self.pattern.match(text, p)
                 if m is None:
                     continue
@@ -635,10 +680,36 @@ class _GitleaksRule(_Rule):
         if not positions:
             return
         for lo, hi in _windows(positions, len(text)):
+            _check_deadline()
             for m in self.pattern.finditer(text, lo, _extend_to_space(text, hi)):
                 finding = self._finding(text, m, widen=self.widen)
                 if finding is not None:
                     yield finding
+
+    def _scan_after_lead(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        """The rule's pattern after its leading program name, wherever it matches after an
+        occurrence of that name (a word) on the same line or up to five lines before: what
+        ``\bcurl\b(?:.*|.*(?:[\r\n]{1,2}.*){1,5})`` allows, in one linear pass."""
+        starts = [p for p in positions if _word_at(text, p, len(self.lead or ""))]
+        if not starts:
+            return
+        import bisect
+
+        breaks = [m.start() for m in _LINE_BREAK_RE.finditer(text, starts[0])]
+        for m in self.pattern.finditer(text, starts[0]):
+            _check_deadline()
+            at = bisect.bisect_right(starts, m.start()) - 1
+            if at < 0:
+                continue
+            lead = starts[at] + len(self.lead or "")
+            if m.start() < lead:
+                continue
+            lines = bisect.bisect_left(breaks, m.start()) - bisect.bisect_left(breaks, lead)
+            if lines > 5:
+                continue
+            finding = self._finding(text, m, widen=self.widen)
+            if finding is not None:
+                yield finding
 
     def _finding(self, text: str, m: re.Match[str], *, widen: bool) -> Finding | None:
         groups = m.groups()
@@ -716,9 +787,11 @@ class _RegexRule(_Rule):
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
         last_end = -1
-        for p in self._starts(text, positions):
+        for k, p in enumerate(self._starts(text, positions)):
             if p < last_end:
                 continue
+            if not k & 1023:
+                _check_deadline()
             m = self.pattern.match(text, p)
             if m is None:
                 continue
@@ -1057,6 +1130,123 @@ def _aws_secret_check(text: str, m: re.Match[str]) -> bool:
     return shannon_entropy(m.group(1)) > 3.0
 
 
+# A command-line value: up to 256 characters with no blank or quote (the quote that opened it
+# is outside the group). Every part of the patterns below is bounded: tried at each keyword, a
+# pattern reads at most one line of 16 words.
+_CLI_VALUE = r"""["']?((?![-\s])[^\s'"]{1,256})"""
+_CLI_WORDS = r"(?:[ \t]+[^\s]{1,256}){0,16}?"
+
+
+class _CookieRule(_Rule):
+    """The values of ``Cookie:`` / ``Set-Cookie:`` headers (``curl -v``, HTTP logs, a HAR or a
+    JSON header map) and of ``curl --cookie``: a session cookie is a credential, whatever it
+    looks like. Set-Cookie's attributes (``Path``, ``Expires``, ...) are left."""
+
+    _HEADER = _lazy_re(
+        r"""(?i)(?:set-)?cookie2?(?:\\?["']?[ \t]*:[ \t]*\\?["']?|[ \t]*=[ \t]*["']|"""
+        r"""[ \t]+["']?(?=[^\s=;'"]{1,128}=))"""
+    )
+    _PAIR = _lazy_re(r"""[ \t]*([^\s=;,'"\\]{1,128})=([^\s;,'"\\]{1,4096})[ \t]*;?""")
+    _ATTRIBUTES = frozenset(
+        {"path", "domain", "expires", "max-age", "samesite", "priority", "partitioned",
+         "version", "comment", "secure", "httponly"}
+    )
+    _MAX_PAIRS = 64
+
+    def __init__(self, priority: int) -> None:
+        self.id = "cookie"
+        self.keywords = ("cookie",)
+        self.priority = priority
+
+    def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        last_end = -1
+        for p in positions:
+            start = p - 4 if p >= 4 and text[p - 4 : p].lower() == "set-" else p
+            if start < last_end:
+                continue
+            m = self._HEADER.match(text, start)
+            if m is None:
+                continue
+            at = m.end()
+            for _ in range(self._MAX_PAIRS):
+                pair = self._PAIR.match(text, at)
+                if pair is None:
+                    break
+                at = pair.end()
+                name, value = pair.group(1), pair.group(2)
+                if (name.lower() in self._ATTRIBUTES or len(value) < 8
+                        or _is_placeholder(value)):
+                    continue
+                last_end = at
+                yield Finding(rule_id=self.id, start=pair.start(2), end=pair.end(2))
+
+
+_METAVAR_RE = _lazy_re(r"[A-Z][A-Z0-9_-]*")
+
+
+def _cli_value_check(text: str, m: re.Match[str]) -> bool:
+    """Not what ``--help`` output and prose put after an option: a metavar (``PASSWORD``), a
+    type (``string``), a plain lower-case word (``--password is required``)."""
+    value = m.group(1)
+    if len(value) < 4 or _METAVAR_RE.fullmatch(value):
+        return False
+    return not (value.isalpha() and value.islower() and len(value) <= 10)
+
+
+def _cli_rules() -> list[_Rule]:
+    """Credentials given on a command line, as ``ps``, shell history, CI logs and scripts show
+    them: ``--password X``, ``--token X``, ``mysql -pX``, ``sshpass -p X``, ``redis-cli -a X``,
+    ``docker login -p X``, ``zip -P X``, ``curl -u user:X``. (``--password=X`` is also caught by
+    the keyword and gitleaks rules; the space-separated form was not.)"""
+    return [
+        _RegexRule(
+            "cli-credential",
+            r"--(?:(?:http-|ftp-|proxy-|db-|admin-|root-)?pass(?:word|wd|phrase)?"
+            r"|(?:access-|auth-|with-|bearer-|api-|bot-|refresh-|github-|gitlab-)?token"
+            r"|api[-_]?key|(?:client-|app-)?secret)(?:[ \t]+|=)" + _CLI_VALUE,
+            ("--pass", "--http-pass", "--ftp-pass", "--proxy-pass", "--db-pass", "--admin-pass",
+             "--root-pass", "--token", "--access-token", "--auth-token", "--with-token",
+             "--bearer-token", "--api-token", "--bot-token", "--refresh-token",
+             "--github-token", "--gitlab-token", "--api-key", "--api_key", "--apikey",
+             "--secret", "--client-secret", "--app-secret"),
+            group=1,
+            priority=25,
+            check=_cli_value_check,
+        ),
+        _RegexRule(
+            "cli-credential",
+            # mysql's -pSECRET (attached: a bare -p prompts) in every client of the family.
+            r"(?i:mysql|mariadb)[\w-]{0,16}" + _CLI_WORDS
+            + r"""[ \t]+-p["']?((?!\s)[^\s'"]{1,256})""",
+            ("mysql", "mariadb"),
+            group=1,
+            priority=25,
+            check=_cli_value_check,
+        ),
+        _RegexRule(
+            "cli-credential",
+            r"(?:sshpass" + _CLI_WORDS + r"[ \t]+-p[ \t]*"
+            r"|redis-cli" + _CLI_WORDS + r"[ \t]+-a[ \t]+"
+            r"|login" + _CLI_WORDS + r"[ \t]+-p[ \t]+"
+            r"|(?:un)?zip" + _CLI_WORDS + r"[ \t]+-P[ \t]+"
+            r"|7za?" + _CLI_WORDS + r"[ \t]+-p(?=\S)"
+            r"|openssl" + _CLI_WORDS + r"[ \t]+-k[ \t]+)" + _CLI_VALUE,
+            ("sshpass", "redis-cli", "login", "zip", "7z", "openssl"),
+            group=1,
+            priority=25,
+            check=_cli_value_check,
+        ),
+        _RegexRule(
+            "cli-credential",
+            r"curl" + _CLI_WORDS + r"""[ \t]+(?:-u|--user)(?:[ \t]+|=)?["']?[^\s:'"]{1,128}:"""
+            r"""((?!\s)[^\s'"]{1,256})""",
+            ("curl",),
+            group=1,
+            priority=25,
+        ),
+    ]
+
+
 def _own_rules() -> list[_Rule]:
     # Priorities: lower wins on overlap. gitleaks' specific rules sit at 10, its generic one at 50.
     return [
@@ -1096,6 +1286,8 @@ def _own_rules() -> list[_Rule]:
             priority=20,
             back_over=string.ascii_letters + string.digits + "+.-",
         ),
+        _CookieRule(priority=22),
+        *_cli_rules(),
         _KeywordAssignmentRule(priority=30),
         _HighEntropyAssignmentRule(priority=60),
     ]
