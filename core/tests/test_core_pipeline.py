@@ -677,3 +677,58 @@ async def test_calls_that_never_suspend_still_let_other_tasks_run_and_can_be_can
             await session.call("never_suspending_add", {"a": 1, "b": 1})
             raise AssertionError("a call in a cancelled scope must raise Cancelled")
         assert scope.cancelled_caught
+
+
+async def test_a_hung_filter_hook_is_left_out_and_stalls_no_other_session(monkeypatch):
+    """A rule filter that waits on a dead service (not marked @nonblocking) runs in a worker
+    thread: past its deadline the hand is dealt without its verdicts, and other sessions'
+    selections and calls go on meanwhile. A @nonblocking filter runs on the loop."""
+    import threading
+
+    import tooldeck._deck as deck_module
+    from tooldeck_hookspecs import Exclusion, nonblocking
+
+    monkeypatch.setattr(deck_module, "_FILTER_TIMEOUT_S", 0.5)
+    release = threading.Event()
+    loop_thread = threading.get_ident()
+    threads: dict[str, list[int]] = {"slow": [], "cheap": []}
+
+    def tooldeck_filter_tools(query, candidates, session):
+        threads["slow"].append(threading.get_ident())
+        if session.attributes.get("stuck"):
+            release.wait(60)
+        return [Exclusion(name="explode", reason="explode is off for this user")]
+
+    @nonblocking
+    def cheap_filter(query, candidates, session):
+        threads["cheap"].append(threading.get_ident())
+        return [Exclusion(name="slow", reason="slow is off")]
+
+    deck = _select_deck(
+        inline_plugin(tooldeck_filter_tools, name="slowfilter"),
+        inline_plugin(tooldeck_filter_tools=cheap_filter, name="cheapfilter"),
+    )
+    try:
+        async with deck:
+            stuck = deck.session(attributes={"stuck": True})
+            other = deck.session()
+            hands: dict = {}
+
+            async def stuck_select() -> None:
+                hands["stuck"] = await stuck.select("greet slow explode")
+
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stuck_select)
+                    await trio.sleep(0.05)
+                    # The loop is free: another session selects and calls meanwhile.
+                    hand = await other.select("greet slow explode")
+                    assert "explode" not in hand.names and "slow" not in hand.names
+                    assert (await other.call("greet", {"name": "ada"})).success
+                    assert "stuck" not in hands
+    finally:
+        release.set()
+    # The hung filter's verdict is left out (logged); the cheap one's still applies.
+    assert "explode" in hands["stuck"].names and "slow" not in hands["stuck"].names
+    assert loop_thread not in threads["slow"]
+    assert set(threads["cheap"]) == {loop_thread}

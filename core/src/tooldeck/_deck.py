@@ -168,6 +168,9 @@ _MAX_LISTED_PROBLEMS = 100
 #: Worker threads each session's blocking policy hooks may use at once.
 _POLICY_THREADS_PER_SESSION = 8
 
+#: How long the rule filters that run in a thread (not ``@nonblocking``) may take per selection.
+_FILTER_TIMEOUT_S = 10.0
+
 
 def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
     """Whether the protected path rules (defaults included) already cover a configuration
@@ -347,6 +350,7 @@ class Deck:
         self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
         self._may_stall: dict[str, bool] = {}
         self._authorize_split: tuple[list[HookImpl], list[HookImpl]] | None = None
+        self._filter_split: tuple[list[HookImpl], list[HookImpl]] | None = None
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
@@ -520,6 +524,17 @@ class Deck:
             if self._limiter is not None and callable(combines) and combines(self._limiter)
             else None
         )
+
+    def _filter_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
+        """The ``tooldeck_filter_tools`` implementations: (run on the loop, run in a thread)."""
+        split = self._filter_split
+        if split is None:
+            impls = self._impls("tooldeck_filter_tools")
+            split = self._filter_split = (
+                [i for i in impls if is_nonblocking(i.function)],
+                [i for i in impls if not is_nonblocking(i.function)],
+            )
+        return split
 
     def _authorize_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
         """The ``tooldeck_authorize_call`` implementations: (run on the loop, run in a thread)."""
@@ -1133,7 +1148,7 @@ class Session:
         extra = [n for n in (*self.pinned, *sticky) if n not in scores and n in deck.catalog]
         tools = [t for t in (deck.catalog.get(c.name) for c in candidates) if t is not None]
         tools += [deck.catalog.get(n) for n in extra]  # type: ignore[misc]
-        excluded, boosts = self._apply_filters(task, tools, reasons)
+        excluded, boosts = await self._apply_filters(task, tools, reasons)
         for name, boost in boosts.items():
             scores[name] = scores.get(name, 0.0) + boost
         for name in self.pinned:
@@ -1194,18 +1209,25 @@ class Session:
             )
         return hand
 
-    def _apply_filters(
+    async def _apply_filters(
         self, task: str, tools: Sequence[ToolDefinition], reasons: dict[str, list[str]]
     ) -> tuple[dict[str, list[Exclusion]], dict[str, float]]:
+        """The rule filters' verdicts on ``tools``. Hooks marked ``@nonblocking`` run on the
+        loop; the others (a filter may read files or ask a service) in a worker thread of the
+        session's policy pool under :data:`_FILTER_TIMEOUT_S`, so a slow or hung one never
+        stalls the other sessions. A filter that raises or does not answer in time is logged
+        and left out, as a raising one always was (filters shape the hand; authorization is
+        the boundary)."""
         excluded: dict[str, list[Exclusion]] = {}
         boosts: dict[str, float] = {}
         info = self.info()
-        for impl in self.deck._impls("tooldeck_filter_tools"):
-            try:
-                verdicts = impl(query=task, candidates=tools, session=info) or []
-            except Exception:
-                log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
-                continue
+        inline, threaded = self.deck._filter_impls()
+        answers: list[tuple[HookImpl, Any]] = []
+        for impl in inline:
+            answers.append((impl, self._filter_verdicts(impl, task, tools, info)))
+        if threaded:
+            answers += await self._filters_in_thread(threaded, task, tools, info)
+        for impl, verdicts in answers:
             for verdict in verdicts:
                 if isinstance(verdict, Exclusion):
                     excluded.setdefault(verdict.name, []).append(
@@ -1215,6 +1237,49 @@ class Session:
                     boosts[verdict.name] = boosts.get(verdict.name, 0.0) + verdict.boost
                     reasons.setdefault(verdict.name, []).append(verdict.reason)
         return excluded, boosts
+
+    @staticmethod
+    def _filter_verdicts(
+        impl: HookImpl, task: str, tools: Sequence[ToolDefinition], info: SessionInfo
+    ) -> Sequence[Any]:
+        try:
+            verdicts = impl(query=task, candidates=tools, session=info) or []
+            return list(verdicts) if not isinstance(verdicts, list) else verdicts
+        except Exception:
+            log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
+            return []
+
+    async def _filters_in_thread(
+        self,
+        impls: Sequence[HookImpl],
+        task: str,
+        tools: Sequence[ToolDefinition],
+        info: SessionInfo,
+    ) -> list[tuple[HookImpl, Any]]:
+        answered: list[tuple[HookImpl, Any]] = []
+        running: list[str] = []
+
+        def run() -> None:
+            for impl in impls:
+                running.append(impl.plugin)
+                answered.append((impl, self._filter_verdicts(impl, task, tools, info)))
+
+        with trio.move_on_after(_FILTER_TIMEOUT_S) as late:
+            await trio.to_thread.run_sync(
+                run, abandon_on_cancel=True, limiter=self._policy_threads
+            )
+        if late.cancelled_caught:
+            # The hung hook's thread is abandoned; what it answers later is dropped.
+            done = list(answered)
+            hung = running[len(done)] if len(running) > len(done) else None
+            if hung is None:
+                log.error("session %s: no filter hook could start within %g s (the session's "
+                          "policy threads are busy)", self.id, _FILTER_TIMEOUT_S)
+            else:
+                log.error("plugin %r: tooldeck_filter_tools did not answer within %g s; its "
+                          "verdicts were left out", hung, _FILTER_TIMEOUT_S)
+            return done
+        return answered
 
     # ------------------------------------------------------------------ calls
 
@@ -1370,7 +1435,7 @@ class Session:
             if tool is not None:
                 call = attrs.evolve(call, name=tool.name)
         if tool is None:
-            close = self._usable_names(deck.closest_names(str(call.name), n=20))[:5]
+            close = (await self._usable_names(deck.closest_names(str(call.name), n=20)))[:5]
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND,
                 f"no tool named {shorten(call.name, 120)!r} is registered",
@@ -1606,14 +1671,14 @@ class Session:
             ErrorCode.PLUGIN_ERROR, f"{what} failed: {type(exc).__name__}: {exc}"
         )
 
-    def _usable_names(self, names: list[str]) -> list[str]:
+    async def _usable_names(self, names: list[str]) -> list[str]:
         """Of ``names``, those the session's rules admit: a suggestion must never point the
         model at a tool this session may not use (an excluded category, a level above its
         maximum), which would also reveal that the tool exists."""
         tools = [t for t in (self.deck.catalog.get(n) for n in names) if t is not None]
         if not tools:
             return []
-        excluded, _ = self._apply_filters(self.hand.query if self.hand else "", tools, {})
+        excluded, _ = await self._apply_filters(self.hand.query if self.hand else "", tools, {})
         return [t.name for t in tools if t.name not in excluded]
 
     async def _admit_unoffered(
@@ -1649,7 +1714,7 @@ class Session:
                 "widened_to": self.fallback_recall,
                 "rank": ranks.get(tool.name),
             }
-        excluded, _ = self._apply_filters(hand.query if hand else "", [tool], {})
+        excluded, _ = await self._apply_filters(hand.query if hand else "", [tool], {})
         if tool.name in excluded:
             reasons = excluded[tool.name]
             return (

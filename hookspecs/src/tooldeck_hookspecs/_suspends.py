@@ -54,7 +54,9 @@ def nonblocking(function: _F) -> _F:
     The deck calls such a ``tooldeck_authorize_call`` directly on the event loop (about 1 µs).
     A hook without the mark runs in a worker thread under the call's deadline instead, so a slow
     or hung one costs only its own calls (a fail-closed ``PLUGIN_ERROR`` naming the plugin) and
-    never stalls the other sessions. Use it next to ``@hookimpl``, in either order.
+    never stalls the other sessions. The same holds for ``tooldeck_filter_tools`` (an unmarked
+    filter runs in a thread and is left out of a selection it does not answer in time). Use it
+    next to ``@hookimpl``, in either order.
     """
     setattr(function, NONBLOCKING_ATTR, True)
     return function

@@ -104,7 +104,8 @@ def test_select_embeds_once_says_so_on_a_terminal_and_imports_no_torch(tmp_path:
 
     # Cached now: a second process embeds nothing and says nothing.
     code, out, terminal = _run_on_tty(argv, env, tmp_path)
-    assert code == 0 and _loaded(out) == []
+    assert code == 0, (terminal, out[-2000:])
+    assert _loaded(out) == []
     assert "embedding" not in terminal and not STRAY.search(terminal), terminal
 
 

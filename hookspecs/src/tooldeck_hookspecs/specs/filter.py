@@ -39,7 +39,11 @@ def tooldeck_filter_tools(
     """Take candidates out of the hand, or prefer some, for this session and task.
 
     Called for every implementation on each selection; all results are collected and unioned:
-    a tool excluded by any plugin is out, boosts add up. Must be pure and cheap.
+    a tool excluded by any plugin is out, boosts add up. Should be pure and cheap: mark it
+    ``@nonblocking`` and the deck calls it on its event loop; without the mark it runs in a worker
+    thread under a deadline (10 s), and a filter that raises or does not answer in time is
+    logged and left out of that selection (filters shape the hand; ``tooldeck_authorize_call``
+    is where calls are refused).
 
     :param query: the task description the hand is dealt for.
     :param candidates: the recalled tools, best first.
