@@ -349,8 +349,7 @@ class Deck:
         self._observer_cache: dict[str, list[HookImpl]] = {}
         self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
         self._may_stall: dict[str, bool] = {}
-        self._authorize_split: tuple[list[HookImpl], list[HookImpl]] | None = None
-        self._filter_split: tuple[list[HookImpl], list[HookImpl]] | None = None
+        self._impl_splits: dict[str, tuple[list[HookImpl], list[HookImpl]]] = {}
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
@@ -525,27 +524,25 @@ class Deck:
             else None
         )
 
-    def _filter_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
-        """The ``tooldeck_filter_tools`` implementations: (run on the loop, run in a thread)."""
-        split = self._filter_split
+    def _split_impls(self, hook: str) -> tuple[list[HookImpl], list[HookImpl]]:
+        """A policy-like hook's implementations: (``@nonblocking``: run on the loop, the others:
+        run in a worker thread under a deadline)."""
+        split = self._impl_splits.get(hook)
         if split is None:
-            impls = self._impls("tooldeck_filter_tools")
-            split = self._filter_split = (
+            impls = self._impls(hook)
+            split = self._impl_splits[hook] = (
                 [i for i in impls if is_nonblocking(i.function)],
                 [i for i in impls if not is_nonblocking(i.function)],
             )
         return split
 
+    def _filter_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
+        """The ``tooldeck_filter_tools`` implementations: (run on the loop, run in a thread)."""
+        return self._split_impls("tooldeck_filter_tools")
+
     def _authorize_impls(self) -> tuple[list[HookImpl], list[HookImpl]]:
         """The ``tooldeck_authorize_call`` implementations: (run on the loop, run in a thread)."""
-        split = self._authorize_split
-        if split is None:
-            impls = self._impls("tooldeck_authorize_call")
-            split = self._authorize_split = (
-                [i for i in impls if is_nonblocking(i.function)],
-                [i for i in impls if not is_nonblocking(i.function)],
-            )
-        return split
+        return self._split_impls("tooldeck_authorize_call")
 
     def _register_all(self, strict: bool = False) -> None:
         from ._config_schema import raise_for_errors, unknown_tool_problems
