@@ -248,3 +248,18 @@ def test_policy_process_result_redacts() -> None:
     clean = ToolResult.ok({"text": "nothing secret here"})
     same = plugin.tooldeck_process_result(call=ToolCall(name="t"), tool=_tool(), result=clean)
     assert same is None or same.data == clean.data
+
+
+def test_policy_filter_scan_of_a_huge_workdir_is_bounded(tmp_path: Path) -> None:
+    from tooldeck_policy import _filters
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / ".git").mkdir()
+    for i in range(_filters._SCAN_ENTRIES + 50):
+        (tmp_path / f"f{i:05d}.txt").touch()
+    topics = _filters.workdir_topics(str(tmp_path))
+    assert ("python", "pyproject.toml") in topics and ("git", ".git") in topics
+    # The built-in filter runs on the event loop: it says so.
+    from tooldeck_hookspecs import is_nonblocking
+
+    assert is_nonblocking(plugin.tooldeck_filter_tools)

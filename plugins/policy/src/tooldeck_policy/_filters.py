@@ -8,7 +8,8 @@ says which grant is missing.
 Preferences: small boosts (``BOOST``) for tools whose category or tags match what the workdir
 holds (``.git`` -> git, ``pyproject.toml`` -> python, ``package.json`` -> node/javascript, ...) or
 what the session's environment says (``VIRTUAL_ENV`` -> python, ``KUBECONFIG`` -> kubernetes,
-...). A workdir is scanned once per ``SCAN_TTL_S`` seconds (one ``os.scandir`` of its top level).
+...). A workdir is scanned once per ``SCAN_TTL_S`` seconds (one ``os.scandir`` of its top level,
+at most 4,096 entries; a bigger folder is asked for each marker name instead).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ ENVIRONMENT_MARKERS: Mapping[str, tuple[str, ...]] = {
     "CI": ("ci",),
 }
 
+#: Entries of a workdir's top level read by one scan; beyond, each marker is looked up.
+_SCAN_ENTRIES = 4096
+
 _scan_cache: dict[str, tuple[float, frozenset[tuple[str, str]]]] = {}
 _scan_lock = threading.Lock()
 
@@ -91,7 +95,17 @@ def workdir_topics(workdir: str) -> frozenset[tuple[str, str]]:
     found: set[tuple[str, str]] = set()
     try:
         with os.scandir(workdir) as entries:
-            for entry in entries:
+            for seen, entry in enumerate(entries):
+                if seen >= _SCAN_ENTRIES:
+                    # A huge folder: one look-up per marker name instead (bounded work: the
+                    # filter runs on the event loop).
+                    found = {
+                        (topic, name)
+                        for name, topics in WORKDIR_MARKERS.items()
+                        if os.path.lexists(os.path.join(workdir, name))
+                        for topic in topics
+                    }
+                    break
                 for topic in WORKDIR_MARKERS.get(entry.name, ()):
                     found.add((topic, entry.name))
     except OSError:

@@ -49,6 +49,7 @@ def tooldeck_authorize_call(
 
 
 @hookimpl
+@nonblocking  # rules over the session, and one bounded, cached scan of the workdir's top level
 def tooldeck_filter_tools(
     query: str, candidates: Sequence[ToolDefinition], session: SessionInfo
 ) -> list[Exclusion | Preference]:
