@@ -285,3 +285,53 @@ async def test_checking_a_result_past_the_deadline_withholds_it(monkeypatch):
     assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
     assert "withheld" in result.error.message and result.data is None
     assert other.success and other.data == "ok"
+
+
+async def test_an_unmarked_result_processor_runs_in_a_thread_and_a_hung_one_is_withheld():
+    """A custom processor with neither @nonblocking nor a tooldeck_offload predicate may call a
+    service: it runs in a worker thread under the call's deadline, so a hung one withholds its
+    own call's result (TIMEOUT) and stalls no other session."""
+    from tooldeck_hookspecs import nonblocking
+
+    release = threading.Event()
+    loop_thread = threading.get_ident()
+    seen: dict[str, list[int]] = {"slow": [], "cheap": []}
+
+    def tooldeck_process_result(call, tool, result):
+        seen["slow"].append(threading.get_ident())
+        if call.arguments.get("size") == 7:
+            release.wait(30)
+        return result.with_metadata(checked=True)
+
+    @nonblocking
+    def cheap(call, tool, result):
+        seen["cheap"].append(threading.get_ident())
+        return None
+
+    try:
+        async with make_deck(
+            inline_plugin(tooldeck_process_result, name="audit"),
+            inline_plugin(tooldeck_process_result=cheap, name="cheap"),
+            load_entry_points=STAGES, tools=[quick, QUICK_BIG],
+        ) as deck:
+            stuck, other = deck.session(), deck.session()
+            outcome: dict = {}
+
+            async def stuck_call() -> None:
+                outcome["stuck"] = await stuck.call("quick_big", {"size": 7})
+
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stuck_call)
+                    await trio.sleep(0.05)
+                    # The hung thread is still blocked (released below): calls go on.
+                    for _ in range(5):
+                        fine = await other.call("quick", {})
+                        assert fine.success and fine.metadata.get("checked") is True
+    finally:
+        release.set()
+    result = outcome["stuck"]
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert "audit" in result.error.message and result.data is None
+    assert loop_thread not in seen["slow"]
+    assert set(seen["cheap"]) == {loop_thread}

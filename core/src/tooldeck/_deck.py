@@ -2117,14 +2117,20 @@ class Session:
 
         A hook whose function carries a ``tooldeck_offload`` predicate that holds for the result
         (the policy's redaction, for big results) runs in a worker thread under the call's
-        deadline, so one huge output never stalls the other sessions on the event loop.
+        deadline, so one huge output never stalls the other sessions on the event loop. A hook
+        with neither that predicate nor ``@nonblocking`` (a custom processor may call a service)
+        always runs in a worker thread under the deadline; a ``@nonblocking`` one on the loop.
         """
         for impl in self.deck._impls("tooldeck_process_result"):
             try:
                 offload = getattr(impl.function, "tooldeck_offload", None)
                 # Asked for every result: a failure's data is None, but its message, details
                 # and metadata can be megabytes (the predicate is cheap on small results).
-                if offload is not None and offload(result):
+                if offload is not None:
+                    threaded = offload(result)
+                else:
+                    threaded = not is_nonblocking(impl.function)
+                if threaded:
                     changed = await self._process_in_thread(impl, call, tool, result)
                     if isinstance(changed, _Withheld):
                         return changed.result
@@ -2217,7 +2223,7 @@ class Session:
         return _Withheld(
             ToolResult.fail(
                 ErrorCode.TIMEOUT,
-                f"processing the result of {tool.name!r} (plugin {impl.plugin!r}: redaction) "
+                f"processing the result of {tool.name!r} (plugin {impl.plugin!r}) "
                 f"took longer than the call's {timeout:g} s timeout; the result was withheld",
                 suggestion="Ask for less output (a smaller file, a narrower command) and try "
                 "again.",

@@ -28,7 +28,11 @@ def tooldeck_process_result(
     """Transform a result before it is returned, cached or logged (e.g. redact secrets).
 
     Called for every implementation in turn, each receiving the previous one's output (a chain);
-    return None to leave the result unchanged. Runs for failures too.
+    return None to leave the result unchanged. Runs for failures too. Mark a cheap processor
+    ``@nonblocking`` and the deck calls it on its event loop; an unmarked one runs in a worker
+    thread under the call's ``timeout_s`` (past it the result is withheld with ``TIMEOUT``). A
+    ``tooldeck_offload`` attribute on the function (a predicate over the result) decides per
+    result instead: the policy's redaction goes to a thread for big results only.
 
     :param call: the call that produced the result.
     :param tool: the tool's definition.
