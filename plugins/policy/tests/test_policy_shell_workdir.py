@@ -230,3 +230,85 @@ def test_shell_policy_passes_the_session_workdir() -> None:
     assert decide("rm -rf /data/agent/proj/build") is None
     moved = decide("mv * /tmp")
     assert moved is not None and moved.action == "ask"
+
+
+# --- 5. git commands that lose work no commit holds, or rewrite a remote ---------------------
+
+GIT_LOSES_WORK = [
+    "git clean -fdx",
+    "git clean -f",
+    "git clean --force -d",
+    "git -C sub clean -ffdx",
+    "git reset --hard",
+    "git reset --hard HEAD~3",
+    "git reset --merge ORIG_HEAD",
+    "git checkout -- .",
+    "git checkout .",
+    "git checkout -- src/a.py",
+    "git checkout -f main",
+    "git restore .",
+    "git restore src/a.py",
+    "git restore -SW .",
+    "git switch --discard-changes main",
+    "git stash clear",
+    "git stash drop",
+    "git branch -D main",
+    "git branch --delete --force old",
+    "git push --force origin main",
+    "git push -f",
+    "git push --force-with-lease",
+    "git push origin +main",
+    "git push origin :old-branch",
+    "git push --mirror backup",
+    "git push --delete origin tag",
+    "git reflog expire --expire=now --all",
+    "git gc --prune=now",
+    "git update-ref -d HEAD",
+    "git rm -rf .",
+    ["git", "reset", "--hard"],
+    "timeout 30 git clean -fdx",
+    "truncate -s 0 *",
+]
+
+
+@pytest.mark.parametrize("command", GIT_LOSES_WORK)
+def test_shell_git_commands_that_lose_work_ask(command: str | list[str]) -> None:
+    verdict = analyze_command(command)
+    assert verdict.destructive, command
+    assert not verdict.injection, verdict
+
+
+GIT_EVERYDAY = [
+    "git status",
+    "git diff --stat",
+    "git log -p -3",
+    "git add -A",
+    "git commit -m 'fix: handle empty input'",
+    "git clean -n",
+    "git clean -fdn",
+    "git reset HEAD~1",
+    "git reset --soft HEAD~1",
+    "git checkout main",
+    "git checkout -b feature",
+    "git switch -c feature",
+    "git restore --staged .",
+    "git stash",
+    "git stash pop",
+    "git branch feature",
+    "git branch -d merged",
+    "git push",
+    "git push origin main",
+    "git push -u origin feature",
+    "git reflog",
+    "git gc",
+    "git rm old.txt",
+    "git rm -r --cached build",
+    "truncate -s 0 app.log",
+    "truncate -s 0 *.log",
+]
+
+
+@pytest.mark.parametrize("command", GIT_EVERYDAY)
+def test_shell_everyday_git_passes(command: str) -> None:
+    verdict = analyze_command(command)
+    assert verdict.clean, (command, verdict)

@@ -52,7 +52,9 @@ home (``~``, ``$HOME``), everything here (``*``, ``.``, or the working directory
 path when the caller passes ``workdir``), or outside the working directory (``..``), with paths
 normalised (``//``, ``/.``, ``/usr/..``) and globs read as what they may match; ``mv`` of everything
 here out of the working directory; ``rm``, ``chmod`` or ``find`` with a word taken from a variable
-(it may split into ``-rf /`` or ``-delete``); writes
+(it may split into ``-rf /`` or ``-delete``); git commands that lose work no commit holds or
+rewrite a remote (``clean -f``, ``reset --hard``, ``checkout -- PATHS``, ``restore``, ``stash
+drop``, ``branch -D``, ``push --force``, ``reflog expire``, ``gc --prune=now``); writes
 to disk devices (``dd of=``, ``cp``/``tee``/``mv`` onto ``/dev/sd*``, ``/dev/nvme*``, ...,
 redirections), ``mkfs*``, ``wipefs``, partitioners, ``shred``, ``truncate`` or copies onto system
 files, ``chmod``/``chown -R`` of the system, fork bombs, shutdown, ``kill -9 -1``, downloads piped
@@ -1764,6 +1766,67 @@ def _check_git(
         if any(v.startswith(("--smtp-server=/", "--to-cmd", "--cc-cmd", "--header-cmd",
                              "--sendmail-cmd")) for v in rest):
             findings.inject("'git send-email' would run a program of the caller's choosing")
+    loss = _git_data_loss(sub, rest)
+    if loss:
+        findings.destroy(f"'git {sub}' {loss}")
+
+
+def _git_data_loss(sub: str, rest: Sequence[str]) -> str | None:
+    """What a git subcommand destroys that no commit holds (or rewrites on a remote), if
+    anything: uncommitted changes, untracked files, stashes, unmerged branches, history."""
+    flags, operands = _flags(rest)
+    if sub == "clean":
+        if not (flags & {"n"} or _has_long(flags, "--dry-run")) and (
+            flags & {"f"} or _has_long(flags, "--force")
+        ):
+            return "deletes untracked files (and with -x ignored ones) beyond recovery"
+    elif sub == "reset":
+        if _has_long(flags, "--hard") or _has_long(flags, "--merge") or _has_long(
+            flags, "--keep"
+        ):
+            return "--hard throws away uncommitted changes"
+    elif sub in ("checkout", "restore"):
+        staged_only = sub == "restore" and (
+            flags & {"S"} or _has_long(flags, "--staged")
+        ) and not (flags & {"W"} or _has_long(flags, "--worktree"))
+        paths = [o for o in operands if o]
+        # 'git checkout -- PATHS', 'git checkout .', 'git restore PATHS', and -f (discards
+        # changes while switching): working-tree edits are overwritten.
+        if not staged_only and (
+            (sub == "restore" and paths) or "--" in rest or "." in paths
+            or flags & {"f"} or _has_long(flags, "--force")
+            or any(_matches_all(p) for p in paths)
+        ):
+            return "overwrites uncommitted changes in the working tree"
+    elif sub == "stash" and operands[:1] in (["clear"], ["drop"]):
+        return f"{operands[0]} deletes stashed changes"
+    elif sub == "branch" and ("D" in flags or (flags & {"d"} and (
+        flags & {"f"} or _has_long(flags, "--force")
+    )) or _has_long(flags, "--delete") and _has_long(flags, "--force")):
+        return "-D deletes a branch whether or not it was merged"
+    elif sub == "switch" and (
+        flags & {"f"} or _has_long(flags, "--force") or _has_long(flags, "--discard-changes")
+    ):
+        return "--discard-changes overwrites uncommitted changes in the working tree"
+    elif sub == "push" and (
+        flags & {"f", "d"} or any(f.startswith("--force") for f in flags)
+        or _has_long(flags, "--mirror")
+        or _has_long(flags, "--delete") or _has_long(flags, "--prune")
+        or any(o.startswith("+") or o.startswith(":") for o in operands)
+    ):
+        return "rewrites or deletes history on a remote (force, delete, mirror)"
+    elif sub == "reflog" and operands[:1] in (["expire"], ["delete"]):
+        return "drops the reflog, the record that recovers lost commits"
+    elif sub == "gc" and any(v.startswith("--prune=now") for v in rest):
+        return "--prune=now deletes unreachable commits at once"
+    elif sub == "update-ref" and flags & {"d"}:
+        return "-d deletes a ref"
+    elif sub == "rm" and (flags & {"f"} or _has_long(flags, "--force")) and not (
+        flags & {"n"} or _has_long(flags, "--dry-run") or _has_long(flags, "--cached")
+    ):
+        # Without -f git refuses to remove files with changes; with it, they are lost.
+        return "-f deletes files together with their uncommitted changes"
+    return None
 
 
 def _check_find(
@@ -2312,6 +2375,8 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
         for word in words:
             if _is_system_path(word.path) or _is_device(word.path):
                 findings.destroy(f"'truncate {word.value}' empties a system file or device")
+            elif word.glob and (danger := _target_danger(word.path)):
+                findings.destroy(f"'truncate {word.value}' changes the size of {danger}")
     elif name in ("cp", "mv", "install", "tee", "ln", "rsync", "pv", "cat", "sponge"):
         _check_writes(name, args, values, words, flags, findings)
     elif name in _SHUTDOWN:
