@@ -732,3 +732,45 @@ async def test_a_hung_filter_hook_is_left_out_and_stalls_no_other_session(monkey
     assert "explode" in hands["stuck"].names and "slow" not in hands["stuck"].names
     assert loop_thread not in threads["slow"]
     assert set(threads["cheap"]) == {loop_thread}
+
+
+async def test_an_observer_that_blocks_gets_events_on_its_own_thread_in_order(monkeypatch):
+    """An unmarked observer may do I/O: it gets events on the deck's observer thread, in order,
+    and a hung one delays no call. A @nonblocking one is called on the loop. The queue is
+    bounded (events beyond it are dropped and counted) and closing the deck drains it."""
+    import threading
+
+    import tooldeck._events as events_module
+    from tooldeck_hookspecs import nonblocking
+
+    monkeypatch.setattr(events_module, "MAX_PENDING", 5)
+    release = threading.Event()
+    loop_thread = threading.get_ident()
+    slow_seen: list[tuple[int, str]] = []
+    cheap_seen: list[int] = []
+
+    def tooldeck_event(event):
+        release.wait(30)  # an observer posting to a dead webhook
+        slow_seen.append((threading.get_ident(), event.kind))
+
+    @nonblocking
+    def cheap(event):
+        cheap_seen.append(threading.get_ident())
+
+    deck = _deck(
+        inline_plugin(tooldeck_event, name="webhook"),
+        inline_plugin(tooldeck_event=cheap, name="counter"),
+    )
+    async with deck:
+        session = deck.session()
+        with trio.fail_after(10):
+            for i in range(8):  # the observer is hung: calls go on regardless
+                assert (await session.call("greet", {"name": str(i)})).success
+        assert slow_seen == [] and len(cheap_seen) == 8
+        # One event is with the hung observer, five wait: two were dropped and counted.
+        assert deck._events.dropped >= 2
+        release.set()
+    # Closing the deck delivered what was queued, in order, on one thread other than the loop.
+    assert 1 <= len(slow_seen) <= 6 and {kind for _, kind in slow_seen} == {"call.end"}
+    assert len({thread for thread, _ in slow_seen}) == 1 and slow_seen[0][0] != loop_thread
+    assert set(cheap_seen) == {loop_thread}

@@ -18,7 +18,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
 from tooldeck import Deck, observes
 from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import Event
+from tooldeck_hookspecs import Event, nonblocking
 
 HELPER_SERVER = Path(__file__).with_name("mcp_helper_server.py")
 
@@ -96,6 +96,7 @@ def closed_sessions() -> tuple[Deck, list[str | None]]:
     """A deck (schema, runner, policy, fs) and the ids of the deck sessions it closed so far."""
     closed: list[str | None] = []
 
+    @nonblocking  # a list append: on the loop, so the tests see it at once
     @observes("session.closed")
     def tooldeck_event(event: Event) -> None:
         closed.append(event.session_id)

@@ -23,7 +23,7 @@ from tooldeck_mcp.server import DeckMcpServer, McpServerSettings
 
 from tooldeck import Deck, observes
 from tooldeck.testing import inline_plugin, make_deck
-from tooldeck_hookspecs import Event, SecurityConfig, SecurityLevel, ToolDefinition
+from tooldeck_hookspecs import Event, SecurityConfig, SecurityLevel, ToolDefinition, nonblocking
 
 TOKEN = "session-lifecycle-token-0123456789"
 _AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -48,6 +48,7 @@ class _Gate:
 
 
 def _deck(gate: _Gate, closed: list[str | None]) -> Deck:
+    @nonblocking  # a list append: on the loop, so the tests see it at once
     @observes("session.closed")
     def tooldeck_event(event: Event) -> None:
         closed.append(event.session_id)

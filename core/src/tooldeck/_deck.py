@@ -58,6 +58,7 @@ from tooldeck_hookspecs._progress import clean_progress
 from ._approvals import InMemoryApprovalStore
 from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
 from ._config import Config, load_config
+from ._events import EventPump
 from ._introspect import apply_override, definition_from_function
 from ._normalise import (
     MAX_ARGUMENT_DEPTH,
@@ -350,6 +351,7 @@ class Deck:
         self._settings_cache: dict[str | None, Mapping[str, Any]] = {}
         self._may_stall: dict[str, bool] = {}
         self._impl_splits: dict[str, tuple[list[HookImpl], list[HookImpl]]] = {}
+        self._events = EventPump()
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
@@ -488,6 +490,10 @@ class Deck:
             ]
         return cached
 
+    def _observer_split(self, kind: str) -> tuple[list[HookImpl], list[HookImpl]]:
+        """Observers of ``kind``: (``@nonblocking``: on the loop, the others: observer thread)."""
+        return self._split_impls("event:" + kind, lambda: self._observers(kind))
+
     def _resolve_providers(self) -> None:
         settings = self.config.settings
         call = self.plugins.call_provider
@@ -524,12 +530,14 @@ class Deck:
             else None
         )
 
-    def _split_impls(self, hook: str) -> tuple[list[HookImpl], list[HookImpl]]:
-        """A policy-like hook's implementations: (``@nonblocking``: run on the loop, the others:
-        run in a worker thread under a deadline)."""
+    def _split_impls(
+        self, hook: str, impls_of: Callable[[], list[HookImpl]] | None = None
+    ) -> tuple[list[HookImpl], list[HookImpl]]:
+        """A hook's implementations (or those ``impls_of`` gives, cached under ``hook``):
+        (``@nonblocking``: run on the loop, the others: run in a worker thread)."""
         split = self._impl_splits.get(hook)
         if split is None:
-            impls = self._impls(hook)
+            impls = impls_of() if impls_of is not None else self._impls(hook)
             split = self._impl_splits[hook] = (
                 [i for i in impls if is_nonblocking(i.function)],
                 [i for i in impls if not is_nonblocking(i.function)],
@@ -812,7 +820,9 @@ class Deck:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Release the providers' resources (executor workers, retriever, ...)."""
+        """Release the providers' resources (executor workers, retriever, ...); deliver the
+        events still queued for observers (a few seconds at most)."""
+        await self._events.aclose()
         providers = (self._executor, self._retriever, self._cache, self._limiter, self._approvals)
         for provider in providers:
             closer = getattr(provider, "aclose", None)
@@ -1407,11 +1417,15 @@ class Session:
         )
 
     def _observe(self, event: Event) -> None:
-        for impl in self.deck._observers(event.kind):
+        inline, threaded = self.deck._observer_split(event.kind)
+        for impl in inline:
             try:
                 impl(event=event)
             except Exception:
                 log.exception("plugin %r: tooldeck_event raised", impl.plugin)
+        if threaded:
+            # Observers that may block (I/O) get the event on the deck's observer thread.
+            self.deck._events.post(threaded, event)
 
     def _cancelled_before_start(self, call: ToolCall) -> ToolResult:
         return ToolResult.fail(

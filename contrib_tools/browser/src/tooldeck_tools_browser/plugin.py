@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tooldeck_hookspecs import Event, RegisterFn, hookimpl, observes
+from tooldeck_hookspecs import Event, RegisterFn, hookimpl, nonblocking, observes
 
 from ._definitions import definitions
 from ._engine import release_session
@@ -19,6 +19,7 @@ def tooldeck_register_tools(register: RegisterFn) -> None:
 
 
 @hookimpl
+@nonblocking  # hands the session's pages to the engine to close; returns at once
 @observes("session.closed")
 def tooldeck_event(event: Event) -> None:
     """Close a session's pages and browser context when the deck closes the session."""

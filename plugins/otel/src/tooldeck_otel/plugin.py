@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_hookspecs import ConfigError, Event, hookimpl, observes
+from tooldeck_hookspecs import ConfigError, Event, hookimpl, nonblocking, observes
 
 __all__ = [
     "CAPTURE_ENV",
@@ -121,6 +121,7 @@ def tooldeck_register_tools(settings: Mapping[str, Any]) -> None:
 
 
 @hookimpl
+@nonblocking  # builds spans from the event; exporting is the SDK's processor's business
 @observes("call.end", "select")
 def tooldeck_event(event: Event) -> None:
     """Emit the span and metrics of a finished tool call or selection."""
