@@ -152,3 +152,57 @@ async def test_a_stage_that_returns_garbage_fails_the_call_not_session_call() ->
     for result in (first, second):
         assert result.error is not None and result.error.code == "PLUGIN_ERROR"
         assert "pipeline" in result.error.message
+
+
+class _BadRecall(KeywordRetriever):
+    """A retriever whose every search misbehaves in one way."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    async def search(self, query: str, k: int):
+        from tooldeck_hookspecs import ScoredTool
+
+        good = await super().search(query, k)
+        if self.how == "raise":
+            raise ConnectionError("index at https://svc:Pw9xLq3Zt7Kc2@10.0.0.9 is down")
+        if self.how == "hang":
+            await trio.sleep_forever()
+        if self.how == "none":
+            return None
+        if self.how == "garbage":
+            return [42, "echo", None, {"name": "echo"}, *good]
+        if self.how == "repeats":
+            return [*good, *good, *good]
+        if self.how == "nan":
+            return [ScoredTool(name=t.name, score=float("nan")) for t in good]
+        raise AssertionError(self.how)
+
+
+@pytest.mark.parametrize("how", ["raise", "hang", "none", "garbage", "repeats", "nan"])
+async def test_select_survives_a_retriever_that_misbehaves(how: str, monkeypatch) -> None:
+    """select() raised whatever the retriever raised (or its answer caused), hung with it, and
+    dealt a tool as often as the retriever repeated it (providers refuse duplicate function
+    names). Now the hand is dealt from what is usable, with the problem said."""
+    import tooldeck._deck as deck_module
+
+    monkeypatch.setattr(deck_module, "_RECALL_TIMEOUT_S", 0.5)
+    retriever = _BadRecall(how)
+    async with make_deck(inline_plugin(tooldeck_retriever=lambda settings: retriever,
+                                       name="words"),
+                         load_entry_points=["schema", "runner", "policy"], tools=[echo, other],
+                         ) as deck:
+        session = deck.session(pinned=["other"])
+        with trio.fail_after(10):
+            hand = await session.select("echo a number")
+    assert len(hand.names) == len(set(hand.names))
+    assert "other" in hand.names  # pinned tools are dealt whatever the retriever did
+    if how in ("repeats", "nan", "garbage"):
+        assert "echo" in hand.names
+    else:
+        assert hand.names == ["other"]
+    if how != "nan":
+        assert hand.problems and "words" in hand.problems[0]
+    assert "Pw9xLq3Zt7Kc2" not in repr(hand)
+    assert all(score == score for score in hand.scores.values())  # no NaN reaches the hand

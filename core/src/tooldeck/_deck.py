@@ -12,6 +12,7 @@ import contextvars
 import hashlib
 import itertools
 import logging
+import math
 import os
 import re
 import threading
@@ -115,6 +116,10 @@ class Hand:
     max_tokens: int | None = None
     #: Tools ranked into the hand but left out because their schema did not fit the budget.
     over_budget: tuple[str, ...] = ()
+    #: What went wrong while dealing, if anything: a retriever that raised, did not answer in
+    #: time or answered something unusable (the hand then holds pinned and sticky tools only),
+    #: or entries of its answer that were dropped (unknown shape, duplicates).
+    problems: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -171,6 +176,8 @@ _POLICY_THREADS_PER_SESSION = 8
 
 #: How long the rule filters that run in a thread (not ``@nonblocking``) may take per selection.
 _FILTER_TIMEOUT_S = 10.0
+#: How long a selection waits for the retriever's answer (the first one may load a model).
+_RECALL_TIMEOUT_S = 60.0
 
 
 def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
@@ -1142,7 +1149,7 @@ class Session:
         limit = self.limit if limit is None else max(1, int(limit))
         budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
         self._turn += 1
-        candidates: list[ScoredTool] = await deck._retriever.search(task, max(self.recall, limit))
+        candidates, problems, _ = await self._recall(task, max(self.recall, limit))
         scores = {c.name: c.score for c in candidates}
         reasons: dict[str, list[str]] = {
             c.name: ["retrieved", c.reason] if c.reason else ["retrieved"] for c in candidates
@@ -1197,6 +1204,7 @@ class Session:
             tokens=used,
             max_tokens=budget,
             over_budget=tuple(over_budget),
+            problems=tuple(problems),
         )
         self.hand = hand
         self._offered = set(hand.names)
@@ -1215,6 +1223,64 @@ class Session:
                 )
             )
         return hand
+
+    async def _recall(
+        self, task: str, k: int, timeout: float | None = None
+    ) -> tuple[list[ScoredTool], list[str], Literal["error", "timeout"] | None]:
+        """The retriever's candidates for ``task``, checked: a retriever that raises, does not
+        answer within :data:`_RECALL_TIMEOUT_S` or answers something that is not a sequence of
+        scored tools yields no candidates (logged, and said in ``Hand.problems``), never an
+        exception out of ``select``; entries that are not scored tools, repeated names and
+        scores that are not finite numbers are dropped or zeroed, so the hand never deals a
+        tool twice (providers refuse duplicate function names)."""
+        deck = self.deck
+        plugin = deck.providers.get("filter") or "retriever"
+        answer: Any = None
+        timeout = _RECALL_TIMEOUT_S if timeout is None else timeout
+        with trio.move_on_after(timeout) as late:
+            try:
+                answer = await deck._retriever.search(task, k)  # type: ignore[union-attr]
+            except Exception as exc:
+                log.exception("plugin %r: retriever search raised", plugin)
+                # The type only: a message may hold a credential (a DSN), and a hand is not
+                # redacted; the log record is, and holds the rest.
+                why = type(exc).__name__
+                return [], [f"retriever {plugin!r} failed ({why}; see the log)"], "error"
+        if late.cancelled_caught:
+            log.error("plugin %r: retriever search took longer than %g s", plugin, timeout)
+            return [], [f"retriever {plugin!r} did not answer within {timeout:g} s"], "timeout"
+        if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
+            log.error("plugin %r: retriever search returned %s", plugin, type(answer).__name__)
+            return [], [f"retriever {plugin!r} answered {type(answer).__name__}, not a list of "
+                        "scored tools"], "error"
+        candidates: list[ScoredTool] = []
+        seen: set[str] = set()
+        dropped = repeated = 0
+        for hit in answer:
+            name, score = getattr(hit, "name", None), getattr(hit, "score", None)
+            if not isinstance(name, str) or isinstance(score, bool) or not isinstance(
+                score, int | float
+            ):
+                dropped += 1
+                continue
+            if name in seen:
+                repeated += 1
+                continue
+            seen.add(name)
+            if type(hit) is not ScoredTool or not math.isfinite(score):
+                hit = ScoredTool(
+                    name=name,
+                    score=float(score) if math.isfinite(score) else 0.0,
+                    signals=dict(getattr(hit, "signals", None) or {}),
+                    reason=getattr(hit, "reason", "") or "",
+                )
+            candidates.append(hit)
+        problems = []
+        if dropped or repeated:
+            problems.append(f"retriever {plugin!r}: {dropped} unusable and {repeated} repeated "
+                            "entries dropped")
+            log.warning("plugin %r: %s", plugin, problems[-1])
+        return candidates, problems, None
 
     async def _apply_filters(
         self, task: str, tools: Sequence[ToolDefinition], reasons: dict[str, list[str]]
@@ -1699,16 +1765,17 @@ class Session:
         metadata: dict[str, Any] = {}
         hand = self.hand
         if hand is not None and self.deck._retriever is not None:
-            # The retriever is a plugin: raising or hanging, it must cost this call a refusal
-            # within its deadline, never an exception or a hang of session.call.
-            timeout = tool.execution.timeout_s
-            try:
-                with trio.move_on_after(timeout) as waited:
-                    wider = await self.deck._retriever.search(hand.query, self.fallback_recall)
-            except Exception as exc:
-                return self._plugin_error("retriever (widened search)", exc), metadata
-            if waited.cancelled_caught:
+            # The retriever is a plugin: raising, hanging or answering garbage, it must cost
+            # this call a refusal within its deadline, never an exception or a hang.
+            wider, problems, failed = await self._recall(
+                hand.query, self.fallback_recall, tool.execution.timeout_s
+            )
+            if failed == "timeout":
                 return self._provider_timeout("retriever (widened search)", tool), metadata
+            if failed == "error":
+                return ToolResult.fail(
+                    ErrorCode.PLUGIN_ERROR, f"widened search failed: {problems[0]}"
+                ), metadata
             ranks = {c.name: i + 1 for i, c in enumerate(wider)}
             if tool.name not in ranks and tool.name not in self.pinned:
                 return (

@@ -248,6 +248,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 ],
                 "excluded": [converter.unstructure(e) for e in hand.exclusions],
                 "candidates": hand.candidates,
+                "problems": list(hand.problems),
             }
         )
         return 0
@@ -269,6 +270,10 @@ def _cmd_select(args: argparse.Namespace) -> int:
     console.print(table)
     for e in hand.exclusions:
         console.print(f"[red]removed[/red] {e.name}: {e.reason} (rule from plugin {e.plugin})")
+    from rich.markup import escape
+
+    for problem in hand.problems:
+        console.print(f"[yellow]problem[/yellow] {escape(problem)}", highlight=False)
     return 0
 
 
