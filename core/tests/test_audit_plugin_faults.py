@@ -206,3 +206,26 @@ async def test_select_survives_a_retriever_that_misbehaves(how: str, monkeypatch
         assert hand.problems and "words" in hand.problems[0]
     assert "Pw9xLq3Zt7Kc2" not in repr(hand)
     assert all(score == score for score in hand.scores.values())  # no NaN reaches the hand
+
+
+async def test_select_survives_a_retriever_whose_index_fails_and_tries_again() -> None:
+    class _IndexFailsOnce(KeywordRetriever):
+        failures = 1
+
+        async def index(self, tools):
+            if self.failures:
+                self.failures -= 1
+                raise OSError("index store at postgres://u:Pw9xLq3Zt7Kc2@db/x unreachable")
+            await super().index(tools)
+
+    retriever = _IndexFailsOnce()
+    async with make_deck(inline_plugin(tooldeck_retriever=lambda settings: retriever,
+                                       name="words"),
+                         load_entry_points=["schema", "runner", "policy"], tools=[echo, other],
+                         ) as deck:
+        session = deck.session(pinned=["other"])
+        first = await session.select("echo a number")
+        second = await session.select("echo a number")
+    assert first.names == ["other"] and "could not index" in first.problems[0]
+    assert "Pw9xLq3Zt7Kc2" not in repr(first)
+    assert "echo" in second.names and not second.problems  # indexed on the next selection

@@ -1145,11 +1145,26 @@ class Session:
         """
         deck = self.deck
         started = time.perf_counter()
-        await deck.ensure_index()
+        indexed = True
+        try:
+            await deck.ensure_index()
+        except StageMissingError:
+            raise
+        except Exception as exc:
+            # Not indexed: the next selection tries again. No deadline here: a first index of
+            # a big catalog legitimately takes minutes.
+            log.exception("plugin %r: indexing the catalog failed",
+                          deck.providers.get("filter"))
+            indexed = False
+            index_problem = (f"retriever {deck.providers.get('filter')!r} could not index the "
+                             f"catalog ({type(exc).__name__}; see the log)")
         limit = self.limit if limit is None else max(1, int(limit))
         budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
         self._turn += 1
-        candidates, problems, _ = await self._recall(task, max(self.recall, limit))
+        if indexed:
+            candidates, problems, _ = await self._recall(task, max(self.recall, limit))
+        else:
+            candidates, problems = [], [index_problem]
         scores = {c.name: c.score for c in candidates}
         reasons: dict[str, list[str]] = {
             c.name: ["retrieved", c.reason] if c.reason else ["retrieved"] for c in candidates
