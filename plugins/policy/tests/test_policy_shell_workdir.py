@@ -133,7 +133,10 @@ def test_shell_variables_that_may_hold_options_ask(command: str) -> None:
 
 @pytest.mark.parametrize(
     "command", ["rm -f tmp.txt", "find . -name \"*.py\"", "find . -type f -newer x",
-                "chmod 644 a.txt", "echo $HOME", "ls $DIR"],
+                "chmod 644 a.txt", "echo $HOME", "ls $DIR",
+                # A quoted variable as a test's value is one word, never an action.
+                "find . -name \"$PATTERN\"", "find . -newer \"$REF\" -type f",
+                "find src -maxdepth \"$DEPTH\" -name '*.py'"],
 )
 def test_shell_plain_commands_without_variables_pass(command: str) -> None:
     assert analyze_command(command).clean, command

@@ -1844,7 +1844,17 @@ def _check_find(
         i += 1
     expression = values[i:]
     deletes = "-delete" in expression
-    hidden = next((w.value for w in args if w.path.startswith(_UNKNOWN)), None)
+    hidden = next(
+        (
+            w.value
+            for k, w in enumerate(args)
+            if w.path.startswith(_UNKNOWN)
+            # A quoted variable as the value of a test ('-name "$PATTERN"') is one word, a
+            # value: it cannot become an action. Anywhere else it may ('"$X"' = '-delete').
+            and not (w.quoted and k > i and values[k - 1] in _FIND_VALUE_TESTS)
+        ),
+        None,
+    )
     if hidden is not None:
         # '$X' (a root or in the expression) may split into '-delete' or '-exec CMD ;', a
         # quoted one into '-delete': what find would do is not in the text.
@@ -1896,6 +1906,11 @@ _FIND_RESTRICTING = frozenset(
     {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
      "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-perm",
      "-lname", "-ilname", "-inum", "-samefile", "-links", "-newermt"}
+)
+# Tests whose next word is their value (not an action or an operator).
+_FIND_VALUE_TESTS = _FIND_RESTRICTING | frozenset(
+    {"-type", "-xtype", "-user", "-group", "-uid", "-gid", "-maxdepth", "-mindepth", "-fstype",
+     "-printf", "-fprint", "-used", "-context"}
 )
 _FIND_TIMES = {"-mtime": 30, "-atime": 30, "-ctime": 30, "-mmin": 43_200, "-amin": 43_200,
                "-cmin": 43_200}
