@@ -136,7 +136,10 @@ def test_shell_variables_that_may_hold_options_ask(command: str) -> None:
                 "chmod 644 a.txt", "echo $HOME", "ls $DIR",
                 # A quoted variable as a test's value is one word, never an action.
                 "find . -name \"$PATTERN\"", "find . -newer \"$REF\" -type f",
-                "find src -maxdepth \"$DEPTH\" -name '*.py'"],
+                "find src -maxdepth \"$DEPTH\" -name '*.py'",
+                # A quoted variable is one word: alone, or beside a harmless path, it cannot
+                # make rm recursive on anything that matters.
+                "rm -f \"$TMPFILE\"", "rm -f \"$X\" build", "chmod \"$MODE\" a.txt"],
 )
 def test_shell_plain_commands_without_variables_pass(command: str) -> None:
     assert analyze_command(command).clean, command

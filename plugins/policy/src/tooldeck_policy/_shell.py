@@ -2348,8 +2348,12 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
     flags, operands = _flags(values)
     words = _operand_words(args)
     # A word that is (or starts with) a variable may split into options ('-rf') and paths: the
-    # command is judged as if it held the most destructive options.
-    hidden = any(a.path.startswith(_UNKNOWN) for a in args)
+    # command is judged as if it held the most destructive options. A quoted one stays one
+    # word: it can be '-rf' only when another operand is there for it to act on.
+    variables = [a for a in args if a.path.startswith(_UNKNOWN)]
+    hidden = any(not a.quoted for a in variables) or (
+        bool(variables) and len(words) > len(variables)
+    )
     if name == "rm":
         if _has_long(flags, "--no-preserve-root"):
             findings.destroy("'rm --no-preserve-root' lifts the protection of /")
@@ -2357,6 +2361,8 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
         if recursive or hidden:
             how = "rm -r" if recursive else "rm (a variable may hold '-r')"
             for word in words:
+                if not recursive and word.quoted and word.path.startswith(_UNKNOWN):
+                    continue  # one word: the '-r' itself, or a path without any '-r'
                 danger = _target_danger(word.path)
                 if danger:
                     findings.destroy(f"'{how} {word.value}' deletes {danger}")
