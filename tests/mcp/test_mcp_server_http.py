@@ -122,3 +122,47 @@ async def test_http_cli_serves_until_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_http_request_bodies_over_the_cap_are_refused_unread(
+    workdir: Path, mcp_payload: Any, closed_sessions: tuple[Deck, list[str | None]],
+    monkeypatch: Any,
+) -> None:
+    """The SDK reads a POST body of any size into memory; the server now reads at most
+    MAX_REQUEST_BYTES (declared or streamed) and answers 413 with a JSON-RPC error."""
+    import httpx2
+    import tooldeck_mcp.server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_REQUEST_BYTES", 64 * 1024)
+    deck, _ = closed_sessions
+    async with deck, trio.open_nursery() as nursery:
+        server = DeckMcpServer(deck, workdir=str(workdir))
+        stop = trio.Event()
+        url = await nursery.start(
+            lambda task_status: server.run_http(
+                "127.0.0.1", 0, token=None, shutdown=stop, task_status=task_status
+            )
+        )
+        big = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "file_write", "arguments": {"path": "big.txt",
+                                                              "content": "x" * 200_000}}}
+        headers = {"accept": "application/json, text/event-stream",
+                   "content-type": "application/json"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            declared = await http.post(url, json=big, headers=headers)
+
+            async def chunks() -> Any:  # no content-length: streamed in pieces
+                for _ in range(20):
+                    yield b"x" * 8192
+
+            streamed = await http.post(url, content=chunks(), headers=headers)
+        for answer in (declared, streamed):
+            assert answer.status_code == 413, answer.text
+            assert answer.json()["error"]["code"] == -32600
+            assert "larger than 65536 bytes" in answer.json()["error"]["message"]
+        assert not (workdir / "big.txt").exists()
+        # Requests under the cap work as before.
+        async with Client(url) as client:
+            result = await client.call_tool("file_read", {"path": "notes.txt"})
+            assert mcp_payload(result)["data"]["content"] == "hello from the workdir\n"
+        stop.set()

@@ -1382,20 +1382,23 @@ class DeckMcpServer:
                 method == "POST" and not session_id
                 and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)
             )
+            if method == "POST":
+                # One JSON-RPC message per POST: read it whole, up to the cap, before the SDK
+                # (which would read any size into memory) sees it.
+                body = await _bounded_body(headers, receive)
+                if body is None:
+                    await _refuse(send, 413, types.INVALID_REQUEST, (
+                        f"the request body is larger than {MAX_REQUEST_BYTES} bytes; it was "
+                        "not read"))
+                    return
+                if body is _GONE:
+                    return
+                receive = _replay(body, receive)
             if opens and not self.has_room():
-                body = json.dumps({
-                    "jsonrpc": "2.0", "id": None,
-                    "error": {"code": types.INTERNAL_ERROR, "message": (
-                        f"all {self.settings.max_sessions} sessions of this MCP server are "
-                        "busy (calls in flight or approvals pending); try again later"
-                    )},
-                }).encode()
-                await send({"type": "http.response.start", "status": 503, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"retry-after", b"5"),
-                    (b"content-length", str(len(body)).encode()),
-                ]})
-                await send({"type": "http.response.body", "body": body})
+                await _refuse(send, 503, types.INTERNAL_ERROR, (
+                    f"all {self.settings.max_sessions} sessions of this MCP server are busy "
+                    "(calls in flight or approvals pending); try again later"),
+                    retry_after=5)
                 return
 
             async def watch(message: Any) -> None:
@@ -1461,6 +1464,60 @@ class DeckMcpServer:
         finally:
             with trio.CancelScope(shield=True):
                 await self.aclose()
+
+
+#: Largest HTTP request body the server reads (a JSON-RPC message with a tool's arguments).
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+_GONE = b"\x00gone"  # the client went away before its body arrived
+
+
+async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes | None:
+    """The whole request body, or None when it is (or says it is) over MAX_REQUEST_BYTES."""
+    length = headers.get(b"content-length", b"")
+    if length.isdigit() and int(length) > MAX_REQUEST_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return _GONE
+        chunk = message.get("body", b"") or b""
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """An ASGI ``receive`` that gives ``body`` first, then whatever the connection sends."""
+    sent = False
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _refuse(
+    send: Any, status: int, code: int, message: str, *, retry_after: int | None = None
+) -> None:
+    """Answer an HTTP request with a JSON-RPC error (id null) and ``status``."""
+    payload = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    ).encode()
+    headers = [(b"content-type", b"application/json")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class StdioPreface:
