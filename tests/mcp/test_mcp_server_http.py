@@ -25,18 +25,26 @@ def authorized_transport(url: str, token: str) -> Any:
     return streamable_http_client(url, http_client=http)
 
 
+async def _serve_http(
+    nursery: trio.Nursery, deck: Deck, workdir: Path
+) -> tuple[DeckMcpServer, trio.Event, str]:
+    """A server on a free loopback port without auth: (server, its stop event, its URL)."""
+    server = DeckMcpServer(deck, workdir=str(workdir))
+    stop = trio.Event()
+    url = await nursery.start(
+        lambda task_status: server.run_http(
+            "127.0.0.1", 0, token=None, shutdown=stop, task_status=task_status
+        )
+    )
+    return server, stop, url
+
+
 async def test_http_one_deck_session_per_mcp_session(
     workdir: Path, mcp_payload: Any, closed_sessions: tuple[Deck, list[str | None]]
 ) -> None:
     deck, closed = closed_sessions
     async with deck, trio.open_nursery() as nursery:
-        server = DeckMcpServer(deck, workdir=str(workdir))
-        stop = trio.Event()
-        url = await nursery.start(
-            lambda task_status: server.run_http(
-                "127.0.0.1", 0, token=None, shutdown=stop, task_status=task_status
-            )
-        )
+        server, stop, url = await _serve_http(nursery, deck, workdir)
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
 
         async def legacy_client(path: str) -> dict[str, Any]:
@@ -136,13 +144,7 @@ async def test_http_request_bodies_over_the_cap_are_refused_unread(
     monkeypatch.setattr(server_module, "MAX_REQUEST_BYTES", 64 * 1024)
     deck, _ = closed_sessions
     async with deck, trio.open_nursery() as nursery:
-        server = DeckMcpServer(deck, workdir=str(workdir))
-        stop = trio.Event()
-        url = await nursery.start(
-            lambda task_status: server.run_http(
-                "127.0.0.1", 0, token=None, shutdown=stop, task_status=task_status
-            )
-        )
+        server, stop, url = await _serve_http(nursery, deck, workdir)
         big = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                "params": {"name": "file_write", "arguments": {"path": "big.txt",
                                                               "content": "x" * 200_000}}}
