@@ -1472,9 +1472,14 @@ _GONE = b"\x00gone"  # the client went away before its body arrived
 
 
 async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes | None:
-    """The whole request body, or None when it is (or says it is) over MAX_REQUEST_BYTES."""
+    """The whole request body, or None when it is (or says it is) over MAX_REQUEST_BYTES.
+
+    An oversized body is read on and dropped (kept nowhere) up to 4x the cap, so that the
+    client, still sending, reads the 413 instead of a reset connection; past that, or when the
+    declared length is past it, the answer goes out at once."""
     length = headers.get(b"content-length", b"")
-    if length.isdigit() and int(length) > MAX_REQUEST_BYTES:
+    declared = int(length) if length.isdigit() else None
+    if declared is not None and declared > 4 * MAX_REQUEST_BYTES:
         return None
     chunks: list[bytes] = []
     size = 0
@@ -1484,11 +1489,15 @@ async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes |
             return _GONE
         chunk = message.get("body", b"") or b""
         size += len(chunk)
-        if size > MAX_REQUEST_BYTES:
-            return None
-        chunks.append(chunk)
+        too_big = size > MAX_REQUEST_BYTES or (declared or 0) > MAX_REQUEST_BYTES
+        if too_big:
+            chunks.clear()
+            if size > 4 * MAX_REQUEST_BYTES:
+                return None
+        else:
+            chunks.append(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return None if too_big else b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Any) -> Any:
