@@ -2059,6 +2059,8 @@ class _RunsOption:
     string: bool = False  # the value is a shell command line, analysed as one
     attached_only: bool = False  # the short option's value is never the next word (-Hfirefox)
     key: re.Pattern[str] | None = None  # only values that match (apt's -o NAME=VALUE)
+    # A flag, no value: the program joins the words after it and runs them (pnpm -c CMD ARGS).
+    joins_rest: bool = False
 
 
 # Everyday programs with an option that makes them run a command of the caller's choosing.
@@ -2069,7 +2071,8 @@ _RUNS_OPTIONS: dict[str, tuple[_RunsOption, ...]] = {
                                                                     attached_only=True)),
     "npx": (_RunsOption("--call", "c", string=True), _RunsOption("--script-shell")),
     "npm": (_RunsOption("--call", "c", string=True), _RunsOption("--script-shell")),
-    "pnpm": (_RunsOption("--shell-mode", "c", string=True), _RunsOption("--script-shell")),
+    "pnpm": (_RunsOption("--shell-mode", "c", string=True, joins_rest=True),
+             _RunsOption("--script-shell")),
     "wget": (_RunsOption("--use-askpass"),),
     "tcpdump": (_RunsOption("", "z"),),
     **{name: (_RunsOption("--option", "o", key=re.compile(
@@ -2090,20 +2093,23 @@ def _check_runs_options(
         for option in _RUNS_OPTIONS[name]:
             found: str | None = None
             if option.long and _abbreviates(value, option.long):
-                if "=" in value:
+                if option.joins_rest:
+                    found = " ".join(values[k + 1 :])
+                elif "=" in value:
                     found = value.split("=", 1)[1]
                 elif not option.attached_only:
-                    found = "" if option.long == "--shell-mode" else nxt
+                    found = nxt
             elif option.short and value.startswith("-" + option.short) and not value.startswith(
                 "--"
             ):
-                # An optional value ('-Hfirefox') is attached; '-H' alone uses the default.
-                found = value[2:] or (None if option.attached_only else nxt)
+                if option.joins_rest:
+                    found = " ".join(values[k + 1 :])
+                else:
+                    # An optional value ('-Hfirefox') is attached; '-H' alone uses the default.
+                    found = value[2:] or (None if option.attached_only else nxt)
             if found is None or (option.key is not None and not option.key.match(found)):
                 continue
             spelled = option.long or "-" + option.short
-            if option.string and name == "pnpm":
-                found = " ".join(values[k + 1:])  # 'pnpm exec -c CMD ARGS' joins and runs them
             if option.string:
                 findings.inject(f"'{name} {spelled}' runs a string as a shell command")
                 if found:
