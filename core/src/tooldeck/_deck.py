@@ -245,7 +245,7 @@ def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
     while stack:
         item = stack.pop()
         kind = type(item)
-        if kind is dict or kind is list or kind is tuple or kind is set or kind is frozenset:
+        if kind in _CONTAINERS:
             seen += len(item)
             if seen > budget:
                 return True
@@ -2243,26 +2243,38 @@ class Session:
                 result = changed
         return result
 
+    async def _in_result_thread(
+        self, tool: ToolDefinition, function: Callable[..., Any], *args: Any
+    ) -> tuple[Literal["done", "cancelled", "late"], Any]:
+        """``function(*args)`` in a worker thread of the result pool, under the tool's timeout
+        (``call_deadline()`` is set inside): ``("done", value)``; ``("cancelled", None)`` when
+        the session cancelled the call meanwhile; ``("late", None)`` past the deadline, the
+        thread abandoned."""
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        token = CALL_DEADLINE.set(time.monotonic() + timeout)
+        try:
+            with scope:
+                return "done", await trio.to_thread.run_sync(
+                    function, *args, abandon_on_cancel=True, limiter=self.deck._result_threads
+                )
+        finally:
+            CALL_DEADLINE.reset(token)
+            self._scopes.discard(scope)
+        return ("cancelled" if scope.deadline > trio.current_time() else "late"), None
+
     async def _normalised_in_thread(self, tool: ToolDefinition, result: ToolResult) -> ToolResult:
         """:func:`_normalised` of a result with very many items, in a worker thread under the
         tool's timeout: walking millions of items (a second or more) on the event loop would
         stall every other session. Past the deadline the walk is abandoned and the call fails
         with TIMEOUT (nothing unchecked goes out)."""
-        timeout = tool.execution.timeout_s
-        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
-        self._scopes.add(scope)
-        try:
-            with scope:
-                return await trio.to_thread.run_sync(
-                    _normalised,
-                    result,
-                    tool.execution.max_output_bytes,
-                    abandon_on_cancel=True,
-                    limiter=self.deck._result_threads,
-                )
-        finally:
-            self._scopes.discard(scope)
-        if scope.deadline > trio.current_time():
+        state, checked = await self._in_result_thread(
+            tool, _normalised, result, tool.execution.max_output_bytes
+        )
+        if state == "done":
+            return checked  # type: ignore[no-any-return]
+        if state == "cancelled":
             return ToolResult.fail(
                 ErrorCode.CANCELLED,
                 f"the call of {tool.name!r} was cancelled by the session while its result was "
@@ -2271,7 +2283,8 @@ class Session:
         return ToolResult.fail(
             ErrorCode.TIMEOUT,
             f"checking the result of {tool.name!r} (plain JSON within its size limit) took "
-            f"longer than the call's {timeout:g} s timeout; the result was withheld",
+            f"longer than the call's {tool.execution.timeout_s:g} s timeout; the result was "
+            "withheld",
             suggestion="Ask for less output (a narrower query, a page) and try again.",
         )
 
@@ -2283,29 +2296,12 @@ class Session:
         Past the deadline the thread is abandoned (the hook sees ``call_deadline()`` and stops
         on its own) and the result is withheld: an unredacted result never goes out.
         """
-        timeout = tool.execution.timeout_s
-        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
-        self._scopes.add(scope)
-        token = CALL_DEADLINE.set(time.monotonic() + timeout)
-        done = False
-        changed: ToolResult | None = None
-        try:
-            with scope:
-                changed = await trio.to_thread.run_sync(
-                    impl.call_in_order,
-                    call,
-                    tool,
-                    result,
-                    abandon_on_cancel=True,
-                    limiter=self.deck._result_threads,
-                )
-                done = True
-        finally:
-            CALL_DEADLINE.reset(token)
-            self._scopes.discard(scope)
-        if done:
-            return changed
-        if scope.deadline > trio.current_time():  # the session cancelled the call meanwhile
+        state, changed = await self._in_result_thread(
+            tool, impl.call_in_order, call, tool, result
+        )
+        if state == "done":
+            return changed  # type: ignore[no-any-return]
+        if state == "cancelled":
             return _Withheld(
                 ToolResult.fail(
                     ErrorCode.CANCELLED,
@@ -2313,6 +2309,7 @@ class Session:
                     "was being processed; the result was withheld",
                 )
             )
+        timeout = tool.execution.timeout_s
         log.error(
             "plugin %r: tooldeck_process_result took longer than %g s", impl.plugin, timeout
         )
