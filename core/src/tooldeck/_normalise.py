@@ -84,12 +84,12 @@ def _safe_str(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
-def _orjson_ok(value: Any) -> bool:
+def _orjson_size(value: Any) -> int | None:
+    """The length of orjson's encoding of ``value``, or None when orjson cannot encode it."""
     try:
-        orjson.dumps(value)
+        return len(orjson.dumps(value))
     except (TypeError, orjson.JSONEncodeError, RecursionError):
-        return False
-    return True
+        return None
 
 
 def json_safe(value: Any) -> Any:
@@ -105,7 +105,7 @@ def json_safe(value: Any) -> Any:
         return int(value)  # an int subclass (IntEnum) as the plain number it is
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if type(value) in (dict, list) and _orjson_ok(value) and not _exotic(value):
+    if type(value) in (dict, list) and _orjson_size(value) is not None and not _exotic(value):
         return value
     return _convert(value)
 
@@ -115,14 +115,13 @@ def json_safe_sized(value: Any, cap: int) -> tuple[Any, int]:
     no walk of one whose encoding is already over ``cap`` (it is dropped anyway): what the call
     path needs for every result."""
     if type(value) in (dict, list):
-        try:
-            size = len(orjson.dumps(value))
-        except (TypeError, orjson.JSONEncodeError, RecursionError):
-            pass
-        else:
-            if size > cap or not _exotic(value):
-                return value, size
-    safe = json_safe(value)
+        size = _orjson_size(value)
+        if size is not None and (size > cap or not _exotic(value)):
+            return value, size
+        # json_safe's own check just failed: convert without encoding and walking again.
+        safe = _convert(value)
+    else:
+        safe = json_safe(value)
     return safe, json_size(safe, cap)
 
 
