@@ -1145,7 +1145,7 @@ class Session:
         """
         deck = self.deck
         started = time.perf_counter()
-        indexed = True
+        index_problems: list[str] = []
         try:
             await deck.ensure_index()
         except StageMissingError:
@@ -1155,16 +1155,15 @@ class Session:
             # a big catalog legitimately takes minutes.
             log.exception("plugin %r: indexing the catalog failed",
                           deck.providers.get("filter"))
-            indexed = False
-            index_problem = (f"retriever {deck.providers.get('filter')!r} could not index the "
-                             f"catalog ({type(exc).__name__}; see the log)")
+            index_problems.append(f"retriever {deck.providers.get('filter')!r} could not index "
+                                  f"the catalog ({type(exc).__name__}; see the log)")
         limit = self.limit if limit is None else max(1, int(limit))
         budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
         self._turn += 1
-        if indexed:
-            candidates, problems, _ = await self._recall(task, max(self.recall, limit))
+        if index_problems:
+            candidates, problems = [], index_problems
         else:
-            candidates, problems = [], [index_problem]
+            candidates, problems, _ = await self._recall(task, max(self.recall, limit))
         scores = {c.name: c.score for c in candidates}
         reasons: dict[str, list[str]] = {
             c.name: ["retrieved", c.reason] if c.reason else ["retrieved"] for c in candidates
