@@ -1160,8 +1160,9 @@ class Session:
         limit = self.limit if limit is None else max(1, int(limit))
         budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
         self._turn += 1
+        candidates: list[ScoredTool] = []
         if index_problems:
-            candidates, problems = [], index_problems
+            problems = index_problems
         else:
             candidates, problems, _ = await self._recall(task, max(self.recall, limit))
         scores = {c.name: c.score for c in candidates}
