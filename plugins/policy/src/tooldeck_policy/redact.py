@@ -1589,10 +1589,8 @@ class _Redactor:
         findings: list[tuple[int, Finding]] = []
         # gitleaks' prefilter: a rule runs only when one of its keywords is in the text.
         candidates = {r for i in occurrences for r in self.keyword_rules[i]}
-        deadline = _DEADLINE.get()
         for r in sorted(candidates) + self.always:
-            if deadline is not None and time.monotonic() > deadline:
-                raise RedactionTimeout("redaction ran past the call's deadline")
+            _check_deadline()
             rule = self.rules[r]
             lists = [occurrences[i] for i in self.rule_keywords[r] if i in occurrences]
             if not lists:
