@@ -278,3 +278,66 @@ def test_a_pack_that_raises_registration_error_itself_stops_the_deck(tmp_path, m
     proc = run("plugins", "--json", cwd=work, site=site)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tooldeck: plugin 'td_stopper': server 'x' is required" in proc.stderr
+
+
+HANGING_PACK = """
+    import threading
+    from tooldeck_hookspecs import hookimpl
+
+    #: Set by the test once the deck has loaded: the abandoned hook then tries to register.
+    RELEASE = threading.Event()
+
+    @hookimpl
+    def tooldeck_register_tools(register):
+        register(lambda text: text, name="hanger_early", category="text", description="Echo.")
+        RELEASE.wait()  # a server that never answers
+        register(lambda text: text, name="hanger_late", category="text", description="Echo.")
+    """
+
+
+def test_a_pack_whose_register_hook_hangs_is_left_out_at_the_deadline(tmp_path, monkeypatch):
+    site = _dist(tmp_path / "site", "td-hang", {"td_hanger": HANGING_PACK})
+    monkeypatch.syspath_prepend(str(site))
+    deck = Deck.load(
+        {"register_timeout_s": 0.5}, entry_points=["schema", "runner", "fs", "td_hanger"]
+    )
+    failure = deck.failed_plugins["td_hanger"]
+    assert failure.stage == "register"
+    assert "did not return within 0.5 s (register_timeout_s)" in failure.error
+    # Its tools are not kept, not even the one registered before it hung, and what the
+    # abandoned thread registers once it wakes lands nowhere.
+    import td_hanger
+
+    td_hanger.RELEASE.set()
+    names = deck.catalog.names()
+    assert "file_read" in names
+    assert not {"hanger_early", "hanger_late"} & set(names)
+    # A required pack that hangs stops the deck, naming the deadline.
+    td_hanger.RELEASE.clear()
+    with pytest.raises(PluginLoadError, match="td_hanger.*register_timeout_s"):
+        Deck.load(
+            {"register_timeout_s": 0.5, "required_plugins": ["td_hanger"]},
+            entry_points=["schema", "runner", "td_hanger"],
+        )
+    td_hanger.RELEASE.set()
+
+
+def test_a_hanging_pack_does_not_keep_the_command_from_finishing(tmp_path):
+    # A fresh process: the abandoned hook's thread must not keep the interpreter alive.
+    site = _dist(tmp_path / "site", "td-hang", {"td_hanger": HANGING_PACK})
+    work = tmp_path / "work"
+    work.mkdir()
+    config = tmp_path / "tooldeck.toml"
+    config.write_text("register_timeout_s = 1\n")
+    proc = run("plugins", "--json", cwd=work, site=site, env={"TOOLDECK_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    failed = {entry["name"]: entry for entry in json.loads(proc.stdout)["failed"]}
+    assert "did not return within 1 s" in failed["td_hanger"]["error"]
+
+
+def test_register_timeout_must_be_a_positive_number():
+    from tooldeck_hookspecs import ConfigError
+
+    for bad in (0, -1, "soon"):
+        with pytest.raises(ConfigError, match="register_timeout_s"):
+            Deck.load({"register_timeout_s": bad}, entry_points=["schema", "runner"])

@@ -58,7 +58,7 @@ UNTRUSTED_KEYS = frozenset({"hand", "protected_paths"})
 #: The core's own top-level keys (the rest belongs to plugins).
 _CORE_KEYS = frozenset(
     {"hand", "session", "approvals", "tools", "plugins", "disable", "protected_paths"}
-    | {"required_plugins"}
+    | {"required_plugins", "register_timeout_s"}
 )
 
 

@@ -152,6 +152,8 @@ CORE_TOP_LEVEL: dict[str, dict[str, Any]] = {
     "disable": _STRINGS,
     "required_plugins": _STRINGS,
     "protected_paths": _STRINGS,
+    # Seconds an installed pack's register hook may take before the deck starts without it.
+    "register_timeout_s": _POSITIVE_S,
 }
 
 #: Entry points whose failure stops the deck even when others are only left out: without the

@@ -176,6 +176,10 @@ _POLICY_THREADS_PER_SESSION = 8
 
 #: How long the rule filters that run in a thread (not ``@nonblocking``) may take per selection.
 _FILTER_TIMEOUT_S = 10.0
+
+#: How long an installed pack's ``tooldeck_register_tools`` may take (``register_timeout_s``).
+#: Generous: the MCP bridge starts its servers there, one after the other (20 s start-up each).
+DEFAULT_REGISTER_TIMEOUT_S = 120.0
 #: How long a selection waits for the retriever's answer (the first one may load a model).
 _RECALL_TIMEOUT_S = 60.0
 
@@ -565,6 +569,9 @@ class Deck:
         strict_problems: list[str] = []
         config_problems: list[str] = []
         source = self.config.source or "config"
+        deadline = float(
+            self.config.settings.get("register_timeout_s", DEFAULT_REGISTER_TIMEOUT_S)
+        )
         for impl in self._impls("tooldeck_register_tools"):
             pending: list[ToolDefinition] = []
             # Installed packs are kept apart from each other: one broken pack must not stop
@@ -591,7 +598,16 @@ class Deck:
                         return tool
 
             try:
-                impl(register=register, settings=self.config.settings)
+                if lenient:
+                    # An installed pack is not the caller's code: one that hangs (a server
+                    # that never answers, a lock) is left out after the deadline instead of
+                    # hanging the deck's start-up.
+                    finished = _register_with_deadline(
+                        impl, register, self.config.settings, deadline
+                    )
+                else:
+                    impl(register=register, settings=self.config.settings)
+                    finished = True
             except (ConfigError, RegistrationError) as exc:
                 if isinstance(exc, ConfigError):
                     # The user's configuration, not the pack, is wrong (e.g. a [policy] table
@@ -610,6 +626,15 @@ class Deck:
                     strict_problems.append(line)
                     continue
                 # A pack that raised midway is in an unknown state: none of its tools are kept.
+                self.plugins.record_failure(impl.plugin, "register", line, [line])
+                continue
+            if not finished:
+                # Its thread may still be running: what it registers later lands in a list
+                # nobody reads, so none of its tools are kept, as for a pack that raised.
+                line = (
+                    f"plugin {impl.plugin!r}: tooldeck_register_tools did not return within "
+                    f"{deadline:g} s (register_timeout_s); left out"
+                )
                 self.plugins.record_failure(impl.plugin, "register", line, [line])
                 continue
             admissible = []
@@ -2322,3 +2347,32 @@ class Session:
                 "again.",
             )
         )
+
+
+def _register_with_deadline(
+    impl: HookImpl, register: Callable[..., Any], settings: Mapping[str, Any], deadline: float
+) -> bool:
+    """Call a register hook on a daemon thread; whether it returned within ``deadline`` seconds.
+
+    What the hook raised is raised here. A hook still running at the deadline is abandoned:
+    the thread is a daemon, so it cannot keep the process from exiting either.
+    """
+    outcome: list[BaseException | None] = []
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            context.run(impl, register=register, settings=settings)
+        except BaseException as exc:  # handed to the loading thread, which decides
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name=f"tooldeck-register-{impl.plugin}", daemon=True)
+    thread.start()
+    thread.join(deadline)
+    if not outcome:
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True
