@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["MODE", "STATS", "TEMP_PATTERN", "is_temp_name", "sweep", "write_replace"]
+__all__ = ["MODE", "NEW_FILE_MODE", "STATS", "TEMP_PATTERN", "is_temp_name", "sweep",
+           "write_replace"]
 
 #: ``"auto"``: O_TMPFILE where the file system has it; ``"named"``: always a named temp file
 #: (tests use it to cover the fallback).
@@ -44,6 +45,12 @@ STATS: collections.Counter[str] = collections.Counter()
 #: Any temp file of this pack, this version's or an older one's (``.tooldeck-<hex>.tmp``).
 TEMP_PATTERN = re.compile(r"\.tooldeck-.*\.tmp\Z", re.S)
 _OURS = re.compile(r"\.tooldeck-([0-9a-f]+)-([0-9]+)-[0-9a-f]+\.tmp\Z")
+
+#: Mode a new file is created with (the umask applies on top). Not 0o666: a deck started under
+#: umask 0 (some containers and service managers) would leave world-writable files, which any
+#: local user could then change under the developer (code, configuration). Group-writable, as
+#: a umask of 002 gives anyway.
+NEW_FILE_MODE = 0o664
 
 STALE_AFTER_S = 60.0
 REUSED_AFTER_S = 3600.0
@@ -159,7 +166,8 @@ def write_replace(dirfd: int, name: str, data: bytes, *, mode: int | None,
     """Write ``data`` as ``name`` in ``dirfd`` atomically; True when ``name`` was created.
 
     :param mode: permission bits to give the file (the replaced file's), or None for a new file
-        (0o666 minus the umask). Set-user-ID and set-group-ID bits are never given.
+        (:data:`NEW_FILE_MODE` minus the umask: never world-writable, even under umask 0).
+        Set-user-ID and set-group-ID bits are never given.
     :param owner: (uid, gid) to keep when replacing, best effort (only root may give a file away).
     :param publish_check: called after the data is safe on disk and just before the file gets
         its name; raises to refuse (the protected-path check, as late as it can be).
@@ -191,7 +199,7 @@ def _finish(fd: int, data: bytes, mode: int | None, owner: tuple[int, int] | Non
 def _via_tmpfile(dirfd: int, name: str, data: bytes, mode: int | None,
                  owner: tuple[int, int] | None, publish_check: Callable[[], None]) -> bool:
     try:
-        fd = os.open(".", _O_TMPFILE | os.O_WRONLY | _O_CLOEXEC, 0o666, dir_fd=dirfd)
+        fd = os.open(".", _O_TMPFILE | os.O_WRONLY | _O_CLOEXEC, NEW_FILE_MODE, dir_fd=dirfd)
     except OSError as exc:
         if exc.errno not in _NO_TMPFILE:
             raise
@@ -230,7 +238,7 @@ def _via_named(dirfd: int, name: str, data: bytes, mode: int | None,
                owner: tuple[int, int] | None, publish_check: Callable[[], None]) -> bool:
     temp = _temp_name()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC,
-                 0o666, dir_fd=dirfd)
+                 NEW_FILE_MODE, dir_fd=dirfd)
     try:
         try:
             _finish(fd, data, mode, owner)

@@ -53,6 +53,8 @@ _RESOLVE_BENEATH = 0x08
 _MAX_SYMLINKS = 40  # the kernel's own limit (MAXSYMLINKS)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC
+#: Mode ``create_dirs`` creates folders with (the umask applies on top): never world-writable.
+NEW_DIR_MODE = 0o775
 
 _SUGGESTION = (
     "Use a path inside the working directory, relative to it (for example 'notes/todo.txt'); "
@@ -245,7 +247,8 @@ class _Walk:
                     if self.guard is not None:
                         self.guard(self.stack[-1], name)
                     try:
-                        os.mkdir(name, 0o777, dir_fd=self.stack[-1])
+                        # Never world-writable, even under umask 0 (see _atomic.NEW_FILE_MODE).
+                        os.mkdir(name, NEW_DIR_MODE, dir_fd=self.stack[-1])
                     except FileExistsError:
                         pass  # lost a race with another creator: open what is there now
                     continue
@@ -292,7 +295,8 @@ class _Walk:
             if name is None:
                 raise ToolFailure(ErrorCode.EXECUTION_ERROR,
                                   f"path {clip(self.target.display)!r} names a directory, not a "
-                                  "file")
+                                  "file", suggestion="Give the path of a file inside it, e.g. "
+                                  "'notes/todo.txt'.")
             if any(p not in ("", ".") for p in self.queue):
                 self._enter(name, create=create_dirs)
                 continue
@@ -373,7 +377,8 @@ def open_parent(target: Target, *, create_dirs: bool = False,
     rel = target.rel
     if not rel or rel[-1] == "..":
         raise ToolFailure(ErrorCode.EXECUTION_ERROR,
-                          f"path {clip(target.display)!r} names a directory, not a file")
+                          f"path {clip(target.display)!r} names a directory, not a file",
+                          suggestion="Give the path of a file inside it, e.g. 'notes/todo.txt'.")
     root_fd = os.open(target.root, _DIR_FLAGS)
     try:
         if _use_openat2():

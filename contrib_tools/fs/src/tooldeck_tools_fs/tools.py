@@ -74,12 +74,22 @@ def _fail_os(exc: OSError, path: str) -> ToolFailure:
         return ToolFailure(ErrorCode.EXECUTION_ERROR, f"the file system refused access to "
                            f"{clip(path)!r} ({os.strerror(code)})",
                            suggestion="Choose another file; this one cannot be accessed.")
+    if code == errno.ENXIO:
+        # What opening a socket (or a device whose driver is gone) answers.
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(path)!r} is not a regular file "
+                           "(a socket or a device)", suggestion="Only regular files can be read "
+                           "or written; check the name with list_dir.")
     if code == errno.ELOOP:
         return ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(path)!r} has too many levels of "
                            "symbolic links", suggestion="Use the real path of the file.")
-    if code == errno.ENOSPC:
-        return ToolFailure(ErrorCode.EXECUTION_ERROR, "no space left on the device; nothing "
-                           "was changed", suggestion="Write less data, or tell the user.")
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"no space left for {clip(path)!r} "
+                           f"({os.strerror(code)}); nothing was changed",
+                           suggestion="Write less data, or tell the user.")
+    if code == errno.ENAMETOOLONG:
+        return ToolFailure(ErrorCode.EXECUTION_ERROR, f"a name in {clip(path)!r} is too long "
+                           "for the file system (at most 255 bytes per name, 4096 per path)",
+                           suggestion="Use shorter file and folder names.")
     # strerror only: str(exc) carries the file name, which may be the model's huge path.
     reason = os.strerror(code) if code else clip(exc.strerror or type(exc).__name__)
     return ToolFailure(ErrorCode.EXECUTION_ERROR, f"cannot access {clip(path)!r}: {reason}")
@@ -263,6 +273,19 @@ def _replaced_file(parent: int, name: str, display: str) -> os.stat_result | Non
     return st
 
 
+def _names_folder(spelled: str) -> bool:
+    """True for a path spelled as a folder (``notes.txt/``, ``notes/.``): POSIX says it names a
+    directory, and creating a *file* of that name instead is not what was asked."""
+    return spelled.endswith(("/", "/.", "/.."))
+
+
+def _folder_failure(target: Target) -> ToolFailure:
+    return ToolFailure(ErrorCode.INVALID_ARGUMENTS, f"path {clip(target.display)!r} names a "
+                       "folder (it ends with '/'), not a file; nothing was written",
+                       suggestion="Give the file's path without the trailing '/' (for example "
+                       "'notes/todo.txt'); missing folders are created with create_dirs.")
+
+
 def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Create or replace a file inside the working directory, atomically.
 
@@ -272,7 +295,8 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     Protected paths (``context.protected_paths``: tooldeck.toml, pyproject.toml, .git/...) are
     refused with ``PATH_NOT_ALLOWED`` wherever the spelling or its symlinks lead; read-only files
     with ``PERMISSION_DENIED``. A replaced file keeps its mode and owner, never set-user-ID or
-    set-group-ID bits.
+    set-group-ID bits. A path spelled as a folder (trailing ``/``) is refused. Replacing a file
+    with other hard links leaves them the old content: ``hard_links`` and ``note`` say so.
     """
     target = _target(arguments, context)
     data = _content_bytes(arguments)
@@ -281,17 +305,24 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "create_dirs must be true or false")
     guard = Guard(target, context)
     guard.check_lexical()  # before anything is opened or created
+    folder = _names_folder(target.display)
     if target.rel and _atomic.is_temp_name(target.rel[-1]):
         raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"{clip(target.display)!r} is not allowed: "
                           "names like .tooldeck-*.tmp are reserved for file_write's temp files",
                           suggestion="Choose another file name.")
     try:
-        parent, name = open_parent(target, create_dirs=create_dirs, guard=guard)
+        # A path spelled as a folder is refused below, after the path checks (an escape or a
+        # protected path is reported as such first), and creates no folder on the way.
+        parent, name = open_parent(target, create_dirs=create_dirs and not folder, guard=guard)
     except OSError as exc:
+        if folder and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise _folder_failure(target) from None
         raise _fail_os(exc, target.display) from None
     try:
         # Where the write really lands: the symlinks followed and '..' resolved by the open.
         guard.check_resolved(parent, name)
+        if folder:
+            raise _folder_failure(target)
         if _atomic.is_temp_name(name):
             raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, f"{clip(target.display)!r} is not "
                               "allowed: it leads to a name reserved for file_write's temp files",
@@ -307,8 +338,16 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
         raise _fail_os(exc, target.display) from None
     finally:
         os.close(parent)
-    return {"path": clip(target.display, _RESULT_PATH_CHARS), "bytes_written": len(data),
-            "created": created}
+    result: dict[str, Any] = {"path": clip(target.display, _RESULT_PATH_CHARS),
+                              "bytes_written": len(data), "created": created}
+    if old is not None and old.st_nlink > 1:
+        # The write replaces the file: its other names (hard links, e.g. a package store's or
+        # a backup's) keep the old content. Writing through them would change files elsewhere,
+        # so this is the safe way, but it is said rather than silent.
+        result["hard_links"] = old.st_nlink
+        result["note"] = (f"The file had {old.st_nlink - 1} other hard link(s); they keep the "
+                          "old content (the file was replaced, not rewritten in place).")
+    return result
 
 
 def _display_name(name: str) -> tuple[str, bool]:

@@ -47,10 +47,10 @@ _PATH_MAX = 4096
 def resolve_path(path: str) -> tuple[str, list[str]]:
     """Resolve an absolute ``path`` the way the kernel would, without needing it to exist.
 
-    Returns the resolved path and every absolute path the walk went through (the lexical path and
-    each link target), so that callers can refuse a walk that passed a magic link on the way.
-    Components that do not exist are taken literally; ``..`` pops after links are resolved, as the
-    kernel does.
+    Returns the resolved path and every absolute path the walk went through (the lexical path,
+    each link followed and where it leads), so that callers can refuse a walk that passed a magic
+    link on the way. Components that do not exist are taken literally; ``..`` pops after links
+    are resolved, as the kernel does.
     """
     if len(path) > _PATH_MAX:
         # The kernel refuses these too (PATH_MAX); walked here, a 1 MB path of 500k components
@@ -94,6 +94,9 @@ def resolve_path(path: str) -> tuple[str, list[str]]:
         if links > _MAX_LINKS:
             raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
         target = os.readlink(candidate)
+        # The link itself is a step of the walk: a '..' after it ('/proc/self/cwd/../x') leaves
+        # no trace of it in the lexical path or in its target, yet the path went through it.
+        visited.append(candidate)
         if target.startswith("/"):
             resolved = "/"
             base = target
