@@ -435,3 +435,54 @@ def proc_writability(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
         procs += [p for p in below if os.path.exists(os.path.join(p, "self", "status"))]
     procs = [p for p in procs if p != "/proc"]
     return {"read_only": mounts, "sysctl_write": write, "other_procs": procs}
+
+
+def root_file_system_writes(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Try to leave a file in every directory of the sandbox's own root file system (``/``,
+    ``/etc``, the parents bubblewrap made for its mounts: not a mount of their own), three levels
+    deep. Returns the paths created (and removes none) and what ``/`` holds."""
+    root_dev = os.stat("/").st_dev
+    created = []
+    todo = ["/"]
+    for _ in range(3):
+        below = []
+        for folder in todo:
+            try:
+                if os.stat(folder).st_dev != root_dev:
+                    continue  # a mount of its own (/tmp, /usr, the workdir): not the root's
+                entries = os.listdir(folder)
+            except OSError:
+                continue
+            path = os.path.join(folder, arguments["name"])
+            try:
+                with open(path, "w") as fh:
+                    fh.write("left by an earlier call")
+                created.append(path)
+            except OSError:
+                pass
+            below += [os.path.join(folder, e) for e in entries if e != arguments["name"]
+                      and os.path.isdir(os.path.join(folder, e))
+                      and not os.path.islink(os.path.join(folder, e))]
+        todo = below
+    return {"created": created, "root": sorted(os.listdir("/"))}
+
+
+def write_on_channel(arguments: dict[str, Any], context: Any) -> list[int]:
+    """Write a raw frame (``payload``, under a header declaring ``length`` bytes, by default
+    its own) on every socket or pipe above stderr: the tool's own response channel."""
+    import stat
+    import struct
+
+    payload = arguments["payload"].encode()
+    header = struct.pack(">I", arguments.get("length", len(payload)))
+    written = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            mode = os.fstat(fd).st_mode
+            if fd > 2 and (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
+                os.write(fd, header + payload)
+                written.append(fd)
+        except OSError:
+            pass
+    return written

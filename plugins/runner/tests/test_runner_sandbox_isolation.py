@@ -146,6 +146,24 @@ async def test_no_network_unless_the_tool_asks_for_it(
 
 
 @needs_bwrap
+async def test_the_sandboxs_own_root_file_system_is_read_only(
+    bwrap_executor: RunnerExecutor, tmp_path: Path
+) -> None:
+    # bubblewrap builds the sandbox on a tmpfs of its own (no size) holding the mount points:
+    # writable, it was storage no limit bounded and, in a zygote, shared by every later call of
+    # the session (a file in /, an /etc/ld.so.preload for the next call's programs).
+    for writes in (False, True):
+        tool = sandboxed("root_file_system_writes", writes_workdir=writes)
+        first = await call(bwrap_executor, tmp_path, tool, name=f"leftover-{writes}")
+        assert first.success, first.error
+        assert first.data["created"] == [], first.data
+    second = await call(bwrap_executor, tmp_path, sandboxed("root_file_system_writes"), name="x")
+    assert second.success and second.data["created"] == []
+    assert not any(name.startswith("leftover") for name in second.data["root"])
+    assert "etc" in second.data["root"] and "usr" in second.data["root"]
+
+
+@needs_bwrap
 async def test_pid_namespace_and_working_directory(
     bwrap_executor: RunnerExecutor, tmp_path: Path
 ) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import inspect
+import math
 import os
 import select
 import threading
@@ -137,6 +138,52 @@ def _backoff_hook(exc: Exception) -> bool | float:
         # A server's Retry-After beats our exponential guess (stamina uses the float as is).
         return float(error.retry_after_s)
     return True
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not (
+        isinstance(value, float) and math.isnan(value)
+    )
+
+
+def _execution_problem(tool: ToolDefinition) -> ToolResult | None:
+    """The refusal of a tool whose own limits cannot be applied as configured, else None.
+
+    The schema plugin refuses such definitions at registration; without it (a stage swapped
+    out, the executor driven directly, a ``[tools.NAME]`` override) a timeout of 0 used to read
+    as "timed out while queued", ``nan`` or a string raised out of :meth:`RunnerExecutor.run`,
+    and a negative ``memory_mb`` ran the tool with no memory limit at all. A limit is never
+    silently dropped: the call is refused, naming the field. Huge values (``inf`` included)
+    are valid and honoured.
+    """
+    execution = tool.execution
+    field = value = None
+    rule = ""
+    if not _is_number(execution.timeout_s) or execution.timeout_s <= 0:
+        field, value, rule = "timeout_s", execution.timeout_s, "a number of seconds > 0"
+    elif execution.retryable and (
+        not isinstance(execution.max_retries, int)
+        or isinstance(execution.max_retries, bool)
+        or execution.max_retries < 0
+    ):
+        field, value, rule = "max_retries", execution.max_retries, "an integer >= 0"
+    elif tool.security.sandbox:
+        for name, low in (("memory_mb", 1), ("max_output_bytes", 0)):
+            number = getattr(execution, name)
+            if not isinstance(number, int) or isinstance(number, bool) or number < low:
+                field, value, rule = name, number, f"an integer >= {low}"
+                break
+    if field is None:
+        return None
+    return ToolResult.fail(
+        ErrorCode.EXECUTION_ERROR,
+        f"{tool.name!r} cannot run: its execution.{field} is {value!r}, which must be {rule}; "
+        "nothing was run",
+        suggestion=f"{tool.name} is misconfigured (not the call's fault): use another tool "
+        "and tell the user.",
+        details={"field": f"execution.{field}", "value": repr(value)},
+        plugin="runner",
+    )
 
 
 def _should_retry(result: ToolResult) -> bool:
@@ -500,6 +547,9 @@ class RunnerExecutor:
                 ErrorCode.EXECUTION_ERROR, "the executor is closed", plugin="runner"
             ).with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
         execution = tool.execution
+        problem = _execution_problem(tool)
+        if problem is not None:
+            return problem.with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
         single = not execution.retryable or execution.max_retries <= 0
         # A single attempt needs one cancel scope, not two: its deadline is the call's timeout
         # and cancel_session() cancels the same scope (``requested`` tells the two apart).

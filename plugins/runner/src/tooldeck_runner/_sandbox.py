@@ -117,6 +117,10 @@ __all__ = [
 logger = logging.getLogger("tooldeck.runner")
 
 
+#: The largest RLIMIT_CPU a call gets (68 years): a timeout beyond it is simply that long.
+_MAX_CPU_S = 2**31 - 3
+
+
 #: What the tool runs as, on the host, per isolation (documented in the README).
 _UID_NONROOT = (
     "uid {uid} / gid {gid} on the host, no supplementary group (a user namespace of the deck's, "
@@ -291,6 +295,8 @@ class _Exchange:
     truncated: bool = False
     #: Bytes the workdir's file system grew by, when that went over the budget.
     wrote_too_much: int = 0
+    #: Why what came back on the response channel is no answer (garbage the tool wrote there).
+    malformed: str = ""
 
 
 class _Spawner:
@@ -589,7 +595,8 @@ class SandboxPool:
             memory_mb=tool.execution.memory_mb,
             # The wall clock is the real limit; CPU seconds only stop a spinning process whose
             # parent cannot be reached (and a few are already spent importing).
-            cpu_s=math.ceil(tool.execution.timeout_s) + 2,
+            # Clamped: a huge timeout (or inf, "no deadline") must not overflow the rlimit.
+            cpu_s=math.ceil(min(tool.execution.timeout_s, _MAX_CPU_S)) + 2,
             fsize_bytes=self.settings.file_size_mb * 1024 * 1024,
             nofile=self.settings.max_open_files,
             max_output_bytes=tool.execution.max_output_bytes,
@@ -939,8 +946,11 @@ class SandboxPool:
                 buffer += chunk
                 while (payload := _next_frame(buffer)) is not None:
                     if payload.startswith(b"!exit "):
-                        # The call process's last word: its tool's exit status, no answer.
-                        returncode = int(payload[6:])
+                        # The call process's last word: its tool's exit status, no answer. The
+                        # tool holds the same channel: what it wrote there is not trusted.
+                        returncode = _exit_status(payload)
+                        if returncode is None:
+                            got.malformed = f"a bad exit status frame {payload[:40]!r}"
                         done = True
                         break
                     if not _progress_frame(payload, progress):
@@ -950,6 +960,8 @@ class SandboxPool:
                 if not done and len(buffer) > frame_cap:
                     got.truncated = True
                     break
+            if not done and buffer and not got.truncated:
+                got.malformed = _incomplete(buffer)
             # Answered (or gone): the call's processes end now, daemons included.
             group.kill()
             nursery.cancel_scope.cancel()
@@ -1429,6 +1441,12 @@ class SandboxPool:
                 real = os.path.realpath(path)
                 if _under(real, (key.workdir,)) and real != key.workdir and os.path.exists(real):
                     cmd += ["--ro-bind", source(real), real]
+        # Last, once every mount point exists: the sandbox's own root, a tmpfs of bubblewrap's
+        # without a size (/, /etc, the parents of the mounts), read-only. Writable, it was
+        # storage beyond every limit and, in a zygote, shared with the session's next calls
+        # (a file in /, an /etc/ld.so.preload). Not recursive: /tmp, /dev/shm and a writable
+        # workdir keep their own flags.
+        cmd += ["--remount-ro", "/"]
         cmd += ["--chdir", key.workdir, "--clearenv"]
         for name, value in self._environment().items():
             cmd += ["--setenv", name, value]
@@ -1630,6 +1648,9 @@ class SandboxPool:
                         got.truncated = True
                         await self._kill_quick(worker)
                         break
+                else:
+                    if buffer:
+                        got.malformed = _incomplete(buffer)
                 if got.frame is not None and self.isolation == ISOLATION_BWRAP:
                     # The answer is the worker's last act: end the sandbox now rather than wait
                     # for the namespace to wind down by itself.
@@ -1720,6 +1741,14 @@ class SandboxPool:
                 "it was stopped",
                 details={"max_output_bytes": limits.max_output_bytes},
             )
+        died = returncode is not None and (returncode < 0 or returncode > 128)
+        if got.malformed and not died:
+            # (A process killed while it wrote its answer is reported by its signal, below.)
+            return ToolResult.fail(
+                ErrorCode.EXECUTION_ERROR,
+                f"the sandbox worker sent a malformed answer: {got.malformed}",
+                details={"output_tail": tail[-2000:]},
+            )
         if got.frame is not None:
             try:
                 if len(got.frame) <= _INLINE_FRAME_BYTES:
@@ -1733,7 +1762,15 @@ class SandboxPool:
             if got.output:
                 result = result.with_metadata(output=got.output.decode("utf-8", "replace"))
             return result
-        code = returncode if returncode is not None else -1
+        if returncode is None:
+            # A forked call whose processes ended without an answer or an exit status (its
+            # zygote died): no status to read a signal from.
+            return ToolResult.fail(
+                ErrorCode.SANDBOX_CRASHED,
+                "the tool's process ended without answering and without an exit status",
+                details={"output_tail": tail[-2000:]},
+            )
+        code = returncode
         # bubblewrap and the degraded mode's monitor both report "killed by N" as 128 + N.
         signum = -code if code < 0 else code - 128 if code > 128 else 0
         if signum:
@@ -1864,6 +1901,25 @@ def _next_frame(buffer: bytearray) -> bytes | None:
     payload = bytes(buffer[HEADER.size : HEADER.size + length])
     del buffer[: HEADER.size + length]
     return payload
+
+
+def _exit_status(payload: bytes) -> int | None:
+    """The status of an ``!exit N`` frame (0-255, as ``_call_init`` writes it), else None."""
+    word = payload[6:]
+    if not word.isdigit() or len(word) > 3 or int(word) > 255:
+        return None
+    return int(word)
+
+
+def _incomplete(buffer: bytearray) -> str:
+    """Why bytes left on the channel at its end are no answer."""
+    if len(buffer) < HEADER.size:
+        return f"{len(buffer)} stray byte(s) after the last frame"
+    (length,) = HEADER.unpack_from(buffer)
+    return (
+        f"a frame declaring {length} bytes ended after {len(buffer) - HEADER.size} "
+        "(the channel was closed mid-frame)"
+    )
 
 
 def _progress_frame(

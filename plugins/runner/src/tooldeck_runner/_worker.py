@@ -69,8 +69,9 @@ def _apply_limits(limits: Any) -> None:
     def cap(which: int, value: int) -> None:
         try:
             resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            # A limit already lower than ours (set by an admin) stays.
+        except (ValueError, OSError, OverflowError):
+            # A limit already lower than ours (set by an admin) stays; one too large for the
+            # kernel's type is no limit.
             pass
 
     if limits.memory_rlimit:
