@@ -23,15 +23,19 @@ def ok(data: object) -> ToolResult:
     return ToolResult.ok(data, duration_s=0.01)
 
 
-async def test_hit_returns_the_stored_object_and_miss_returns_none() -> None:
+async def test_hit_returns_an_equal_result_and_miss_returns_none() -> None:
     cache = ResultCache()
     result = ok({"lines": ["a", "b"]})
     assert await cache.get("k") is None
     await cache.put("k", result, ttl_s=60)
-    assert await cache.get("k") is result
+    assert await cache.get("k") == result
+    # Immutable data and metadata are handed out as the stored object itself (no copy).
+    text = ok("plain text")
+    await cache.put("text", text, ttl_s=60)
+    assert await cache.get("text") is text
     assert await cache.get("other") is None
     stats = cache.statistics()
-    assert (stats.hits, stats.misses, stats.entries) == (1, 2, 1)
+    assert (stats.hits, stats.misses, stats.entries) == (2, 2, 2)
 
 
 async def test_only_successful_results_are_stored() -> None:

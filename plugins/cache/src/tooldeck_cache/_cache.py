@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -69,15 +71,66 @@ class CacheStatistics:
     max_bytes: int
 
 
+#: Exact types whose values nobody can change in place: a result holding only these is shared.
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes})
+_PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+#: Snapshots larger than this are decoded in a worker thread, off the event loop.
+_DECODE_IN_THREAD_BYTES = 1024 * 1024
+#: What :func:`result_size` adds to the JSON of ``[data, metadata]`` for a successful result.
+_SUCCESS_FRAME = len(b'{"success":true,"data":,"error":null,"metadata":}') - len(b"[,]")
+
+
+def _shareable(result: ToolResult) -> bool:
+    """Whether handing ``result`` itself to every caller is safe: immutable data and metadata
+    whose values are immutable (the usual text or number result, and its timings)."""
+    if type(result.data) not in _IMMUTABLE or type(result.metadata) is not dict:
+        return False
+    return all(type(value) in _IMMUTABLE for value in result.metadata.values())
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is exactly plain JSON (dicts with str keys, lists, str, int, bool, None,
+    finite floats), so that a JSON round trip gives back an equal value of the same types.
+    Iterative."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _PLAIN_LEAVES:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is dict:
+            if not all(type(key) is str for key in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        else:
+            return False
+    return True
+
+
 class _Entry:
-    """A stored result, its expiry time on the cache's clock, and its size in bytes."""
+    """A stored result, its expiry time on the cache's clock, and its size in bytes.
 
-    __slots__ = ("result", "expires", "size")
+    ``snapshot`` is None when ``result`` is immutable all the way down and handed out as is.
+    Otherwise ``result`` is a template without data and metadata, and ``snapshot`` holds them
+    as ``[data, metadata]``: JSON bytes for plain JSON, else a private deep copy. Every hit
+    then builds fresh containers, so a caller that changes its result in place (appends to a
+    list, pops a key) cannot change what the cache serves to the next session.
+    """
 
-    def __init__(self, result: ToolResult, expires: float, size: int) -> None:
+    __slots__ = ("result", "expires", "size", "snapshot")
+
+    def __init__(
+        self, result: ToolResult, expires: float, size: int, snapshot: bytes | list[Any] | None
+    ) -> None:
         self.result = result
         self.expires = expires
         self.size = size
+        self.snapshot = snapshot
 
 
 def _entry_size(entry: _Entry) -> int:
@@ -106,8 +159,11 @@ class ResultCache:
 
     Bounded both by entry count and by bytes (the JSON size of each result, computed once when
     it is stored). Only successful results are kept; a result larger than ``max_bytes`` is not
-    stored. Stored results are frozen attrs objects, so :meth:`get` hands back the stored object
-    itself.
+    stored. The cache serves every session of the deck, and ``ToolResult`` is frozen but its
+    ``data`` and ``metadata`` are ordinary dicts and lists: a result made only of immutable
+    values is handed back as the stored object itself, any other is kept as a snapshot taken at
+    :meth:`put` and rebuilt at each hit, so that one caller changing its result in place never
+    changes what another session is served.
 
     Expiry is checked when an entry is read (an expired entry is a miss and is dropped), and an
     expired entry the LRU order pushes out is not counted as an eviction. cachetools' own
@@ -141,7 +197,11 @@ class ResultCache:
         self._misses = 0
 
     async def get(self, key: str) -> ToolResult | None:
-        """The cached result for ``key``, or None; an expired entry counts as a miss."""
+        """The cached result for ``key``, or None; an expired entry counts as a miss.
+
+        A result whose data or metadata can be changed in place comes back as a fresh copy at
+        every hit (see :class:`_Entry`); an immutable one is the stored object itself.
+        """
         entry = self._store.get(key)
         if entry is None or entry.expires <= self._timer():
             if entry is not None:
@@ -149,19 +209,65 @@ class ResultCache:
             self._misses += 1
             return None
         self._hits += 1
-        return entry.result
+        snapshot = entry.snapshot
+        if snapshot is None:
+            stored: ToolResult = entry.result
+            return stored
+        if type(snapshot) is bytes:
+            if len(snapshot) > _DECODE_IN_THREAD_BYTES:
+                import trio  # only for big entries: decoding megabytes must not stall the loop
+
+                data, metadata = await trio.to_thread.run_sync(orjson.loads, snapshot)
+            else:
+                data, metadata = orjson.loads(snapshot)
+        else:
+            data, metadata = copy.deepcopy(snapshot)
+        template = entry.result
+        if type(template) is ToolResult:
+            return ToolResult(success=True, data=data, error=None, metadata=metadata)
+        rebuilt: ToolResult = attrs.evolve(template, data=data, metadata=metadata)
+        return rebuilt
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
-        """Keep ``result`` under ``key`` for ``ttl_s`` seconds (successful results only)."""
-        if not result.success or ttl_s <= 0:
+        """Keep ``result`` under ``key`` for ``ttl_s`` seconds (successful results only).
+
+        What is kept is a snapshot taken now: changing ``result``'s data afterwards (the caller
+        holds the same object) does not change what later hits get.
+        """
+        if not result.success or not ttl_s > 0:  # NaN too: it would never expire
             return
-        size = result_size(result)
         store = self._store
+        snapshot: bytes | list[Any] | None = None
+        if _shareable(result):
+            size = result_size(result)
+            stored = result
+        else:
+            pair = [result.data, dict(result.metadata)]
+            if _plain_json(pair):
+                try:
+                    snapshot = orjson.dumps(pair)
+                except TypeError:  # an integer over 64 bits: orjson refuses it
+                    snapshot = None
+            if snapshot is not None:
+                # The same bytes result_size() would count, without encoding twice.
+                size = len(snapshot) + _SUCCESS_FRAME
+            else:
+                size = result_size(result)
+                try:
+                    snapshot = copy.deepcopy(pair)
+                except Exception:  # an object that cannot be copied cannot be kept safely
+                    store.pop(key, None)
+                    return
+            stored = (
+                ToolResult(success=True)
+                if type(result) is ToolResult
+                else attrs.evolve(result, data=None, metadata={})
+            )
         if size > self.max_bytes:
             # Too big to ever fit; drop any older value so that a stale one is not served.
             store.pop(key, None)
             return
-        store[key] = _Entry(result, self._timer() + ttl_s, size)
+        store[key] = _Entry(stored, self._timer() + ttl_s, size, snapshot)
         # cachetools enforces one bound (bytes); the entry count is enforced here. One put adds
         # at most one entry, so one eviction restores the bound.
         if len(store) > self.max_entries:

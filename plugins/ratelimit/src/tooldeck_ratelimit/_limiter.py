@@ -61,25 +61,43 @@ def _item(max_calls: int, window_s: float) -> RateLimitItem:
 def parse_global_override(tool: str, value: Any, default_window_s: float) -> RateLimit | None:
     """A ``[ratelimit.global]`` entry: an int (calls per the tool's window), a table, or 0/false.
 
-    Shared with tooldeck-redis, so that both limiters read the setting the same way.
+    Shared with tooldeck-redis, so that both limiters read the setting the same way. Every
+    malformed entry raises :class:`ConfigError` naming it (read at start-up): a negative count
+    would otherwise block the tool for every session for good, and a window that is not a
+    finite positive number would fail every call of the tool.
     """
+    where = f"ratelimit.global.{tool}"
     if isinstance(value, bool):
         if value:
-            raise ConfigError(f"ratelimit.global.{tool}: expected an int or a table, got true")
+            raise ConfigError(f"{where}: expected an int or a table, got true")
         return None
-    if value is None or value == 0:
+    if value is None or (isinstance(value, int) and value == 0):
         return None
     if isinstance(value, int):
-        return RateLimit(max_calls=value, window_s=default_window_s)
+        return RateLimit(max_calls=_calls(where, value), window_s=default_window_s)
     if isinstance(value, Mapping) and "max_calls" in value:
-        return RateLimit(
-            max_calls=int(value["max_calls"]),
-            window_s=float(value.get("window_s", default_window_s)),
-        )
+        unknown = sorted(set(value) - {"max_calls", "window_s"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} "
+                              "(expected max_calls and window_s)")
+        window = value.get("window_s", default_window_s)
+        if isinstance(window, bool) or not isinstance(window, int | float) or not (
+            math.isfinite(window) and window > 0
+        ):
+            raise ConfigError(f"{where}.window_s: expected a number of seconds > 0, "
+                              f"got {window!r}")
+        return RateLimit(max_calls=_calls(f"{where}.max_calls", value["max_calls"]),
+                         window_s=float(window))
     raise ConfigError(
-        f"ratelimit.global.{tool}: expected an int or a table with max_calls (and window_s), "
-        f"got {value!r}"
+        f"{where}: expected an int or a table with max_calls (and window_s), got {value!r}"
     )
+
+
+def _calls(where: str, value: Any) -> int:
+    """A cross-session count of calls: an int >= 0 (0 admits no call at all)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: expected an integer >= 0, got {value!r}")
+    return value
 
 
 class ToolRateLimiter:
@@ -109,8 +127,11 @@ class ToolRateLimiter:
         global_overrides: Mapping[str, Any] | None = None,
         fail_open: bool = True,
     ) -> None:
-        if global_factor < 0:
-            raise ConfigError("ratelimit.global_factor must be >= 0")
+        if not math.isfinite(global_factor) or global_factor < 0:
+            # inf would overflow at the first call, NaN would silently disable the bound.
+            raise ConfigError(
+                f"ratelimit.global_factor must be a number >= 0, not {global_factor!r}"
+            )
         self._storage_obj: Storage | None = None
         self._strategy_obj: MovingWindowRateLimiter | None = None
         # The default in-memory storage is built at the first rate-limited call; any other URI is

@@ -31,7 +31,7 @@ def tooldeck_config_schema() -> dict[str, Any]:
             "properties": {
                 "enabled": {"type": "boolean"},
                 "storage_uri": {"type": "string", "minLength": 1},
-                "global_factor": {"type": "number", "exclusiveMinimum": 0},
+                "global_factor": {"type": "number", "minimum": 0},  # 0: no cross-session window
                 "global": {"type": "object"},
                 "fail_open": {"type": "boolean"},
             },

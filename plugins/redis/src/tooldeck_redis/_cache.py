@@ -14,7 +14,7 @@ import cattrs
 from tooldeck_hookspecs import RateLimitOutcome, SessionInfo, ToolDefinition, ToolResult
 
 from ._client import RedisConnection, ReplyError, delete_matching, glob_escape, parse_info
-from ._limiter import CACHED_OR_WINDOW, RedisRateLimiter
+from ._limiter import RedisRateLimiter, bounded_get, cached_or_window
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
@@ -89,7 +89,9 @@ class RedisCache:
         self._evicted_checked = 0.0
         # Runs on this cache's connection, the one its puts go down: a probe sees every put
         # this process made before it (one connection's commands run in order).
-        self._combined = connection.script(CACHED_OR_WINDOW)
+        self._combined = connection.script(cached_or_window(self.max_entry_bytes))
+        # Reads are bounded like writes: a value over max_entry_bytes stays on the server.
+        self._get = connection.script(bounded_get(self.max_entry_bytes))
 
     # ------------------------------------------------------------------ fallback
 
@@ -137,9 +139,7 @@ class RedisCache:
         """The cached result for ``key``, or None (a miss, an expired entry, or Redis down)."""
         await self._after_recovery()
         try:
-            raw = await self.connection.call(
-                "cached results cannot be read", "GET", self._prefix + key
-            )
+            raw = await self._get("cached results cannot be read", [self._prefix + key], [])
         except RedisUnavailable as exc:
             self._failed(exc)
             return await self._local_get(key)
@@ -156,12 +156,17 @@ class RedisCache:
         self._misses += 1
         return None
 
-    def _decoded(self, key: str, raw: bytes | None) -> ToolResult | None:
-        if raw is None:
+    def _decoded(self, key: str, raw: Any) -> ToolResult | None:
+        if type(raw) is not bytes:  # None: no entry; 0: one over max_entry_bytes (not read)
+            if raw is not None:
+                logger.warning("cache entry %r over max_entry_bytes ignored", key)
             self._misses += 1
             return None
         try:
             result = _converter.structure(json.loads(raw), ToolResult)
+            if not result.success:
+                # put stores successful results only: this one is not ours to serve.
+                raise ValueError("a failed result")
         except Exception:
             # Written by another version, or corrupted: a miss, and the put that follows fixes it.
             logger.warning("unreadable cache entry %r ignored", key)

@@ -17,7 +17,7 @@ from ._client import Encoded, RedisConnection, delete_matching, glob_escape
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
-__all__ = ["CACHED_OR_WINDOW", "RedisRateLimiter"]
+__all__ = ["RedisRateLimiter", "bounded_get", "cached_or_window"]
 
 logger = logging.getLogger("tooldeck.redis")
 
@@ -65,11 +65,13 @@ _MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
 
 # KEYS[1]: a cache entry, then the windows. A hit returns {2, value} and counts nothing (a
 # cached answer is not a call); a miss counts the call as _MOVING_WINDOW does. One round trip
-# for the cache probe and the limit of a cacheable, rate-limited call.
-CACHED_OR_WINDOW = (
+# for the cache probe and the limit of a cacheable, rate-limited call. An entry larger than the
+# cache's max_entry_bytes is a miss: this deck never writes one (another deployment or version
+# did), and sending it would move megabytes through the connection every other call shares.
+_CACHED_OR_WINDOW = (
     """
 local value = redis.call('GET', KEYS[1])
-if value then
+if value and string.len(value) <= %d then
   return {2, value}
 end
 local keys = {}
@@ -77,8 +79,28 @@ for i = 2, #KEYS do
   keys[i - 1] = KEYS[i]
 end
 """
-    + _WINDOWS
+    + _WINDOWS.replace("%", "%%")
 )
+
+# KEYS[1]: a cache entry. Its value, nil, or 0 when it is larger than max_entry_bytes (left on
+# the server, as above).
+_BOUNDED_GET = """
+local value = redis.call('GET', KEYS[1])
+if value and string.len(value) > %d then
+  return 0
+end
+return value
+"""
+
+
+def cached_or_window(max_entry_bytes: int) -> str:
+    """The cache probe + window check script for entries of at most ``max_entry_bytes``."""
+    return _CACHED_OR_WINDOW % int(max_entry_bytes)
+
+
+def bounded_get(max_entry_bytes: int) -> str:
+    """The ``GET`` script that answers 0 instead of a value over ``max_entry_bytes``."""
+    return _BOUNDED_GET % int(max_entry_bytes)
 
 
 @attrs.frozen

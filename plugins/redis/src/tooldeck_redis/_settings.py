@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -85,10 +86,23 @@ def _on_error(table: Mapping[str, Any], where: str, default: OnError) -> OnError
     return value  # type: ignore[no-any-return]
 
 
+def _number(value: Any) -> bool:
+    # NaN and the infinities are floats TOML can spell; no setting here means anything by them
+    # (a NaN timeout fails every call, an infinite one lets a hung server hold calls forever).
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _positive(table: Mapping[str, Any], key: str, default: float, where: str = "redis") -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if not _number(value) or value <= 0:
         raise ConfigError(f"{where}.{key} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _non_negative(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if not _number(value) or value < 0:
+        raise ConfigError(f"{where}.{key} must be a number >= 0, not {value!r}")
     return float(value)
 
 
@@ -120,9 +134,7 @@ def redis_settings(
         # already consumed or never saw: approvals only fail closed.
         raise ConfigError("redis.approvals.on_error can only be 'fail_closed'")
     shared_limits = _table(settings, "ratelimit")
-    global_factor = float(shared_limits.get("global_factor", 10.0))
-    if global_factor < 0:
-        raise ConfigError("ratelimit.global_factor must be >= 0")
+    global_factor = _non_negative(shared_limits, "global_factor", 10.0, "ratelimit")
     namespace = str(table.get("namespace", "tooldeck"))
     if not namespace or any(c.isspace() for c in namespace):
         raise ConfigError(f"redis.namespace must be a non-empty word, not {namespace!r}")
@@ -132,7 +144,7 @@ def redis_settings(
         socket_timeout_s=_positive(table, "socket_timeout_s", 0.5),
         connect_timeout_s=_positive(table, "connect_timeout_s", 0.5),
         max_connections=int(_positive(table, "max_connections", 8)),
-        retry_interval_s=float(table.get("retry_interval_s", 1.0)),
+        retry_interval_s=_non_negative(table, "retry_interval_s", 1.0, "redis"),
         cache_enabled=bool(cache.get("enabled", True))
         and bool(_table(settings, "cache").get("enabled", True)),
         cache_on_error=_on_error(cache, "cache", "local"),

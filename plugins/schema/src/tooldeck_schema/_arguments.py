@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -201,6 +202,47 @@ def _explain_one(
                             expected=error.rule_definition)]
 
 
+_FLAT = frozenset({str, int, bool, type(None)})
+
+
+def non_finite_numbers(arguments: Any) -> list[ArgumentProblem]:
+    """A problem for each NaN or infinite float in ``arguments`` (at most :data:`MAX_PROBLEMS`).
+
+    JSON has no NaN and no Infinity, but Python's ``json.loads`` (how a model's arguments are
+    usually parsed) reads ``NaN``, ``Infinity`` and ``-Infinity``. JSON Schema bounds cannot
+    stop them: NaN compares false to everything, so ``minimum`` / ``maximum`` pass it, and
+    Infinity passes a lone ``minimum``. They are refused here, for every schema. The walk is
+    iterative (arguments are bounded in depth by the core, but this must never recurse).
+    """
+    problems: list[ArgumentProblem] = []
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(arguments, ())]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, Mapping):
+            items: Any = node.items()
+        elif isinstance(node, list | tuple):
+            items = enumerate(node)
+        else:
+            continue
+        for key, value in items:
+            kind = type(value)
+            if kind in _FLAT:
+                continue
+            if kind is float or isinstance(value, float):
+                if not math.isfinite(value):
+                    text = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+                    problems.append(ArgumentProblem(
+                        path=json_path([*where, key if isinstance(key, int) else str(key)]),
+                        message=f"{text} is not a JSON number (JSON numbers are finite)",
+                        expected="a finite number",
+                    ))
+                    if len(problems) >= MAX_PROBLEMS:
+                        return problems
+            elif isinstance(value, Mapping | list | tuple):
+                stack.append((value, (*where, key if isinstance(key, int) else str(key))))
+    return problems
+
+
 class SchemaArgumentValidator:
     """Validates a tool's arguments against its ``parameters`` JSON Schema.
 
@@ -237,7 +279,7 @@ class SchemaArgumentValidator:
                 )]
             arguments = dict(arguments)
         if self._dialect is not None:
-            return self._dialect_problems(arguments)
+            return self._dialect_problems(arguments) or non_finite_numbers(arguments)
         try:
             self._fast(arguments)
         except fastjsonschema.JsonSchemaException:
@@ -245,7 +287,8 @@ class SchemaArgumentValidator:
         except Exception as exc:  # odd (non-JSON) values must not crash a call
             return [ArgumentProblem(path="$", message=f"arguments are not valid JSON values "
                                     f"({type(exc).__name__}: {exc})")]
-        return []
+        # Valid for the schema; NaN and Infinity slip through any schema (see the function).
+        return non_finite_numbers(arguments)
 
     def _dialect_problems(self, arguments: Mapping[str, Any]) -> list[ArgumentProblem]:
         try:

@@ -27,6 +27,7 @@ __all__ = [
     "SchemaCompileError",
     "compile_schema",
     "remote_refs",
+    "ref_cycle",
     "plain_json",
     "meta_validate",
 ]
@@ -145,6 +146,121 @@ _SCHEMA_MAPS = frozenset(
 def remote_refs(schema: Mapping[str, Any]) -> list[str]:
     """Every ``$ref`` in ``schema`` that does not point inside the schema itself."""
     return [ref for ref in _walk_refs(schema) if not ref.startswith("#")]
+
+
+#: Keywords whose subschemas apply to the same value as the schema holding them: following only
+#: these, a validator never descends into the value, so a cycle among them never ends.
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+
+
+def _pointer_target(root: Any, ref: str) -> Any:
+    """The node a local ``$ref`` (``#`` or ``#/a/b``) points at, or None."""
+    from urllib.parse import unquote
+
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None  # an anchor or an $id-relative reference: left to the compiler
+    node = root
+    for part in ref[2:].split("/"):
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _in_place(node: Mapping[str, Any], root: Any) -> Iterator[tuple[str, Any]]:
+    """``(how, subschema)`` for each subschema that applies to the same value as ``node``."""
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        target = _pointer_target(root, ref)
+        if isinstance(target, Mapping):
+            yield ref, target
+    for key in _IN_PLACE_LISTS:
+        items = node.get(key)
+        if isinstance(items, list):
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping):
+                    yield f"{key}[{index}]", item
+    for key in _IN_PLACE_ONE:
+        item = node.get(key)
+        if isinstance(item, Mapping):
+            yield key, item
+    for key in ("dependencies", "dependentSchemas"):
+        table = node.get(key)
+        if isinstance(table, Mapping):
+            for name, item in table.items():
+                if isinstance(item, Mapping):
+                    yield f"{key}.{name}", item
+
+
+def ref_cycle(schema: Any) -> str | None:
+    """A ``$ref`` loop of ``schema`` that never descends into the value, as text
+    (``#/definitions/a -> #/definitions/b -> #/definitions/a``), or None.
+
+    ``{"definitions": {"a": {"$ref": "#/definitions/a"}}}`` (or a loop through ``allOf``,
+    ``anyOf``, ``not``, ...) makes every validation recurse until Python's recursion limit:
+    each call would fail with a RecursionError that has nothing to do with the arguments.
+    Recursive schemas that descend (``{"properties": {"child": {"$ref": "#"}}}``) are fine.
+    Iterative: a schema nested thousands of levels deep cannot exhaust the stack here.
+    """
+    # Every schema node, map-aware: the keys of "properties" & co. are names, not keywords.
+    nodes: list[Mapping[str, Any]] = []
+    pointers: dict[int, str] = {}  # where each node is, to name the loop's start
+    stack: list[tuple[Any, bool, str]] = [(schema, False, "#")]
+    while stack:
+        node, is_map, pointer = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, False, f"{pointer}/{i}") for i, item in enumerate(node))
+        elif not isinstance(node, Mapping):
+            continue
+        elif is_map:
+            stack.extend((value, False, f"{pointer}/{_escape(str(key))}")
+                         for key, value in node.items())
+        else:
+            nodes.append(node)
+            pointers.setdefault(id(node), pointer)
+            for key, value in node.items():
+                where = f"{pointer}/{_escape(str(key))}"
+                if key in _SCHEMA_MAPS or key == "patternProperties":
+                    stack.append((value, True, where))
+                elif key not in ("enum", "const", "default", "examples"):
+                    stack.append((value, False, where))
+    # Depth-first search for a cycle among the in-place edges (white / grey / black).
+    done: set[int] = set()
+    for start in nodes:
+        if id(start) in done:
+            continue
+        path: list[tuple[Mapping[str, Any], Iterator[tuple[str, Any]], str]] = [
+            (start, _in_place(start, schema), "")
+        ]
+        on_path = {id(start)}
+        while path:
+            node, edges, _ = path[-1]
+            step = next(edges, None)
+            if step is None:
+                path.pop()
+                on_path.discard(id(node))
+                done.add(id(node))
+                continue
+            how, child = step
+            if id(child) in on_path:
+                first = next(i for i, entry in enumerate(path) if entry[0] is child)
+                hops = [entry[2] for entry in path[first + 1 :]] + [how]
+                return " -> ".join([pointers.get(id(child), "#"), *hops])
+            if id(child) not in done:
+                path.append((child, _in_place(child, schema), how))
+                on_path.add(id(child))
+    return None
 
 
 def compile_schema(

@@ -16,7 +16,7 @@ import attrs
 
 from tooldeck_hookspecs import Catalog, SecurityLevel, SessionInfo, ToolDefinition
 
-from ._compile import SchemaCompileError, compile_schema, meta_validate, plain_json
+from ._compile import SchemaCompileError, compile_schema, meta_validate, plain_json, ref_cycle
 
 __all__ = ["validate_definition", "format_problem", "NAME_RE", "MAX_NAME_LENGTH"]
 
@@ -28,6 +28,10 @@ _SEMVER_RE = re.compile(
 )
 _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MAX_TIMEOUT_S = 24 * 3600.0
+#: Containers (objects and arrays) a parameter schema may nest. Real schemas nest a few levels;
+#: fastjsonschema's generated code cannot compile much past this depth anyway, and the copy,
+#: the metaschema check and the compiler all recurse: deeper, they would raise RecursionError.
+MAX_SCHEMA_DEPTH = 128
 _SESSION_FIELDS = frozenset(f.name for f in attrs.fields(SessionInfo))
 #: Where a problem lenient registration repairs is reported: how to opt in.
 LENIENT_HINT = " (a catalog not written for tooldeck: register it with lenient=True)"
@@ -83,11 +87,33 @@ def _check_identity(tool: ToolDefinition, add: Callable[[str, str], None]) -> No
         add("category", "must be a non-empty category such as 'filesystem'")
 
 
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests dicts and lists more than ``limit`` deep (iterative)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _check_parameters(tool: ToolDefinition, add: Callable[[str, str], None]) -> set[str] | None:
     """Check the parameter schema; return its property names (None if it is unusable)."""
     schema = tool.parameters
     if not isinstance(schema, Mapping):
         add("parameters", f"must be a JSON Schema object, got {type(schema).__name__}")
+        return None
+    if _nested_deeper_than(schema, MAX_SCHEMA_DEPTH):
+        # Checked before anything that recurses over the schema (a tool pack or an MCP server
+        # may send one thousands of levels deep).
+        add("parameters", f"is nested deeper than {MAX_SCHEMA_DEPTH} levels")
         return None
     try:
         plain = plain_json(schema)
@@ -106,6 +132,11 @@ def _check_parameters(tool: ToolDefinition, add: Callable[[str, str], None]) -> 
     for required in plain.get("required", []):
         if required not in names:
             add("parameters.required", f"{required!r} is not a property")
+    loop = ref_cycle(plain)
+    if loop is not None:
+        add("parameters", f"$ref loop {loop}: the schema refers to itself without descending "
+            "into the value, so validating any call would never end")
+        return names
     try:
         compile_schema(plain, detailed=False)  # the argument validator's fast half, cached
     except SchemaCompileError as exc:
