@@ -73,6 +73,34 @@ def _require(module: str) -> Any:
     return require(module, **_EXTRA)
 
 
+@functools.cache
+def _tool_class() -> type:
+    """``StructuredTool`` that hands the model's arguments to the deck as one value.
+
+    LangChain passes a tool's input as keyword arguments and adds its own ``config`` and
+    ``run_manager`` keywords to them: a deck tool parameter of either name would be replaced
+    (and the call refused for a missing field, or run without it). The whole input goes as one
+    positional dict instead, out of reach of the injected keywords.
+    """
+    tools = _require("langchain_core.tools")
+
+    class DeckStructuredTool(tools.StructuredTool):  # type: ignore[misc,name-defined]
+        def _to_args_and_kwargs(
+            self, tool_input: str | dict[str, Any], tool_call_id: str | None
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if not isinstance(tool_input, dict):
+                # handle_tool_error turns this into the deck's structured error.
+                raise tools.ToolException(result_text(ToolResult.fail(
+                    ErrorCode.INVALID_ARGUMENTS,
+                    f"the arguments must be a JSON object, not {type(tool_input).__name__}",
+                    suggestion="Send the arguments as one JSON object.",
+                )))
+            return (dict(tool_input),), {}
+
+    DeckStructuredTool.__module__ = __name__
+    return DeckStructuredTool
+
+
 def _make_tool(bridge: SessionBridge, definition: ToolDefinition) -> Any:
     tools = _require("langchain_core.tools")
     name = definition.name
@@ -83,13 +111,13 @@ def _make_tool(bridge: SessionBridge, definition: ToolDefinition) -> Any:
         # handle_tool_error turns this into a ToolMessage with status="error".
         raise tools.ToolException(result_text(result))
 
-    def run(**arguments: Any) -> str:
+    def run(arguments: dict[str, Any]) -> str:
         return finish(bridge.run(bridge.session.call, name, arguments))
 
-    async def arun(**arguments: Any) -> str:
+    async def arun(arguments: dict[str, Any]) -> str:
         return finish(await bridge.arun(bridge.session.call, name, arguments))
 
-    return tools.StructuredTool(
+    return _tool_class()(
         name=name,
         description=definition.description,
         args_schema=dict(definition.parameters),

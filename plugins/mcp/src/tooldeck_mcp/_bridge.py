@@ -11,11 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import (
+    LEVEL_ORDER,
     ErrorCode,
     ExecutionConfig,
     RegisterFn,
     RegistrationError,
     SecurityConfig,
+    SecurityLevel,
     ToolContext,
     ToolDefinition,
     ToolFailure,
@@ -37,6 +39,17 @@ log = logging.getLogger("tooldeck.mcp")
 #: Extra seconds the executor waits beyond the bridge's own timeout, so that the bridge's
 #: message (which names the server) is the one the model reads.
 _TIMEOUT_GRACE_S = 2.0
+
+#: Longest description of a remote tool kept, in characters (longer: cut, with a warning). The
+#: description is shown to the model on every turn the tool is dealt: a remote server must not
+#: be able to fill the model's context (or the deck's memory) with one tool.
+MAX_DESCRIPTION_CHARS = 8192
+#: Longest ``description`` or ``title`` kept inside a remote input schema (annotations only:
+#: cutting them changes no constraint).
+MAX_SCHEMA_TEXT_CHARS = 2048
+#: Largest remote input schema registered, as compact JSON; a larger one leaves its tool out
+#: (cutting constraints would change what the tool accepts).
+MAX_SCHEMA_BYTES = 256 * 1024
 
 
 def _content_item(block: Any) -> Any:
@@ -143,6 +156,8 @@ def time_safe_schema(schema: Any, *, where: str) -> Any:
             out[key] = {k: time_safe_schema(v, where=where) for k, v in value.items()}
         elif key in ("enum", "const", "default", "examples"):
             out[key] = value  # data, not schema
+        elif key in ("description", "title") and isinstance(value, str):
+            out[key] = _cut(value, MAX_SCHEMA_TEXT_CHARS, f"{where}: schema {key}")
         elif key == "pattern" and isinstance(value, str):
             problem = _pattern_problem(value)
             if problem is None:
@@ -167,6 +182,22 @@ def time_safe_schema(schema: Any, *, where: str) -> Any:
     if loosen:
         out.pop("additionalProperties", None)
     return out
+
+
+def _cut(text: str, limit: int, what: str) -> str:
+    """``text`` within ``limit`` characters; a cut one ends with a marker and is logged."""
+    if len(text) <= limit:
+        return text
+    log.warning("%s is %d characters; cut to %d", what, len(text), limit)
+    marker = " [... cut by tooldeck]"
+    return text[: limit - len(marker)] + marker
+
+
+def _schema_size(schema: Any) -> int:
+    """Size of ``schema`` as compact JSON (anything not JSON counts as its repr)."""
+    import json
+
+    return len(json.dumps(schema, separators=(",", ":"), default=repr))
 
 
 def _parameters(schema: Mapping[str, Any] | None, *, where: str = "MCP tool") -> dict[str, Any]:
@@ -196,24 +227,57 @@ def definitions_for(
     """Deck definitions of a server's tools (``remote`` executes them; None: no execute)."""
     definitions: list[ToolDefinition] = []
     seen: dict[str, str] = {}
+    # A remote name listed more than once is one remote tool: registered once, at the
+    # strictest level any of its entries asks for (an innocuous twin must not be a way round
+    # the confirmation its destructive entry needs).
+    levels: dict[str, SecurityLevel] = {}
     for tool in tools:
-        if config.include is not None and tool.name not in config.include:
-            continue
-        if tool.name in config.exclude:
-            continue
-        name = tool_name(config.name, tool.name)
-        if name in seen:
-            # Two remote names that slug alike ("a-b", "a_b"): keep both, tell them apart.
-            name = tool_name(config.name, f"{tool.name} {len(definitions)}")
-        seen[name] = tool.name
         hints = tool.annotations
         level = config.level_for(
             read_only=hints.read_only_hint if hints else None,
             destructive=hints.destructive_hint if hints else None,
         )
-        description = (tool.description or "").strip() or (
-            f"{tool.title or tool.name} (tool {tool.name!r} of MCP server {config.name!r})"
+        if LEVEL_ORDER[level] > LEVEL_ORDER[levels.get(tool.name, level)]:
+            levels[tool.name] = level
+        else:
+            levels.setdefault(tool.name, level)
+    registered: set[str] = set()
+    for tool in tools:
+        if config.include is not None and tool.name not in config.include:
+            continue
+        if tool.name in config.exclude:
+            continue
+        if tool.name in registered:
+            log.warning(
+                "MCP server %r lists the tool %r more than once; only its first entry is "
+                "registered", config.name, tool.name,
+            )
+            continue
+        registered.add(tool.name)
+        name = tool_name(config.name, tool.name)
+        index = len(definitions)
+        while name in seen:
+            # Two remote names that slug alike ("a-b", "a_b"): keep both, tell them apart.
+            name = tool_name(config.name, f"{tool.name} {index}")
+            index += 1
+        seen[name] = tool.name
+        hints = tool.annotations
+        level = levels[tool.name]
+        where = f"tool {tool.name!r} of MCP server {config.name!r}"
+        description = _cut(
+            (tool.description or "").strip()
+            or f"{tool.title or tool.name} (tool {tool.name!r} of MCP server {config.name!r})",
+            MAX_DESCRIPTION_CHARS,
+            f"the description of {where}",
         )
+        parameters = _parameters(tool.input_schema, where=where)
+        size = _schema_size(parameters)
+        if size > MAX_SCHEMA_BYTES:
+            log.warning(
+                "%s: its input schema is %d bytes, over %d; the tool is not registered",
+                where, size, MAX_SCHEMA_BYTES,
+            )
+            continue
         tags = ["mcp", f"mcp_server:{config.name}", f"mcp_tool:{tool.name}"]
         if hints is not None and hints.open_world_hint:
             tags.append("open_world")
@@ -222,10 +286,7 @@ def definitions_for(
                 name=name,
                 description=description,
                 category=config.category_name,
-                parameters=_parameters(
-                    tool.input_schema,
-                    where=f"tool {tool.name!r} of MCP server {config.name!r}",
-                ),
+                parameters=parameters,
                 security=SecurityConfig(level=level, network=config.transport == "http"),
                 # Never retried by the executor: a remote tool may not be idempotent, and a
                 # crash is the model's to retry (the error says retryable).

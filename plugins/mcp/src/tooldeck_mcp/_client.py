@@ -42,6 +42,10 @@ log = logging.getLogger("tooldeck.mcp")
 
 T = TypeVar("T")
 
+#: How long a server suspected dead (its connection reported closed, or an answer the SDK
+#: could not read) has to answer again before the bridge restarts it.
+_PING_TIMEOUT_S = 5.0
+
 
 class _Loop:
     """One asyncio loop in a daemon thread, reached through an anyio portal."""
@@ -159,6 +163,10 @@ class _Connection:
         self.tools: list[types.Tool] = []
         self.error: BaseException | None = None
         self.alive = False
+        # Cancelled by close() when the connection never became ready: a server that does not
+        # answer initialize or tools/list (or pages its tools without end) must not keep its
+        # process and this task after the start was given up.
+        self._scope = anyio.CancelScope()
 
     def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         config = self.config
@@ -187,14 +195,15 @@ class _Connection:
 
     async def run(self) -> None:
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                transport = self._transport(stack)
-                client = await stack.enter_async_context(Client(transport, cache=None))
-                self.tools = await _list_all(client)
-                self.client = client
-                self.alive = True
-                self.ready.set()
-                await self._stop.wait()
+            with self._scope:
+                async with contextlib.AsyncExitStack() as stack:
+                    transport = self._transport(stack)
+                    client = await stack.enter_async_context(Client(transport, cache=None))
+                    self.tools = await _list_all(client, self.config.name)
+                    self.client = client
+                    self.alive = True
+                    self.ready.set()
+                    await self._stop.wait()
         except Exception as exc:  # recorded; the next call restarts the server
             self.error = exc
             if self.alive:
@@ -206,21 +215,49 @@ class _Connection:
             self.stopped.set()
 
     async def close(self) -> None:
+        started = self.alive
         self.alive = False
         self._stop.set()
+        if not started:
+            # Still starting (or it failed): there is no session to end politely. The
+            # transports shut their process down under cancellation (shielded, bounded).
+            self._scope.cancel()
         with anyio.move_on_after(10):
             await self.stopped.wait()
+        if not self.stopped.is_set():  # a polite stop that did not finish: forced
+            self._scope.cancel()
+            with anyio.move_on_after(10):
+                await self.stopped.wait()
 
 
-async def _list_all(client: Client) -> list[types.Tool]:
+#: Most ``tools/list`` pages and tools read from one server: a server that pages without end
+#: (or lists a million tools) must not grow the deck's memory without bound.
+MAX_LIST_PAGES = 100
+MAX_TOOLS = 5000
+
+
+async def _list_all(client: Client, server: str = "?") -> list[types.Tool]:
+    """Every tool of the server, following ``nextCursor`` up to :data:`MAX_LIST_PAGES` pages
+    and :data:`MAX_TOOLS` tools; past either bound (or at a cursor seen before, a loop) the
+    listing stops there with a warning."""
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    seen: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
         page = await client.list_tools(cursor=cursor)
         tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:
             return tools
+        if len(tools) >= MAX_TOOLS or cursor in seen:
+            break
+        seen.add(cursor)
+    log.warning(
+        "MCP server %r: tools/list stopped after %d tool(s): the server keeps paging (at most "
+        "%d pages and %d tools are read, a repeated cursor ends the listing); the rest is not "
+        "registered", server, min(len(tools), MAX_TOOLS), MAX_LIST_PAGES, MAX_TOOLS,
+    )
+    return tools[:MAX_TOOLS]
 
 
 def _describe(exc: BaseException) -> str:
@@ -343,7 +380,10 @@ class RemoteServer:
         connection = await self._ensure()
         assert connection.client is not None
         try:
-            connection.tools = await _list_all(connection.client)
+            # Bounded like the first listing: a live server that stops answering tools/list
+            # must not block the deck's registration for ever.
+            with anyio.fail_after(self.config.startup_timeout_s):
+                connection.tools = await _list_all(connection.client, self.config.name)
         except Exception as exc:  # keep the listing made at connect time
             log.warning("MCP server %r: tools/list failed: %s", self.config.name, exc)
         return connection.tools
@@ -386,22 +426,36 @@ class RemoteServer:
                 details={"server": config.name, "timeout_s": config.timeout_s},
             ) from None
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                await self._died(connection)
+            # CONNECTION_CLOSED is -32000, also the code JSON-RPC leaves to servers for their
+            # own errors: only a connection that no longer answers is dead.
+            if exc.code != CONNECTION_CLOSED or await self._answers(client):
+                # A JSON-RPC error from a live server (unknown tool, bad params): the call's.
                 raise ToolFailure(
                     ErrorCode.EXECUTION_ERROR,
-                    lost,
-                    retryable=True,
-                    suggestion=again,
-                    details={"server": config.name},
+                    f"MCP server {config.name!r} refused the call of {tool!r}: {exc.message}",
+                    details={"server": config.name, "jsonrpc_code": exc.code},
                 ) from None
-            # A JSON-RPC error from a live server (unknown tool, bad params): the call's fault.
+            await self._died(connection)
             raise ToolFailure(
                 ErrorCode.EXECUTION_ERROR,
-                f"MCP server {config.name!r} refused the call of {tool!r}: {exc.message}",
-                details={"server": config.name, "jsonrpc_code": exc.code},
+                lost,
+                retryable=True,
+                suggestion=again,
+                details={"server": config.name},
             ) from None
-        except Exception as exc:  # a transport failure: the server is gone
+        except Exception as exc:  # a transport failure, or an answer the SDK cannot read
+            if await self._answers(client):
+                # The server is alive and sent something that is not MCP (a content block of
+                # an unknown type, a malformed result): this call failed, the connection and
+                # the other calls in flight on it stay.
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"MCP server {config.name!r} answered the call of {tool!r} with a result "
+                    f"that is not valid MCP: {_describe(exc)[:500]}",
+                    suggestion="The tool's server answered in a form tooldeck cannot read; "
+                    "use another tool.",
+                    details={"server": config.name},
+                ) from None
             await self._died(connection)
             raise ToolFailure(
                 ErrorCode.EXECUTION_ERROR,
@@ -412,6 +466,19 @@ class RemoteServer:
             ) from None
         self._failures = 0
         return result
+
+    async def _answers(self, client: Client) -> bool:
+        """Whether the server still answers (bounded: a silent server is dead).
+
+        Asked with ``tools/list``, which every protocol era has (``ping`` is gone from
+        2026-07-28) and every server the bridge talks to answers.
+        """
+        try:
+            with anyio.fail_after(min(self.config.timeout_s, _PING_TIMEOUT_S)):
+                await client.list_tools()
+        except Exception:
+            return False
+        return True
 
     def close(self) -> None:
         """Close the connection now (a stdio server is terminated); the next call reconnects."""

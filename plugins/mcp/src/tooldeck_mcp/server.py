@@ -468,6 +468,44 @@ async def _call_reporting_progress(
     return result
 
 
+#: Characters of a call's arguments an approval question shows from its start and its end.
+_SHOWN_HEAD = 1500
+_SHOWN_TAIL = 500
+#: Unicode categories that show nothing or reorder text (controls, bidi and zero-width format
+#: characters, line and paragraph separators, private use, unassigned, surrogates).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+
+
+def _visible(text: str) -> str:
+    """``text`` with every character that could hide or reorder what the user reads (a
+    right-to-left override, a zero-width space) written as its escape (``\\u202e``)."""
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if ch not in "\n\t" and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _shown_arguments(arguments: Mapping[str, Any]) -> str:
+    """A call's arguments as the user is asked to approve them: JSON, every invisible or
+    reordering character escaped, and, when too long to show whole, its start and its end with
+    the number of characters left out said in words (the model writes these arguments: padding
+    must not push the part that matters out of sight unnoticed)."""
+    text = _visible(json.dumps(dict(arguments), ensure_ascii=False, default=str))
+    if len(text) <= _SHOWN_HEAD + _SHOWN_TAIL:
+        return text
+    hidden = len(text) - _SHOWN_HEAD - _SHOWN_TAIL
+    return (
+        f"{text[:_SHOWN_HEAD]}\n[... {hidden} characters of the arguments are NOT shown; "
+        f"decline unless you expect arguments this long ...]\n{text[-_SHOWN_TAIL:]}"
+    )
+
+
 # ---------------------------------------------------------------------- logging to the client
 
 #: MCP log levels, least to most severe (``logging/setLevel``, ``notifications/message``).
@@ -1171,12 +1209,10 @@ class DeckMcpServer:
         assert asked.error is not None
         approval_id = str(asked.error.details.get("approval_id", ""))
         reasons = asked.error.details.get("reasons") or [asked.error.message]
-        arguments = json.dumps(dict(call.arguments), ensure_ascii=False, default=str)
-        if len(arguments) > 2000:
-            arguments = arguments[:2000] + " ..."
         message = (
             f"The assistant wants to run the tool {call.name!r} with these arguments:\n"
-            f"{arguments}\n\nWhy approval is needed: " + "; ".join(map(str, reasons))
+            f"{_shown_arguments(call.arguments)}\n\nWhy approval is needed: "
+            + _visible("; ".join(map(str, reasons)))
             + "\n\nAllow this call?"
         )
         schema: dict[str, Any] = {
