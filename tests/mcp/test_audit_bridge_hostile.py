@@ -104,6 +104,11 @@ def _config(tmp_path: Path, scenario: dict[str, Any], **options: Any) -> McpServ
     )
 
 
+def _table(config: McpServerConfig) -> dict[str, Any]:
+    """The `[mcp.servers.raw]` table that configures a deck (or `from_table`) like `config`."""
+    return {"command": list(config.command or ()), "env": dict(config.env), "stderr": "discard"}
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -155,10 +160,7 @@ async def test_a_live_server_error_or_unreadable_result_is_not_a_crash(tmp_path:
     }
     config = _config(tmp_path, scenario)
     deck = make_deck(
-        config={"mcp": {"servers": {"raw": {
-            "command": list(config.command or ()), "env": dict(config.env),
-            "stderr": "discard",
-        }}}},
+        config={"mcp": {"servers": {"raw": _table(config)}}},
         load_entry_points=ENTRY_POINTS,
     )
     async with deck:
@@ -179,10 +181,7 @@ async def test_a_live_server_error_or_unreadable_result_is_not_a_crash(tmp_path:
         # The same server process answers: neither answer was taken for a crash.
         again = await session.call("raw__pid", {})
         assert again.data == first.data
-        stats = remote_server(McpServerConfig.from_table("raw", {
-            "command": list(config.command or ()), "env": dict(config.env),
-            "stderr": "discard",
-        })).statistics()
+        stats = remote_server(McpServerConfig.from_table("raw", _table(config))).statistics()
         assert (stats.starts, stats.crashes) == (1, 0)
 
 
@@ -204,10 +203,7 @@ async def test_remote_descriptions_and_schemas_are_bounded(
     config = _config(tmp_path, scenario)
     with caplog.at_level(logging.WARNING, logger="tooldeck.mcp"):
         deck = make_deck(
-            config={"mcp": {"servers": {"raw": {
-                "command": list(config.command or ()), "env": dict(config.env),
-                "stderr": "discard",
-            }}}},
+            config={"mcp": {"servers": {"raw": _table(config)}}},
             load_entry_points=ENTRY_POINTS,
         )
     async with deck:
@@ -231,10 +227,7 @@ async def test_a_tool_listed_twice_takes_its_strictest_level(tmp_path: Path) -> 
     ]}
     config = _config(tmp_path, scenario, trust_annotations=True)
     deck = make_deck(
-        config={"mcp": {"servers": {"raw": {
-            "command": list(config.command or ()), "env": dict(config.env),
-            "stderr": "discard", "trust_annotations": True,
-        }}}},
+        config={"mcp": {"servers": {"raw": {**_table(config), "trust_annotations": True}}}},
         load_entry_points=ENTRY_POINTS,
     )
     async with deck:
