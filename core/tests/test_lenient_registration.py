@@ -217,6 +217,36 @@ async def test_what_cannot_be_repaired_is_still_refused_and_nothing_is_added():
         assert len(deck.catalog) == 0 and deck.registration_warnings == []
 
 
+@pytest.mark.parametrize("key", ["properties", "items", "anyOf"])
+async def test_a_hostile_deep_schema_is_a_problem_not_a_recursion_error(key):
+    # The repair recursed once per level: 5,000 levels raised RecursionError out of add_tools.
+    inner: dict = {"type": "STRING"}
+    for _ in range(5_000):
+        if key == "properties":
+            inner = {"type": "object", "properties": {"x": inner}}
+        elif key == "items":
+            inner = {"type": "array", "items": inner}
+        else:
+            inner = {"anyOf": [inner, {"type": "null"}]}
+    params = {"type": "object", "properties": {"deep": inner}}
+    async with new_deck() as deck:
+        with pytest.raises(RegistrationError, match="nested deeper than"):
+            await deck.add_tools([tool("deep", parameters=params)], lenient=True)
+        assert len(deck.catalog) == 0
+        # A schema of reasonable depth is still repaired all the way down.
+        shallow: dict = {"type": "STRING"}
+        for _ in range(20):
+            shallow = {"type": "object", "properties": {"x": shallow}}
+        (added,) = await deck.add_tools(
+            [tool("shallow", parameters={"type": "object", "properties": {"s": shallow}})],
+            lenient=True,
+        )
+        node = added.parameters["properties"]["s"]
+        for _ in range(20):
+            node = node["properties"]["x"]
+        assert node == {"type": "string"}
+
+
 async def test_removing_a_renamed_tool_drops_its_alias():
     async with new_deck() as deck:
         (added,) = await deck.add_tools([tool(LONG)], lenient=True)

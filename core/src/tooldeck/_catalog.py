@@ -141,6 +141,10 @@ _TYPE_ALIASES = {
 # Type names that mean "anything": the type key is dropped.
 _ANY_TYPES = frozenset({"any", "none", "", "object?", "mixed"})
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+#: Levels of nesting the repair descends. Deeper subschemas are left as they are: the register
+#: stage refuses schemas nested this deep anyway (with a clear problem), and a recursive repair
+#: of a hostile 5,000-level schema would raise RecursionError instead.
+_REPAIR_DEPTH = 200
 
 
 def _fixed_type(value: Any) -> Any:
@@ -159,9 +163,10 @@ def _fixed_type(value: Any) -> Any:
     return _TYPE_ALIASES.get(low)
 
 
-def _repair_schema(schema: Any, path: str, changes: list[str]) -> Any:
-    if not isinstance(schema, Mapping):
+def _repair_schema(schema: Any, path: str, changes: list[str], depth: int = 0) -> Any:
+    if not isinstance(schema, Mapping) or depth > _REPAIR_DEPTH:
         return schema
+    depth += 1
     out: dict[str, Any] = {}
     for key, value in schema.items():
         key = str(key)
@@ -174,12 +179,13 @@ def _repair_schema(schema: Any, path: str, changes: list[str]) -> Any:
                 out[key] = fixed
         elif key in ("properties", "definitions", "$defs") and isinstance(value, Mapping):
             out[key] = {
-                str(k): _repair_schema(v, f"{path}.{key}.{k}", changes) for k, v in value.items()
+                str(k): _repair_schema(v, f"{path}.{key}.{k}", changes, depth)
+                for k, v in value.items()
             }
         elif key in ("items", "additionalProperties", "not") and isinstance(value, Mapping):
-            out[key] = _repair_schema(value, f"{path}.{key}", changes)
+            out[key] = _repair_schema(value, f"{path}.{key}", changes, depth)
         elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_repair_schema(v, f"{path}.{key}[{i}]", changes)
+            out[key] = [_repair_schema(v, f"{path}.{key}[{i}]", changes, depth)
                         for i, v in enumerate(value)]
         else:
             out[key] = value

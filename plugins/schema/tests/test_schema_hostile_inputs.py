@@ -121,3 +121,68 @@ def test_a_schema_nested_thousands_of_levels_is_a_problem_not_a_recursion_error(
     problems = validate_definition(_tool(schema))
     assert problems == ["tool 'looped' (plugin 'unknown'): parameters: is nested deeper than "
                         "128 levels"]
+
+
+def _combinators(kind: str, levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string", "maxLength": 3}
+    for level in range(levels):
+        if kind == "not":
+            node = {"not": {"not": node}}
+        else:  # a distinct constant per level: a value matches one branch at most (oneOf)
+            node = {kind: [node, {"const": level}]}
+    return {"type": "object", "properties": {"v": node}, "required": ["v"]}
+
+
+@pytest.mark.parametrize("kind", ["anyOf", "oneOf", "not"])
+@pytest.mark.parametrize("levels", [12, 30])
+def test_combinators_nested_past_pythons_block_limit_still_validate(
+    kind: str, levels: int
+) -> None:
+    # Before: ~19 levels of anyOf/oneOf/not made fastjsonschema generate Python with more than
+    # 20 nested blocks, and registration failed with "SyntaxError: too many statically nested
+    # blocks". Such schemas are now validated by the interpreted validator, with the same answers.
+    schema = _combinators(kind, levels)
+    assert validate_definition(_tool(schema)) == []
+    validate = SchemaArgumentValidator(schema)
+    assert validate({"v": "abc"}) == []
+    if kind != "not":
+        assert validate({"v": 0}) == validate({"v": 7}) == []
+    for bad in ({"v": "abcd"}, {"v": -1}, {}, {"v": None}):
+        problems = validate(bad)
+        assert problems, bad
+        assert all(len(p.message) <= 600 for p in problems)
+    assert validate({"v": float("nan")})  # non-finite numbers are still refused
+
+
+def test_a_deep_schema_that_is_invalid_is_still_refused() -> None:
+    schema = _combinators("anyOf", 30)
+    schema["properties"]["w"] = {"type": "strong"}
+    (problem,) = validate_definition(_tool(schema))
+    assert "parameters" in problem and "strong" in problem
+
+
+def test_const_is_accepted_and_checked() -> None:
+    # Before: compiling any schema with "const" (Pydantic's one-value Literal) raised
+    # KeyError: 'definition_rule' inside fastjsonschema, and the tool was refused at registration.
+    schema = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "const": "cat"},
+            "n": {"const": 1, "enum": [1, 2, True]},
+            # A property *named* const is a name, not the keyword.
+            "const": {"type": "object", "properties": {"const": {"const": [5]}}},
+            "shape": {"oneOf": [
+                {"type": "object", "properties": {"kind": {"const": k}}, "required": ["kind"]}
+                for k in ("circle", "square")
+            ]},
+        },
+    }
+    assert validate_definition(_tool(schema)) == []
+    validate = SchemaArgumentValidator(schema)
+    assert validate({"kind": "cat", "n": 1, "const": {"const": [5]},
+                     "shape": {"kind": "square"}}) == []
+    assert [p.path for p in validate({"kind": "dog"})] == ["$.kind"]
+    assert [p.path for p in validate({"n": 2})] == ["$.n"]
+    assert [p.path for p in validate({"n": True})] == ["$.n"]
+    assert [p.path for p in validate({"const": {"const": [6]}})] == ["$.const.const"]
+    assert validate({"shape": {"kind": "triangle"}})

@@ -15,7 +15,7 @@ import fastjsonschema
 from tooldeck_hookspecs import ArgumentProblem, shorten
 
 from ._compile import SchemaCompileError, compile_schema, plain_json
-from ._dialect import dialect_validator, later_dialect
+from ._dialect import dialect_validator, fallback_validator, later_dialect
 from ._regex import safe_regex
 
 __all__ = ["SchemaArgumentValidator", "json_path", "json_type"]
@@ -266,7 +266,16 @@ class SchemaArgumentValidator:
             except ValueError as exc:
                 raise SchemaCompileError(str(exc)) from None
             return
-        self._fast = compile_schema(self.schema, detailed=False)
+        try:
+            self._fast = compile_schema(self.schema, detailed=False)
+        except SchemaCompileError as exc:
+            if not exc.codegen_limit:
+                raise
+            try:  # too deep for generated code: the interpreted validator takes it
+                self._dialect = fallback_validator(self.schema)
+            except ValueError as invalid:
+                raise SchemaCompileError(str(invalid)) from None
+            return
         self._all: Any = None
 
     def __call__(self, arguments: Mapping[str, Any], /) -> list[ArgumentProblem]:

@@ -36,7 +36,18 @@ Validator = Callable[[Any], Any]
 
 
 class SchemaCompileError(ValueError):
-    """fastjsonschema could not turn a schema into a validator."""
+    """fastjsonschema could not turn a schema into a validator.
+
+    ``codegen_limit`` is True when the schema is fine but the Python code fastjsonschema
+    generated for it is not: CPython allows 20 nested blocks and 100 indentation levels, and
+    every ``anyOf`` / ``oneOf`` / ``not`` level opens a ``try`` block. Such a schema is
+    validated by the ``jsonschema`` library instead (see :func:`~tooldeck_schema._dialect.
+    fallback_validator`).
+    """
+
+    def __init__(self, message: str, *, codegen_limit: bool = False) -> None:
+        super().__init__(message)
+        self.codegen_limit = codegen_limit
 
 
 def _refuse_remote(uri: str) -> Any:
@@ -263,6 +274,45 @@ def ref_cycle(schema: Any) -> str | None:
     return None
 
 
+# Keywords whose value maps names to subschemas, and keywords whose value is data, not schema.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs",
+                          "dependencies", "dependentSchemas"})
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def _const_as_enum(schema: Any) -> None:
+    """Rewrite every ``const: x`` as ``enum: [x]``, in place (the same check).
+
+    fastjsonschema 2.x generates ``const`` checks that name the rule in their message, and
+    without detailed exceptions there is no rule to name: compiling any schema with ``const``
+    raised ``KeyError: 'definition_rule'``, so every tool with a one-value ``Literal``
+    (Pydantic writes ``const``) was refused at registration.
+    """
+    stack: list[tuple[Any, bool]] = [(schema, False)]
+    while stack:
+        node, is_map = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, False) for item in node)
+        elif isinstance(node, dict):
+            if is_map:
+                stack.extend((value, False) for value in node.values())
+                continue
+            if "const" in node:
+                value = node.pop("const")
+                if "enum" in node and isinstance(node["enum"], list):
+                    # Both must hold: keep the enum's members equal to the constant.
+                    # (JSON: 1 and 1.0 are one number, true is not 1.)
+                    node["enum"] = [v for v in node["enum"] if v == value and
+                                    isinstance(v, bool) == isinstance(value, bool)]
+                else:
+                    node["enum"] = [value]
+            for key, value in node.items():
+                if key in _SCHEMA_MAPS:
+                    stack.append((value, True))
+                elif key not in _DATA_KEYWORDS:
+                    stack.append((value, False))
+
+
 def compile_schema(
     schema: Mapping[str, Any], *, fast_fail: bool = True, detailed: bool = True
 ) -> Validator:
@@ -283,6 +333,8 @@ def compile_schema(
     refs = remote_refs(plain)
     if refs:
         raise SchemaCompileError(f"remote $ref {refs[0]!r} is not allowed (use '#/...' refs)")
+    if not detailed:
+        _const_as_enum(plain)
     try:
         validator = fastjsonschema.compile(
             plain,
@@ -292,6 +344,12 @@ def compile_schema(
             detailed_exceptions=detailed,
             fast_fail=fast_fail,
         )
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        # The schema nests combinators deeper than Python can compile (see SchemaCompileError).
+        raise SchemaCompileError(
+            f"nested too deeply for the compiled validator ({type(exc).__name__}: {exc})",
+            codegen_limit=True,
+        ) from exc
     except Exception as exc:  # fastjsonschema raises several kinds on bad input
         raise SchemaCompileError(f"{type(exc).__name__}: {exc}") from exc
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ._regex import safe_regex
 
-__all__ = ["LATER_KEYWORDS", "dialect_validator", "later_dialect"]
+__all__ = ["LATER_KEYWORDS", "dialect_validator", "fallback_validator", "later_dialect"]
 
 #: Keywords that exist only from draft 2019-09 on.
 LATER_KEYWORDS = frozenset({
@@ -113,8 +113,13 @@ def dialect_validator(schema: Mapping[str, Any], dialect: str) -> Any:
     import jsonschema  # type: ignore[import-untyped]
     from jsonschema import validators  # type: ignore[import-untyped]
 
-    base = (jsonschema.Draft202012Validator if dialect == "2020-12"
-            else jsonschema.Draft201909Validator)
+    base = {
+        "2020-12": jsonschema.Draft202012Validator,
+        "2019-09": jsonschema.Draft201909Validator,
+        "draft-07": jsonschema.Draft7Validator,
+        "draft-06": jsonschema.Draft6Validator,
+        "draft-04": jsonschema.Draft4Validator,
+    }[dialect]
     try:
         base.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -125,3 +130,22 @@ def dialect_validator(schema: Mapping[str, Any], dialect: str) -> Any:
         "additionalProperties": _additional_properties,
     })
     return safe(schema, format_checker=base.FORMAT_CHECKER)
+
+
+def fallback_validator(schema: Mapping[str, Any]) -> Any:
+    """A ``jsonschema`` validator for a draft 4-7 schema fastjsonschema cannot compile.
+
+    fastjsonschema turns a schema into Python source, and CPython refuses source with more than
+    20 nested blocks: about 19 levels of ``anyOf`` / ``oneOf`` / ``not``, which real generated
+    catalogs (union types of union types) do reach. The interpreted validator has no such limit;
+    it is slower, so only those schemas use it. Draft 7 unless ``$schema`` names draft 4 or 6.
+
+    :raises ValueError: the schema is not valid in its dialect.
+    """
+    declared = schema.get("$schema")
+    dialect = "draft-07"
+    if isinstance(declared, str):
+        for name in ("draft-04", "draft-06"):
+            if name in declared:
+                dialect = name
+    return dialect_validator(schema, dialect)

@@ -17,6 +17,7 @@ import attrs
 from tooldeck_hookspecs import Catalog, SecurityLevel, SessionInfo, ToolDefinition
 
 from ._compile import SchemaCompileError, compile_schema, meta_validate, plain_json, ref_cycle
+from ._dialect import fallback_validator
 
 __all__ = ["validate_definition", "format_problem", "NAME_RE", "MAX_NAME_LENGTH"]
 
@@ -140,7 +141,13 @@ def _check_parameters(tool: ToolDefinition, add: Callable[[str, str], None]) -> 
     try:
         compile_schema(plain, detailed=False)  # the argument validator's fast half, cached
     except SchemaCompileError as exc:
-        add("parameters", f"cannot be compiled: {exc}")
+        if not exc.codegen_limit:
+            add("parameters", f"cannot be compiled: {exc}")
+        else:  # the argument validator falls back to the interpreted validator: check that one
+            try:
+                fallback_validator(plain)
+            except ValueError as invalid:
+                add("parameters", f"cannot be compiled: {invalid}")
     return names
 
 
