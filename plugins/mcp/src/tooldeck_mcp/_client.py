@@ -30,6 +30,7 @@ import anyio.abc
 import attrs
 from anyio.from_thread import BlockingPortal
 from mcp import Client, MCPError, types
+from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED
 
 from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
@@ -149,13 +150,18 @@ class ServerStatistics:
     crashes: int
     consecutive_failures: int
     calls: int
+    #: Tools of its ``tools/list`` left out as malformed so far (each reported once).
+    malformed_tools: int = 0
 
 
 class _Connection:
     """One live MCP client session; :meth:`run` owns its transport from start to close."""
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(
+        self, config: McpServerConfig, report: Callable[[str, str], None] | None = None
+    ) -> None:
         self.config = config
+        self._report = report
         self.ready = anyio.Event()
         self.stopped = anyio.Event()
         self._stop = anyio.Event()
@@ -197,7 +203,9 @@ class _Connection:
         try:
             with self._scope:
                 async with contextlib.AsyncExitStack() as stack:
-                    transport = self._transport(stack)
+                    transport = _screened(
+                        self._transport(stack), _ListingScreen(self.config.name, self._report)
+                    )
                     client = await stack.enter_async_context(Client(transport, cache=None))
                     self.tools = await _list_all(client, self.config.name)
                     self.client = client
@@ -260,6 +268,178 @@ async def _list_all(client: Client, server: str = "?") -> list[types.Tool]:
     return tools[:MAX_TOOLS]
 
 
+#: Malformed tools of one server reported one by one; beyond, one summary line.
+_MALFORMED_LOGGED = 50
+
+
+class _ListingScreen:
+    """Between the SDK's client and its transport: each ``tools/list`` answer is checked tool
+    by tool before the SDK sees it, and a malformed tool (no ``inputSchema``, a schema that is
+    not an object schema, a name that is not a string...) is left out and reported.
+
+    The SDK validates a listing as a whole: one malformed tool failed the whole page, and the
+    bridge registered none of the server's tools. Each tool is checked here exactly as the SDK
+    checks it for the negotiated protocol version, so what passes, the SDK takes.
+    """
+
+    def __init__(self, server: str, report: Callable[[str, str], None] | None) -> None:
+        self.server = server
+        self._report = report
+        #: ``tools/list`` requests in flight: the protocol version each was stamped with (the
+        #: 2026 era stamps every request) or None.
+        self._listing: dict[Any, str | None] = {}
+        self._initializing: set[Any] = set()
+        #: The version ``initialize`` negotiated (handshake era).
+        self.version: str | None = None
+
+    def sent(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCRequest):
+            if message.method == "tools/list":
+                meta = (message.params or {}).get("_meta")
+                stamped = meta.get(_VERSION_META_KEY) if isinstance(meta, dict) else None
+                self._listing[message.id] = stamped if isinstance(stamped, str) else None
+            elif message.method == "initialize":
+                self._initializing.add(message.id)
+
+    def received(self, item: Any) -> Any:
+        message = getattr(item, "message", None)
+        if not isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            return item
+        if message.id in self._initializing:
+            self._initializing.discard(message.id)
+            if isinstance(message, types.JSONRPCResponse):
+                version = message.result.get("protocolVersion")
+                self.version = version if isinstance(version, str) else None
+        if message.id not in self._listing:
+            return item
+        version = self._listing.pop(message.id) or self.version
+        if not isinstance(message, types.JSONRPCResponse):
+            return item
+        result = self._screen(message.result, version)
+        if result is message.result:
+            return item
+        return SessionMessage(
+            types.JSONRPCResponse(jsonrpc="2.0", id=message.id, result=result),
+            metadata=item.metadata,
+        )
+
+    def _screen(self, result: dict[str, Any], version: str | None) -> dict[str, Any]:
+        tools = result.get("tools")
+        page = {**result, "tools": []}
+        if not isinstance(tools, list) or _page_problem(page, version) is not None:
+            return result  # the page itself is malformed: the SDK reports it as it does
+        kept = []
+        for index, tool in enumerate(tools):
+            problem = _page_problem({**page, "tools": [tool]}, version)
+            if problem is None:
+                kept.append(tool)
+                continue
+            name = tool.get("name") if isinstance(tool, dict) else None
+            label = repr(name[:100]) if isinstance(name, str) else f"at index {index}"
+            if self._report is not None:
+                self._report(label, problem)
+        if len(kept) == len(tools):
+            return result
+        return {**result, "tools": kept}
+
+
+#: ``_meta`` key of the protocol version a 2026-era request is stamped with (``mcp_types``).
+_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def _page_problem(page: dict[str, Any], version: str | None) -> str | None:
+    """Why the SDK would refuse the ``tools/list`` result ``page`` on ``version`` (None: it
+    takes it): the SDK's own checks, run here on a page of one tool at a time."""
+    import mcp_types.methods
+    import mcp_types.version
+    from pydantic import ValidationError
+
+    if version not in mcp_types.version.KNOWN_PROTOCOL_VERSIONS:
+        version = "2025-11-25"  # what the SDK assumes without a negotiated version
+    try:
+        mcp_types.methods.validate_server_result("tools/list", version, page)
+        types.ListToolsResult.model_validate(page, by_name=False)
+    except ValidationError as exc:
+        return _first_problem(exc, skip=2)  # ("tools", 0, ...)
+    except (KeyError, ValueError):  # a method or version the SDK has no check for
+        pass
+    return None
+
+
+def _first_problem(error: Any, skip: int = 0) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())[skip:]) or "the entry"
+    return f"{where}: {first.get('msg', 'invalid')}"[:300]
+
+
+def _screened(transport: Any, screen: _ListingScreen) -> Any:
+    """``transport`` with :class:`_ListingScreen` on its streams."""
+
+    @contextlib.asynccontextmanager
+    async def screened() -> Any:
+        async with transport as (read_stream, write_stream):
+            yield _ScreenedRead(read_stream, screen), _ScreenedWrite(write_stream, screen)
+
+    return screened()
+
+
+class _ScreenedRead:
+    """A transport's read stream, each item passed through the screen."""
+
+    def __init__(self, inner: Any, screen: _ListingScreen) -> None:
+        self._inner = inner
+        self._screen = screen
+
+    def __getattr__(self, name: str) -> Any:  # last_context and the like
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        return self._screen.received(await self._inner.receive())
+
+    def __aiter__(self) -> _ScreenedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, StopAsyncIteration):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _ScreenedRead:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _ScreenedWrite:
+    """A transport's write stream, each request noted by the screen."""
+
+    def __init__(self, inner: Any, screen: _ListingScreen) -> None:
+        self._inner = inner
+        self._screen = screen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, item: Any, /) -> None:
+        self._screen.sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _ScreenedWrite:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return _describe(exc.exceptions[0])
@@ -282,6 +462,25 @@ class RemoteServer:
         self._starts = 0
         self._crashes = 0
         self._calls = 0
+        #: (tool, problem) of each malformed tool reported so far: reported once, not on every
+        #: listing (bounded: a server cannot grow it past MAX_TOOLS entries).
+        self._malformed: set[tuple[str, str]] = set()
+
+    def _report_malformed(self, tool: str, problem: str) -> None:
+        key = (tool, problem)
+        if key in self._malformed or len(self._malformed) >= MAX_TOOLS:
+            return
+        self._malformed.add(key)
+        if len(self._malformed) <= _MALFORMED_LOGGED:
+            log.warning(
+                "MCP server %r: the tool %s of its tools/list is malformed and is not "
+                "registered (%s); its other tools are", self.config.name, tool, problem,
+            )
+        elif len(self._malformed) == _MALFORMED_LOGGED + 1:
+            log.warning(
+                "MCP server %r: more malformed tools in its tools/list are left out (not "
+                "reported one by one; see statistics().malformed_tools)", self.config.name,
+            )
 
     # ------------------------------------------------------------------ callers' side
 
@@ -315,6 +514,7 @@ class RemoteServer:
             crashes=self._crashes,
             consecutive_failures=self._failures,
             calls=self._calls,
+            malformed_tools=len(self._malformed),
         )
 
     # ------------------------------------------------------------------ the loop's side
@@ -350,7 +550,7 @@ class RemoteServer:
                     suggestion=f"Wait {wait:.0f} s and try again, or use another tool.",
                     details={"server": config.name, "retry_after_s": round(wait, 3)},
                 )
-            connection = _Connection(config)
+            connection = _Connection(config, self._report_malformed)
             _LOOP.spawn(connection.run)
             with anyio.move_on_after(config.startup_timeout_s):
                 await connection.ready.wait()

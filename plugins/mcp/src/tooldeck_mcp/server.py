@@ -11,9 +11,10 @@ the structured error JSON, exactly as :func:`tooldeck.result_messages` builds th
 Built on the official SDK's low-level ``Server`` (full control of ``tools/list`` and
 ``tools/call``: raw JSON Schemas and annotations pass through as they are). The deck is trio
 code, so the server runs on trio: the SDK is written against anyio and works on its trio backend;
-stdio uses the SDK's own transport; streamable HTTP is the SDK's Starlette app served by
-Hypercorn's trio worker (uvicorn is asyncio-only), so there is one event loop and no thread hop
-per call.
+stdio is read and written by :mod:`tooldeck_mcp._stdio` (it answers what the SDK's reader
+drops: batches, ids that are not strings or integers); streamable HTTP is the SDK's Starlette
+app served by Hypercorn's trio worker (uvicorn is asyncio-only), so there is one event loop and
+no thread hop per call.
 
 Configuration, ``[tool.tooldeck.mcp]`` (the ``servers`` sub-table belongs to the MCP client
 bridge, ``tooldeck-mcp``)::
@@ -80,7 +81,6 @@ import json
 import logging
 import math
 import os
-import re
 import secrets
 import signal
 import sys
@@ -102,6 +102,13 @@ from tooldeck_hookspecs import (
     ToolCall,
     ToolDefinition,
     ToolResult,
+)
+from tooldeck_mcp._stdio import (
+    HANDSHAKE_VERSIONS,
+    MAX_LINE_BYTES,
+    StdioConnection,
+    negotiate,
+    valid_id,
 )
 
 if TYPE_CHECKING:
@@ -153,7 +160,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 #: ``mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS`` of the SDK (oldest to newest), so that
 #: ``initialize`` can be answered before the SDK is imported; a test keeps them equal.
-_HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+_HANDSHAKE_VERSIONS = HANDSHAKE_VERSIONS
 
 #: Connections without a transport session id (stdio, stateless HTTP) share this session key.
 _DEFAULT_KEY = "default"
@@ -838,8 +845,7 @@ class DeckMcpServer:
         Used by :class:`StdioPreface` to answer before the SDK is imported; a test keeps it equal
         to the SDK's own answer.
         """
-        requested = (params or {}).get("protocolVersion")
-        version = requested if requested in _HANDSHAKE_VERSIONS else _HANDSHAKE_VERSIONS[-1]
+        version = negotiate((params or {}).get("protocolVersion"))
         return {
             "capabilities": {"logging": {}, "tools": {"listChanged": self._hand_mode}},
             "instructions": self._instructions(),
@@ -1368,27 +1374,25 @@ class DeckMcpServer:
             replayed ``initialize`` is dropped: the client already has it).
         """
         from mcp.server.lowlevel import NotificationOptions
-        from mcp.server.stdio import stdio_server
 
         if preface is not None and preface.session is not None:
             adopted = self._sessions.setdefault(_DEFAULT_KEY, preface.session)
             if adopted is not preface.session:  # this server already had its stdio session
                 await preface.session.aclose()
+        connection = StdioConnection(
+            read_fd=preface.read_fd if preface is not None else 0,
+            write_fd=preface.write_fd if preface is not None else 1,
+            replay=preface.replay if preface is not None else (),
+            rest=preface.rest if preface is not None else b"",
+            answered_ids=preface.answered_ids if preface is not None else (),
+        )
+        options = self.server.create_initialization_options(
+            NotificationOptions(tools_changed=self._hand_mode)
+        )
         try:
-            async with stdio_server() as (read_stream, write_stream), trio.open_nursery() as tasks:
+            async with trio.open_nursery() as tasks:
                 tasks.start_soon(self.warm_selection)
-                if preface is not None and (preface.replay or preface.answered_ids):
-                    read_stream, write_stream = await tasks.start(
-                        _replaying_streams, preface, read_stream, write_stream
-                    )
-                read_stream = await tasks.start(_answering_invalid, read_stream, write_stream)
-                await self.server.run(
-                    read_stream,
-                    write_stream,
-                    self.server.create_initialization_options(
-                        NotificationOptions(tools_changed=self._hand_mode)
-                    ),
-                )
+                await connection.serve(lambda read, write: self.server.run(read, write, options))
                 tasks.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -1428,6 +1432,10 @@ class DeckMcpServer:
                         "not read"))
                     return
                 if body is _GONE:
+                    return
+                problem, body = _screen_body(body)
+                if problem is not None:
+                    await _refuse(send, 400, types.INVALID_REQUEST, problem)
                     return
                 receive = _replay(body, receive)
             if opens and not self.has_room():
@@ -1536,6 +1544,49 @@ async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes |
             return None if too_big else b"".join(chunks)
 
 
+def _screen_body(body: bytes) -> tuple[str | None, bytes]:
+    """An HTTP request body checked before the SDK sees it: ``(why it is refused, None when
+    it is not; the body to pass on)``.
+
+    The SDK's HTTP transport takes a request whose id is null, a float, an object or a
+    boolean for a notification (202, never answered), and answers a batch or a scalar with a
+    -32602 pydantic dump: such bodies are refused here with -32600 (id null). Batches are not
+    served over HTTP (one message per POST; the stdio transport serves them on the protocol
+    versions that have them). A malformed response to one of the server's own requests
+    (elicitation, sampling) is passed on as an error response for its id, so that request
+    fails now instead of waiting out its timeout. What is not JSON is left to the SDK
+    (-32700)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, body
+    if isinstance(message, list):
+        return (
+            "JSON-RPC batches are not supported over HTTP by this server; send one message "
+            "per request"
+        ), body
+    if not isinstance(message, dict):
+        return "the message was not a valid JSON-RPC request", body
+    if "method" in message:
+        if "id" in message and not valid_id(message["id"]):
+            return "the id of a request must be a string or an integer", body
+        return None, body
+    if ("result" in message or "error" in message) and valid_id(message.get("id")):
+        import mcp_types
+
+        try:
+            mcp_types.jsonrpc_message_adapter.validate_json(body, by_name=False)
+        except Exception:
+            log.warning("http: the client's response to request %r was malformed",
+                        message["id"])
+            failed = {"jsonrpc": "2.0", "id": message["id"], "error": {
+                "code": types.INVALID_REQUEST,
+                "message": "the client's response was not a valid JSON-RPC response",
+            }}
+            return None, json.dumps(failed).encode()
+    return None, body
+
+
 def _replay(body: bytes, receive: Any) -> Any:
     """An ASGI ``receive`` that gives ``body`` first, then whatever the connection sends."""
     sent = False
@@ -1570,12 +1621,15 @@ class StdioPreface:
 
     Importing the SDK costs about a second; a client's first requests need none of it. This
     reads the client's messages straight from file descriptor 0 (unbuffered, so nothing is
-    read that the SDK's own reader will not get back through :attr:`replay`), answers
-    ``initialize`` (exactly as the SDK would: a test compares them), ``ping`` and the first
-    ``tools/list`` when it needs no hand (``all`` mode, or ``hand`` mode without a default
-    task), and stops at the first message it does not answer itself. The SDK then gets every
-    message read so far that it has to see (``initialize`` and ``notifications/initialized``
-    included, so its session state is what it would have been) in :attr:`replay`.
+    read that the connection's reader will not get back through :attr:`replay` and
+    :attr:`rest`), answers ``initialize`` (exactly as the SDK would: a test compares them),
+    ``ping`` and the first ``tools/list`` when it needs no hand (``all`` mode, or ``hand`` mode
+    without a default task), and stops at the first message it does not answer itself. Only
+    plain, valid requests are answered here: anything else (not JSON, a batch, an id that is
+    not a string or an integer) is left to the connection's reader, which answers it as
+    JSON-RPC asks. The SDK then gets every message read so far that it has to see
+    (``initialize`` and ``notifications/initialized`` included, so its session state is what
+    it would have been) in :attr:`replay`.
 
     :param read_fd: / :param write_fd: the connection (default: standard input and output).
     """
@@ -1586,11 +1640,13 @@ class StdioPreface:
         self.server = server
         #: The connection's deck session (the server adopts it as its stdio session).
         self.session: Session | None = session
-        self._read_fd = read_fd
-        self._write_fd = write_fd
+        self.read_fd = read_fd
+        self.write_fd = write_fd
         self._buffer = b""
         #: Raw lines for the SDK, in the order they came.
         self.replay: list[bytes] = []
+        #: What was read after the last whole line (the start of the next message).
+        self.rest = b""
         #: Request ids answered here whose replay the SDK will answer again (dropped).
         self.answered_ids: list[Any] = []
         #: Whether the client closed the connection during the preface.
@@ -1599,19 +1655,32 @@ class StdioPreface:
         self.listed_after_s: float | None = None
 
     def _line(self) -> bytes | None:
-        while b"\n" not in self._buffer:
-            chunk = os.read(self._read_fd, 65536)
-            if not chunk:
-                line, self._buffer = self._buffer, b""
-                return line if line.strip() else None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        """The next line; None at the end of input or at a line too long to read here."""
+        end = self._buffer.find(b"\n")
+        if end < 0:
+            pending = bytearray(self._buffer)  # grows in place: a long line is not copied over
+            while end < 0:
+                if len(pending) > MAX_LINE_BYTES:
+                    self._buffer = bytes(pending)
+                    return None  # the connection's reader skips it
+                chunk = os.read(self.read_fd, 65536)
+                if not chunk:
+                    self._buffer = bytes(pending)
+                    self.closed = not self._buffer.strip()
+                    return None
+                found = chunk.find(b"\n")
+                end = len(pending) + found if found >= 0 else -1
+                pending += chunk
+            self._buffer = bytes(pending)
+        if end > MAX_LINE_BYTES:
+            return None  # the connection's reader skips it
+        line, self._buffer = self._buffer[:end], self._buffer[end + 1 :]
         return line
 
     def _send(self, message: Mapping[str, Any]) -> None:
         data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         while data:
-            data = data[os.write(self._write_fd, data) :]
+            data = data[os.write(self.write_fd, data) :]
 
     def run(self) -> StdioPreface:
         """Serve the start of the connection; return self (what the SDK must be given)."""
@@ -1622,18 +1691,16 @@ class StdioPreface:
         while True:
             line = self._line()
             if line is None:
-                self.closed = True
                 break
             if not line.strip():
                 continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                self.replay.append(line)  # the SDK reports it as the SDK does
+            message = _plain_request(line)
+            if message is None:
+                # Not a message answered here (not JSON, a batch, an id that is not a string
+                # or an integer...): the connection's reader answers it as JSON-RPC asks.
+                self.replay.append(line)
                 break
-            method, request_id = message.get("method"), message.get("id")
+            method, request_id = message["method"], message.get("id")
             if first:
                 first = False
                 if method != "initialize" or request_id is None:
@@ -1663,157 +1730,38 @@ class StdioPreface:
                 break
             self.replay.append(line)
             break
-        # Whatever else was read already belongs to the SDK; a partial line is completed first
-        # (the client is in the middle of sending it), since the SDK reads on from the pipe.
-        while self._buffer and not self._buffer.endswith(b"\n"):
-            chunk = os.read(self._read_fd, 65536)
-            if not chunk:
-                break
-            self._buffer += chunk
-        self.replay.extend(line for line in self._buffer.split(b"\n") if line.strip())
+        # Whatever else was read already belongs to the connection's reader: whole lines are
+        # replayed, a partial one is completed from the pipe by that reader.
+        whole, newline, self.rest = self._buffer.rpartition(b"\n")
+        if not newline:
+            whole, self.rest = b"", self._buffer
+        self.replay.extend(line for line in whole.split(b"\n") if line.strip())
         self._buffer = b""
         return self
 
 
-async def _replaying_streams(
-    preface: StdioPreface,
-    read_stream: Any,
-    write_stream: Any,
-    *,
-    task_status: trio.TaskStatus[tuple[Any, Any]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Streams for the SDK: the preface's messages first, then the connection's; and the
-    connection's writer without the SDK's answers to requests the preface already answered."""
-    import mcp_types
-    from mcp.shared._context_streams import create_context_streams
-    from mcp.shared.message import SessionMessage
-
-    to_sdk, sdk_reads = create_context_streams[Any](0)
-    sdk_writes, from_sdk = create_context_streams[Any](0)
-    answered = list(preface.answered_ids)
-
-    async def feed() -> None:
-        async with to_sdk:
-            for line in preface.replay:
-                try:
-                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except Exception as exc:  # as the SDK's own reader does
-                    await to_sdk.send(exc)
-                    continue
-                await to_sdk.send(SessionMessage(message))
-            async for item in read_stream:
-                await to_sdk.send(item)
-
-    async def drain() -> None:
-        # Closing the connection's writer ends the transport (as the SDK does with its own).
-        async with from_sdk, write_stream:
-            async for item in from_sdk:
-                message = getattr(item, "message", None)
-                request_id = getattr(message, "id", None)
-                if request_id in answered and hasattr(message, "result"):
-                    answered.remove(request_id)
-                    continue
-                await write_stream.send(item)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(feed)
-        nursery.start_soon(drain)
-        task_status.started((sdk_reads, sdk_writes))
-
-
-_ID_RE = re.compile(r'"id"\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,200}")')
-
-
-def _request_id(error: Exception) -> tuple[bool, str | int | None]:
-    """From the SDK reader's validation error of one line: (was the line JSON at all, the
-    request's id or None). The id is read from the parsed message when pydantic kept it, else
-    from the raw text (a 5,000-digit integer or deep nesting that json refuses)."""
-    errors_of = getattr(error, "errors", None)
-    if errors_of is None:
-        return True, None
+def _plain_request(line: bytes) -> dict[str, Any] | None:
+    """``line`` as a JSON-RPC request or notification the preface may answer (as the SDK
+    would): an object with ``jsonrpc`` "2.0", a string ``method``, object ``params`` if any,
+    and, if it has an ``id``, a string or an integer. None for anything else."""
     try:
-        errors = errors_of()
-    except Exception:
-        return True, None
-    parsed, raw = True, None
-    for item in errors:
-        value = item.get("input")
-        if item.get("type") == "json_invalid":
-            parsed = False
-            raw = value if isinstance(value, str | bytes) else raw
-        elif isinstance(value, Mapping) and "id" in value:
-            found = value["id"]
-            if isinstance(found, str | int) and not isinstance(found, bool):
-                return True, found
-    if raw is not None:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        try:
-            message = json.loads(text)
-        except (ValueError, RecursionError):
-            message = None
-        if isinstance(message, Mapping):
-            found = message.get("id")
-            if isinstance(found, str | int) and not isinstance(found, bool):
-                return parsed, found
-        match = _ID_RE.search(text[:4096])  # the id comes early in every real client's frames
-        if match:
-            try:
-                found = json.loads(match.group(1))
-            except ValueError:
-                found = None
-            if isinstance(found, str | int):
-                return parsed, found
-    return parsed, None
-
-
-async def _answering_invalid(
-    read_stream: Any,
-    write_stream: Any,
-    *,
-    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """The connection's messages for the SDK, with lines it could not read answered here.
-
-    The SDK's stdio reader passes a line that is not a valid JSON-RPC message on as an
-    exception, and nothing answers it: a client that sent a lone surrogate, a 5,000-digit
-    integer, 300 levels of nesting or ``"method": 123`` waited forever. Such a request is
-    answered with a JSON-RPC error for its id (-32600, or -32700 when the line is not JSON);
-    a line with no readable id gets a -32700 with a null id, as JSON-RPC asks.
-    """
-    import anyio
-    import mcp_types
-    from mcp.shared._context_streams import create_context_streams
-    from mcp.shared.message import SessionMessage
-
-    to_sdk, sdk_reads = create_context_streams[Any](0)
-
-    async def feed() -> None:
-        async with to_sdk:
-            async for item in read_stream:
-                if not isinstance(item, Exception):
-                    await to_sdk.send(item)
-                    continue
-                parsed, request_id = _request_id(item)
-                if parsed and request_id is None:
-                    # JSON but not a request we can answer (a malformed notification): the
-                    # SDK logs it, as before.
-                    await to_sdk.send(item)
-                    continue
-                code = mcp_types.INVALID_REQUEST if parsed else mcp_types.PARSE_ERROR
-                what = "not a valid JSON-RPC request" if parsed else "not readable JSON"
-                log.warning("stdio: answered a message that was %s (id %r)", what, request_id)
-                answer = mcp_types.JSONRPCError(
-                    jsonrpc="2.0", id=request_id,
-                    error=mcp_types.ErrorData(code=code, message=f"the message was {what}"),
-                )
-                try:
-                    await write_stream.send(SessionMessage(answer))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(feed)
-        task_status.started(sdk_reads)
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if (
+        not isinstance(message, dict)
+        or message.get("jsonrpc") != "2.0"
+        or not isinstance(message.get("method"), str)
+        or not isinstance(message.get("params", {}), dict | None)
+        or ("id" in message and not valid_id(message["id"]))
+    ):
+        return None
+    try:
+        # A lone surrogate (which the SDK refuses) must not be echoed back in an answer.
+        json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return None
+    return message
 
 
 async def serve_stdio(

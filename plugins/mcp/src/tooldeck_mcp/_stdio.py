@@ -1,0 +1,521 @@
+"""The stdio transport of ``tooldeck serve mcp``: lines in, lines out, JSON-RPC framing checked.
+
+The SDK's own stdio reader validates each line against its message models and passes on what
+it cannot read as an exception that nothing answers; worse, pydantic ignores unknown keys, so
+a request whose ``id`` is null, a float, an object or a boolean reads as a *notification* and
+is silently dropped, as is a JSON-RPC batch (a JSON array). A client waited forever for each.
+
+This transport reads the raw lines itself (so the id a client actually sent is still there)
+and answers, as JSON-RPC 2.0 asks:
+
+* a line that is not JSON: ``-32700`` Parse error (id null, or the id found in the text);
+* JSON that is not a valid request (a scalar, a bad ``jsonrpc``/``method``/``params``, an id
+  that is not a string or an integer): ``-32600`` Invalid Request (with the id when it is a
+  valid one, else null);
+* a batch: on protocol versions that have batches (2024-11-05, 2025-03-26) each element is
+  served and the answers go back as one array once every request in it is answered (nothing
+  for a batch of notifications); on later versions (2025-06-18 removed batches) and before
+  ``initialize``, ``-32600``;
+* a malformed *response* from the client (to our sampling or elicitation request) fails that
+  request at once instead of leaving it waiting, and is not answered (JSON-RPC never answers
+  a response);
+* a line longer than :data:`MAX_LINE_BYTES` is skipped unread (``-32600``): memory stays
+  bounded whatever the client sends.
+
+Everything else goes to the SDK's server as it would have. Like the SDK's transport, fd 0 and
+fd 1 point at the null device and stderr while serving, so a tool's child process or a stray
+``print`` can neither read nor corrupt the protocol.
+
+Nothing here imports the SDK at module level: the server module imports this one at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+log = logging.getLogger("tooldeck.mcp")
+
+#: ``mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS`` of the SDK (oldest to newest); a test keeps
+#: them equal.
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+
+#: Protocol versions on which a client may send JSON-RPC batches (2025-06-18 removed them).
+BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
+
+#: Longest line (one JSON-RPC message or batch) read; the HTTP transport's body cap.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+
+#: Bytes of an oversized line kept to find its id in (the id comes early in real frames).
+_HEAD_BYTES = 4096
+
+_ID_RE = re.compile(r'"id"\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,200}")')
+
+
+def valid_id(value: object) -> bool:
+    """Whether ``value`` is a request id MCP accepts: a string (that UTF-8 can carry back: no
+    lone surrogate) or an integer (not a bool)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def negotiate(requested: object) -> str:
+    """The protocol version the server answers ``initialize`` with (as the SDK does)."""
+    return requested if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS else (
+        HANDSHAKE_VERSIONS[-1]
+    )
+
+
+def _id_in_text(text: str) -> str | int | None:
+    """The id of a message read from its raw text (a frame no JSON parser would take)."""
+    match = _ID_RE.search(text[:_HEAD_BYTES])
+    if not match:
+        return None
+    try:
+        found = json.loads(match.group(1))
+    except ValueError:
+        return None
+    return found if valid_id(found) else None
+
+
+def request_id(error: Exception) -> tuple[bool, str | int | None]:
+    """From the validation error of one line: (was the line JSON at all, the message's id or
+    None). The id is read from the parsed message when pydantic kept it, else from the raw
+    text (a 5,000-digit integer or deep nesting that json refuses)."""
+    errors_of = getattr(error, "errors", None)
+    if errors_of is None:
+        return True, None
+    try:
+        errors = errors_of()
+    except Exception:
+        return True, None
+    parsed, raw = True, None
+    for item in errors:
+        value = item.get("input")
+        if item.get("type") == "json_invalid":
+            parsed = False
+            raw = value if isinstance(value, str | bytes) else raw
+        elif isinstance(value, Mapping) and "id" in value:
+            found = value["id"]
+            return True, found if valid_id(found) else None
+    if raw is not None:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError):
+            message = None
+        if isinstance(message, Mapping):
+            found = message.get("id")
+            return parsed, found if valid_id(found) else None
+        return parsed, _id_in_text(text)
+    return parsed, None
+
+
+def _whole_message(text: str, error: Exception) -> Any:
+    """The parsed line a validation error is about (a list, a dict, a scalar), or None."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # a 5,000-digit integer: what pydantic parsed
+        pass
+    try:
+        errors = error.errors()  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    for item in errors:
+        depth = len(item.get("loc", ()))
+        if depth <= 1 or (depth == 2 and item.get("type") == "missing"):
+            return item.get("input")
+    return None
+
+
+@attrs.define
+class _Batch:
+    """One JSON-RPC batch: its answers (wire JSON), collected until no request in it waits."""
+
+    answers: list[str] = attrs.Factory(list)
+    #: Ids of the batch's requests still unanswered (a duplicated id is listed twice).
+    waiting: list[Any] = attrs.Factory(list)
+    #: Every element was read (no more answers can be expected than are waiting).
+    sealed: bool = False
+    written: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.sealed and not self.waiting and not self.written
+
+
+@attrs.frozen
+class _Oversized:
+    """A line longer than :data:`MAX_LINE_BYTES`, skipped: only its start is kept."""
+
+    head: bytes
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+@contextmanager
+def _claimed(fd: int, divert: Callable[[], int]) -> Iterator[int]:
+    """A private duplicate of ``fd`` to serve the wire from, with ``fd`` itself pointed at
+    ``divert()`` meanwhile (restored after). Where descriptors cannot be moved, ``fd`` itself.
+
+    The duplicate is never closed: a worker thread may still block on it after the server
+    stopped (as the SDK's transport does)."""
+    try:
+        import fcntl
+
+        private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except (ImportError, OSError):
+        yield fd
+        return
+    try:
+        target = divert()
+        try:
+            os.dup2(target, fd)
+        finally:
+            os.close(target)
+    except OSError:
+        yield private
+        return
+    try:
+        yield private
+    finally:
+        try:
+            os.dup2(private, fd)
+        except OSError as exc:
+            log.debug("stdio: fd %d not restored: %s", fd, exc)
+
+
+class StdioConnection:
+    """One client over a pair of file descriptors (see the module's docstring).
+
+    :param read_fd: / :param write_fd: the connection; 0 and 1 are claimed while serving.
+    :param replay: lines already read (by :class:`~tooldeck_mcp.server.StdioPreface`), served
+        first; ``rest`` the bytes read after them (a partial line).
+    :param answered_ids: requests in ``replay`` already answered: the SDK's answers are dropped.
+    """
+
+    def __init__(
+        self,
+        *,
+        read_fd: int = 0,
+        write_fd: int = 1,
+        replay: Sequence[bytes] = (),
+        rest: bytes = b"",
+        answered_ids: Sequence[Any] = (),
+    ) -> None:
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._replay = list(replay)
+        self._rest = rest
+        self._answered = list(answered_ids)
+        #: The open batches waiting for an answer to each request id, oldest first.
+        self._batches: dict[Any, list[_Batch]] = {}
+        #: The protocol version negotiated by the last ``initialize`` (None before one).
+        self.version: str | None = None
+        self._to_sdk: Any = None
+        self._out: Any = None
+
+    async def serve(self, run: Callable[[Any, Any], Awaitable[None]]) -> None:
+        """Serve the connection: ``run(read_stream, write_stream)`` is the SDK's server loop.
+        Returns when it does (the client closed its end)."""
+        from mcp.shared._context_streams import create_context_streams
+
+        with ExitStack() as claims:
+            if self._read_fd == 0:
+                self._read_fd = claims.enter_context(
+                    _claimed(0, lambda: os.open(os.devnull, os.O_RDONLY))
+                )
+            if self._write_fd == 1:
+                self._write_fd = claims.enter_context(_claimed(1, lambda: os.dup(2)))
+            self._to_sdk, sdk_reads = create_context_streams[Any](0)
+            self._out, from_sdk = create_context_streams[Any](0)
+            async with trio.open_nursery() as writing:
+                writing.start_soon(self._writer, from_sdk)
+                async with trio.open_nursery() as reading:
+                    reading.start_soon(self._reader)
+                    await run(sdk_reads, self._out)
+                    reading.cancel_scope.cancel()  # the SDK stopped: so does reading
+                self._out.close()  # the writer writes what is queued, then ends
+
+    # ------------------------------------------------------------------ reading
+
+    async def _reader(self) -> None:
+        import anyio
+
+        try:
+            async with self._to_sdk:
+                for line in self._replay:
+                    too_long = len(line) > MAX_LINE_BYTES
+                    await self._take(_Oversized(line[:_HEAD_BYTES]) if too_long else line)
+                self._replay.clear()
+                async for item in self._lines(self._rest):
+                    await self._take(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the SDK stopped reading
+
+    async def _lines(self, start: bytes) -> AsyncIterator[bytes | _Oversized]:
+        buffer = bytearray(start)
+        scanned = 0  # no newline in buffer[:scanned]
+        skipping: bytes | None = None  # the head of an oversized line being skipped
+        while True:
+            while True:
+                newline = buffer.find(b"\n", scanned)
+                if newline < 0:
+                    if skipping is not None:
+                        buffer.clear()
+                    elif len(buffer) > MAX_LINE_BYTES:
+                        skipping = bytes(buffer[:_HEAD_BYTES])
+                        buffer.clear()
+                    scanned = len(buffer)
+                    break
+                line = bytes(buffer[:newline])
+                del buffer[: newline + 1]
+                scanned = 0
+                if skipping is not None:
+                    yield _Oversized(skipping)
+                    skipping = None
+                elif len(line) > MAX_LINE_BYTES:
+                    yield _Oversized(line[:_HEAD_BYTES])
+                elif line.strip():
+                    yield line
+            chunk = await trio.to_thread.run_sync(
+                os.read, self._read_fd, 1 << 20, abandon_on_cancel=True
+            )
+            if not chunk:
+                break
+            buffer += chunk
+        if skipping is not None:
+            yield _Oversized(skipping)
+        elif buffer.strip():
+            yield bytes(buffer)
+
+    async def _take(self, line: bytes | _Oversized, batch: _Batch | None = None) -> None:
+        """Serve one message (``batch``: one element of that batch)."""
+        import mcp_types
+        from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+        if isinstance(line, _Oversized):
+            found = _id_in_text(line.head.decode("utf-8", "replace"))
+            log.warning("stdio: skipped a message of more than %d bytes (id %r)",
+                        MAX_LINE_BYTES, found)
+            await self._answer(
+                mcp_types.INVALID_REQUEST,
+                f"the message is larger than {MAX_LINE_BYTES} bytes; it was not read", found,
+            )
+            return
+        text = line.decode("utf-8", "replace")  # as the SDK's reader decodes
+        try:
+            message = mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except Exception as exc:
+            await self._refused(text, exc, batch)
+            return
+        if isinstance(message, mcp_types.JSONRPCNotification) and _may_have_id(text):
+            # pydantic ignored an "id" that is not a string or an integer: not a notification
+            # but a request nobody can answer by its id.
+            try:
+                raw = json.loads(text)
+            except (ValueError, RecursionError):
+                raw = None
+            if isinstance(raw, dict) and "id" in raw:
+                log.warning("stdio: answered a request whose id is %s", type(raw["id"]).__name__)
+                await self._answer(
+                    mcp_types.INVALID_REQUEST,
+                    "the id of a request must be a string or an integer", None, batch,
+                )
+                return
+        metadata = None
+        if isinstance(message, mcp_types.JSONRPCRequest):
+            if message.method == "initialize":
+                if batch is not None:
+                    await self._answer(
+                        mcp_types.INVALID_REQUEST, "initialize must not be part of a batch",
+                        message.id, batch,
+                    )
+                    return
+                self.version = negotiate((message.params or {}).get("protocolVersion"))
+            if batch is not None:
+                batch.waiting.append(message.id)
+                self._batches.setdefault(message.id, []).append(batch)
+                metadata = ServerMessageMetadata(
+                    on_request_unanswered=partial(self._unanswered, batch, message.id)
+                )
+        await self._to_sdk.send(SessionMessage(message, metadata=metadata))
+
+    async def _refused(self, text: str, error: Exception, batch: _Batch | None) -> None:
+        """A line the SDK's models refuse: answered here (see the module's docstring)."""
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        parsed, found = request_id(error)
+        if not parsed:
+            log.warning("stdio: answered a message that was not readable JSON (id %r)", found)
+            await self._answer(
+                mcp_types.PARSE_ERROR, "the message was not readable JSON", found, batch
+            )
+            return
+        whole = _whole_message(text, error)
+        if isinstance(whole, list):
+            await self._batch(whole, batch)
+            return
+        if (
+            isinstance(whole, Mapping) and "method" not in whole
+            and ("result" in whole or "error" in whole)
+        ):
+            # A malformed answer to one of our requests (sampling, elicitation): never answered
+            # (JSON-RPC does not answer responses), but the request it answers fails now
+            # rather than waiting for an answer that already came.
+            log.warning("stdio: the client's response to request %r was malformed", found)
+            if found is not None:
+                failed = mcp_types.JSONRPCError(
+                    jsonrpc="2.0", id=found,
+                    error=mcp_types.ErrorData(
+                        code=mcp_types.INVALID_REQUEST,
+                        message="the client's response was not a valid JSON-RPC response",
+                    ),
+                )
+                await self._to_sdk.send(SessionMessage(failed))
+            return
+        log.warning("stdio: answered a message that was not a valid JSON-RPC request (id %r)",
+                    found)
+        await self._answer(
+            mcp_types.INVALID_REQUEST, "the message was not a valid JSON-RPC request", found,
+            batch,
+        )
+
+    async def _batch(self, items: list[Any], outer: _Batch | None) -> None:
+        import mcp_types
+
+        if outer is not None:
+            await self._answer(
+                mcp_types.INVALID_REQUEST, "a batch must not contain a batch", None, outer
+            )
+            return
+        if self.version not in BATCH_VERSIONS:
+            when = f"by protocol version {self.version}" if self.version else "before initialize"
+            log.warning("stdio: answered a JSON-RPC batch, not supported %s", when)
+            await self._answer(
+                mcp_types.INVALID_REQUEST,
+                f"JSON-RPC batches are not supported {when}; send one message per line", None,
+            )
+            return
+        if not items:
+            await self._answer(mcp_types.INVALID_REQUEST, "the batch is empty", None)
+            return
+        batch = _Batch()
+        for item in items:
+            if not isinstance(item, dict):
+                await self._answer(
+                    mcp_types.INVALID_REQUEST, "the message was not a valid JSON-RPC request",
+                    None, batch,
+                )
+                continue
+            await self._take(json.dumps(item).encode(), batch)
+        batch.sealed = True
+        await self._out.send(batch)  # the writer writes it once nothing in it waits
+
+    async def _unanswered(self, batch: _Batch, answered: Any) -> None:
+        """A request of ``batch`` settled without an answer (the client cancelled it)."""
+        if answered in batch.waiting:
+            batch.waiting.remove(answered)
+            self._unwait(answered, batch)
+        await self._out.send(batch)
+
+    def _unwait(self, answered: Any, batch: _Batch) -> None:
+        waiting = self._batches.get(answered, [])
+        if batch in waiting:
+            waiting.remove(batch)
+        if not waiting:
+            self._batches.pop(answered, None)
+
+    async def _answer(
+        self, code: int, message: str, answered: Any, batch: _Batch | None = None
+    ) -> None:
+        import anyio
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        error = mcp_types.JSONRPCError(
+            jsonrpc="2.0", id=answered, error=mcp_types.ErrorData(code=code, message=message)
+        )
+        if batch is not None:
+            batch.answers.append(_dump(error))
+            return
+        try:
+            await self._out.send(SessionMessage(error))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    # ------------------------------------------------------------------ writing
+
+    async def _writer(self, from_sdk: Any) -> None:
+        import mcp_types
+
+        async with from_sdk:
+            async for item in from_sdk:
+                if isinstance(item, _Batch):
+                    await self._flush(item)
+                    continue
+                message = item.message
+                answer_id = getattr(message, "id", None)
+                is_answer = isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
+                if is_answer and answer_id is not None:
+                    if isinstance(message, mcp_types.JSONRPCResponse) and (
+                        answer_id in self._answered
+                    ):
+                        self._answered.remove(answer_id)  # the preface answered it already
+                        continue
+                    waiting = self._batches.get(answer_id)
+                    if waiting:
+                        batch = waiting[0]
+                        batch.waiting.remove(answer_id)
+                        self._unwait(answer_id, batch)
+                        batch.answers.append(_dump(message))
+                        await self._flush(batch)
+                        continue
+                await self._write_line(_dump(message))
+
+    async def _flush(self, batch: _Batch) -> None:
+        if not batch.done:
+            return
+        batch.written = True
+        if batch.answers:  # a batch of notifications is answered with nothing at all
+            await self._write_line("[" + ",".join(batch.answers) + "]")
+
+    async def _write_line(self, text: str) -> None:
+        data = (text + "\n").encode("utf-8", "replace")
+        await trio.to_thread.run_sync(_write_all, self._write_fd, data, abandon_on_cancel=True)
+
+
+def _may_have_id(text: str) -> bool:
+    # A key may be written with escapes ("\u0069d"): then the text is parsed to be sure.
+    return '"id"' in text or "\\u" in text
+
+
+def _dump(message: Any) -> str:
+    """A message as the SDK's stdio transport writes it; a message that does not serialize
+    becomes an Internal error for its request (it must not end the connection)."""
+    try:
+        return str(message.model_dump_json(by_alias=True, exclude_unset=True))
+    except Exception as exc:
+        log.warning("stdio: a message could not be written: %s: %s", type(exc).__name__, exc)
+        return json.dumps({
+            "jsonrpc": "2.0", "id": getattr(message, "id", None),
+            "error": {"code": -32603, "message": "the answer could not be serialized"},
+        })

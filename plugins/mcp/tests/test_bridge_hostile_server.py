@@ -1,0 +1,181 @@
+"""The MCP client bridge against a remote server that answers what it likes.
+
+The remote is a raw JSON-RPC server over stdio (no SDK on its side, so it sends what the SDK
+would refuse to build). Its scenario says what it lists and, per tool, the exact frames it
+writes for a ``tools/call`` (``"$ID"`` stands for the request's id, ``"$TOKEN"`` for its
+progress token); every message it receives is appended to a log file the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from tooldeck_mcp import McpServerConfig, remote_server
+
+from tooldeck.testing import make_deck
+
+ENTRY_POINTS = ["schema", "runner", "policy", "mcp"]
+
+_SERVER = r'''
+import json, sys
+with open(sys.argv[1]) as f:
+    scenario = json.load(f)
+received = open(sys.argv[2], "a")
+def send(text):
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+def fill(frame, mid, token):
+    text = frame if isinstance(frame, str) else json.dumps(frame)
+    return text.replace('"$ID"', json.dumps(mid)).replace('"$TOKEN"', json.dumps(token))
+for line in sys.stdin:
+    received.write(line)
+    received.flush()
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if not isinstance(msg, dict) or msg.get("id") is None or "method" not in msg:
+        continue
+    method, mid = msg["method"], msg["id"]
+    if method == "initialize":
+        send(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {
+            "protocolVersion": msg["params"]["protocolVersion"],
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "1"}}}))
+    elif method == "tools/list":
+        send(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {"tools": scenario["list"]}}))
+    elif method == "tools/call":
+        params = msg["params"]
+        token = (params.get("_meta") or {}).get("progressToken")
+        default = [{"jsonrpc": "2.0", "id": "$ID",
+                    "result": {"content": [{"type": "text", "text": "ok"}]}}]
+        for frame in scenario.get("call", {}).get(params["name"], default):
+            if isinstance(frame, dict) and "repeat" in frame:
+                text = fill(frame["frame"], mid, token)
+                sys.stdout.write((text + "\n") * frame["repeat"])
+                sys.stdout.flush()
+            else:
+                send(fill(frame, mid, token))
+    else:
+        send(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {}}))
+'''
+
+
+def _tool(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "description": f"the {name} tool",
+            "inputSchema": {"type": "object", "properties": {}}, **extra}
+
+
+def _ok(text: str = "ok") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": "$ID",
+            "result": {"content": [{"type": "text", "text": text}]}}
+
+
+class Remote:
+    """A raw server's configuration, and what it received so far."""
+
+    def __init__(self, tmp_path: Path, scenario: dict[str, Any]) -> None:
+        script = tmp_path / "raw_server.py"
+        script.write_text(_SERVER)
+        scenario_file = tmp_path / "scenario.json"
+        scenario_file.write_text(json.dumps(scenario))
+        self.log = tmp_path / "received.jsonl"
+        self.log.touch()
+        self.table = {
+            "command": [sys.executable, str(script), str(scenario_file), str(self.log)],
+            # a distinct configuration per test: the bridge shares one connection per config
+            "env": {"TOOLDECK_TEST": str(tmp_path)},
+            "stderr": "discard",
+        }
+
+    @property
+    def config(self) -> McpServerConfig:
+        return McpServerConfig.from_table("raw", self.table)
+
+    def deck(self) -> Any:
+        return make_deck(
+            config={"mcp": {"servers": {"raw": self.table}}}, load_entry_points=ENTRY_POINTS
+        )
+
+    def received(self) -> list[Any]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(line)
+        return out
+
+
+@pytest.fixture(autouse=True)
+def _close_bridge_connections() -> Iterator[None]:
+    """Stop the MCP servers a test's bridge started (they live per process otherwise)."""
+    yield
+    client = sys.modules.get("tooldeck_mcp._client")
+    if client is not None:
+        client.shutdown()
+
+
+async def test_one_malformed_tool_does_not_cost_the_others_their_registration(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote = Remote(tmp_path, {"list": [
+        _tool("good"),
+        {"name": "no_schema", "description": "inputSchema is missing"},
+        _tool("string_schema", inputSchema={"type": "string"}),
+        _tool("text_schema", inputSchema="not a schema"),
+        {"name": 5, "inputSchema": {"type": "object"}},
+        "not a tool at all",
+        _tool("also_good"),
+    ]})
+    with caplog.at_level(logging.WARNING, logger="tooldeck.mcp"):
+        deck = remote.deck()
+        async with deck:
+            assert {t.name for t in deck.catalog} == {"raw__good", "raw__also_good"}
+            session = deck.session(grants={"mcp_raw"})
+            done = await session.call("raw__good", {})
+            assert done.success and done.data == "ok", done.error
+            # Listing again (the bridge does when it checks a server is alive) reports nothing
+            # new: each malformed tool is reported once.
+            again = await trio.to_thread.run_sync(remote_server(remote.config).list_tools_blocking)
+            assert [t.name for t in again] == ["good", "also_good"]
+    reports = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    for name in ("'no_schema'", "'string_schema'", "'text_schema'", "at index 4", "at index 5"):
+        found = [m for m in reports if name in m]
+        assert len(found) == 1, (name, reports)
+        assert "MCP server 'raw'" in found[0]
+    assert len(reports) == 5
+    assert "inputSchema" in next(m for m in reports if "'no_schema'" in m)
+    stats = remote_server(remote.config).statistics()
+    assert stats.malformed_tools == 5
+
+
+def test_each_listed_tool_is_checked_as_the_sdk_checks_it_for_the_version_spoken() -> None:
+    """A tool the SDK takes on one protocol version and refuses on another (an output schema
+    that is not an object schema: refused before 2026-07-28) is kept or left out accordingly,
+    checked with the page's own fields (a 2026-07-28 page carries more than its tools)."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+    from tooldeck_mcp._client import _ListingScreen
+
+    typed = _tool("typed", outputSchema={"type": "string"})
+    page = {"resultType": "complete", "cacheScope": "private", "ttlMs": 0}
+    kept: dict[str | None, list[str]] = {}
+    reported: list[str] = []
+    for version in (None, "2025-11-25", "2026-07-28"):
+        screen = _ListingScreen("raw", lambda name, problem: reported.append(name))
+        meta = {"io.modelcontextprotocol/protocolVersion": version}
+        screen.sent(SessionMessage(types.JSONRPCRequest(
+            jsonrpc="2.0", id=7, method="tools/list",
+            params={"_meta": meta} if version else {})))
+        answer = screen.received(SessionMessage(types.JSONRPCResponse(
+            jsonrpc="2.0", id=7, result={**page, "tools": [typed, _tool("plain")]})))
+        kept[version] = [t["name"] for t in answer.message.result["tools"]]
+    assert kept == {None: ["plain"], "2025-11-25": ["plain"], "2026-07-28": ["typed", "plain"]}
+    assert reported == ["'typed'", "'typed'"]
