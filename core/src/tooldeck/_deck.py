@@ -1654,6 +1654,11 @@ class Session:
                     hit = None
             if isinstance(hit, ToolResult):
                 self._used(tool.name)
+                # A stored result was processed with the secrets known when it was stored (by
+                # this process, or another one sharing the cache with other settings): it is
+                # output again, so it passes the processors again (redaction is idempotent, and
+                # a clean small result costs it a set lookup).
+                hit = await self._finish(call, tool, hit)
                 return hit.with_metadata(cached=True, **metadata)
         if limited:
             if outcome is None:
