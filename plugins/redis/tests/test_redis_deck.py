@@ -120,3 +120,39 @@ async def test_redis_down_gives_a_plugin_error_then_recovers(
         own_redis.restart()
         await trio.sleep(0.3)
         assert (await session.call("limited", {})).success
+
+
+async def test_deployments_keep_apart_by_namespace_and_the_shared_default_is_told(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    import logging
+
+    from tooldeck_redis import _settings
+
+    def deck_of(namespace: str | None) -> Any:
+        table: dict[str, Any] = {"url": redis_url}
+        if namespace is not None:
+            table["namespace"] = namespace
+        return tooldeck_testing.make_deck(
+            load_entry_points=ENTRY_POINTS, tools=TOOLS, config={"redis": table}
+        )
+
+    async def cached(deck: Any) -> bool:
+        result = await deck.session(workdir=tmp_path).call("lookup", {"text": "tenant"})
+        assert result.success
+        return bool(result.metadata["cached"])
+
+    monkeypatch.setattr(_settings, "_warned", set())
+    caplog.set_level(logging.WARNING, logger="tooldeck.redis")
+    async with deck_of(None) as first, deck_of(None) as second:
+        assert (await cached(first), await cached(second)) == (False, True)  # shared, as said
+    (warning,) = [r for r in caplog.records if "namespace is not set" in r.getMessage()]
+    assert "TOOLDECK_REDIS_NAMESPACE" in warning.getMessage()
+    caplog.clear()
+    async with deck_of("tenant-a") as a, deck_of("tenant-b") as b:
+        assert (await cached(a), await cached(b)) == (False, False)
+    monkeypatch.setenv("TOOLDECK_REDIS_NAMESPACE", "tenant-c")
+    async with deck_of(None) as c:
+        assert await cached(c) is False
+        assert await cached(c) is True
+    assert not [r for r in caplog.records if "namespace is not set" in r.getMessage()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -12,10 +13,12 @@ import attrs
 
 from tooldeck_hookspecs import ConfigError
 
-__all__ = ["RedisSettings", "mask_url", "redis_settings", "URL_ENV"]
+__all__ = ["NAMESPACE_ENV", "RedisSettings", "mask_url", "redis_settings", "URL_ENV"]
 
 #: The environment variable that supplies the URL when the table has none.
 URL_ENV = "TOOLDECK_REDIS_URL"
+#: The namespace when the table does not set one: one value per deployment (see the README).
+NAMESPACE_ENV = "TOOLDECK_REDIS_NAMESPACE"
 
 OnError = Literal["fail_closed", "local"]
 
@@ -106,6 +109,28 @@ def _non_negative(table: Mapping[str, Any], key: str, default: float, where: str
     return float(value)
 
 
+_warned: set[str] = set()
+
+
+def _warn_shared_namespace(url: str) -> None:
+    """Say once per Redis URL that the namespace was left at its shared default.
+
+    Everything a deck keeps in Redis is keyed under the namespace: two deployments that share a
+    Redis and both leave it unset share cached results (a tool of one tenant answering another's
+    identical call from cache), rate-limit windows and approvals. The workers of one deployment
+    should share one; different deployments must not.
+    """
+    if url in _warned:
+        return
+    _warned.add(url)
+    logging.getLogger("tooldeck.redis").warning(
+        "tooldeck-redis: redis.namespace is not set; the default 'tooldeck' is shared by every "
+        "deck on %s that leaves it unset (cached results, rate limits, approvals). Set "
+        "[tool.tooldeck.redis] namespace, or %s, to one name per deployment.",
+        mask_url(url), NAMESPACE_ENV,
+    )
+
+
 def redis_settings(
     settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> RedisSettings | None:
@@ -135,9 +160,11 @@ def redis_settings(
         raise ConfigError("redis.approvals.on_error can only be 'fail_closed'")
     shared_limits = _table(settings, "ratelimit")
     global_factor = _non_negative(shared_limits, "global_factor", 10.0, "ratelimit")
-    namespace = str(table.get("namespace", "tooldeck"))
+    namespace = str(table.get("namespace") or environ.get(NAMESPACE_ENV) or "tooldeck")
     if not namespace or any(c.isspace() for c in namespace):
         raise ConfigError(f"redis.namespace must be a non-empty word, not {namespace!r}")
+    if "namespace" not in table and NAMESPACE_ENV not in environ:
+        _warn_shared_namespace(url)
     return RedisSettings(
         url=url,
         namespace=namespace,
