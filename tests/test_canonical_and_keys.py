@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+
+import pytest
 
 from tooldeck_hookspecs import (
     ExecutionConfig,
@@ -36,6 +39,33 @@ def test_canonical_json_never_raises_on_what_a_model_or_tool_may_send() -> None:
     assert canonical_json({"n": 2**70}) == f'{{"n":{2**70}}}'
     assert canonical_json({2: "b", 1: "a"}) == '{"1":"a","2":"b"}'
     assert canonical_json({"s": {3}}) == '{"s":"{3}"}'
+
+
+def test_non_finite_numbers_never_share_bytes_with_null() -> None:
+    # orjson writes NaN and Infinity as null, so {"x": NaN} and {"x": None} had one cache key.
+    nulls = {canonical_json_bytes({"x": None, "y": [None]})}
+    for odd in (float("nan"), float("inf"), float("-inf")):
+        assert canonical_json_bytes({"x": odd, "y": [None]}) not in nulls
+        assert canonical_json_bytes({"x": None, "y": [odd]}) not in nulls
+        assert canonical_json_bytes({"x": None, "y": [{"z": (odd,)}]}) != canonical_json_bytes(
+            {"x": None, "y": [{"z": (None,)}]})
+    assert canonical_json({"x": None, "n": 1.5}) == '{"n":1.5,"x":null}'  # orjson's bytes kept
+
+
+def test_host_context_keys_by_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    # file_read's results are the machine's files: a cache shared by several hosts (Redis) must
+    # not answer one host's read with another's file under the same path.
+    from tooldeck_hookspecs import model
+
+    session = SessionInfo(session_id="s", workdir="/w")
+    local = _tool(cache_context=("workdir", "host"))
+    key = cache_key(local, {"path": "a"}, session)
+    assert key == cache_key(local, {"path": "a"}, session)
+    assert model.host_identity().startswith(socket.gethostname())
+    monkeypatch.setitem(model.CONTEXT_EXTRAS, "host", lambda: "another-host/0123")  # type: ignore[index]
+    assert cache_key(local, {"path": "a"}, session) != key
+    assert cache_key(_tool(cache_context=("workdir",)), {"path": "a"}, session) == cache_key(
+        _tool(cache_context=("workdir",)), {"path": "a"}, session)
 
 
 def test_cache_key_ignores_key_order_and_tracks_name_version_arguments_and_context() -> None:

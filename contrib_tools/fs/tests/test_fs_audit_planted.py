@@ -32,7 +32,8 @@ def _files(root):
 
 
 # Files (or folders) a host tool loads or runs on its own, without the user asking for it, that
-# the shared defaults missed. Each with the rule the refusal names.
+# the shared defaults once missed (now in DEFAULT_PROTECTED_PATHS, so the sandbox binds them
+# read-only too). Each with the rule the refusal names.
 PLANTED = [
     # A virtual environment's interpreter reads pyvenv.cfg at start-up ('home' chooses the
     # standard library it runs) and imports from site-packages on every run, whatever the
@@ -60,7 +61,8 @@ PLANTED = [
     ("rust-toolchain.toml", "rust-toolchain.toml"),
     ("mise.dev.toml", "mise.*.toml"),
     (".mise.local.toml", ".mise.*.toml"),
-    ("sub/.config/mise/config.toml", ".config/"),
+    ("sub/.config/mise/config.toml", "**/.config/mise/"),
+    ("sub/mise/config.toml", "**/mise/config.toml"),
     # Shell start-up files the defaults missed (Debian's .bashrc sources .bash_aliases).
     (".bash_aliases", ".bash_aliases"),
     (".kshrc", ".kshrc"),
@@ -69,7 +71,7 @@ PLANTED = [
     # A workdir that is a home folder: ~/.local/bin is on PATH (a planted 'git' runs instead
     # of git), credential helpers run commands, psql/sqlite3 run their rc files' shell escapes.
     (".local/bin/git", "/.local/"),
-    (".config/nvim/init.lua", ".config/"),
+    (".config/nvim/init.lua", "/.config/"),
     (".aws/config", "/.aws/"),
     (".kube/config", "/.kube/"),
     (".docker/config.json", "/.docker/"),
@@ -102,7 +104,7 @@ ORDINARY = [
     "noxfile.py", "Makefile", "Justfile", "Taskfile.yml", ".editorconfig", ".python-version",
     ".tool-versions", "src/app.py", "config/settings.toml", "docs/config.md",
     "src/site_packages.py", "venv_notes.txt", "src/local/bin/tool.sh", "mise.md",
-    ".github/workflows/ci.yml", "sub/.local/x.txt",
+    ".github/workflows/ci.yml", "sub/.local/x.txt", "notes/.config/todo.txt", "mise/notes.md",
 ]
 
 

@@ -334,7 +334,7 @@ def test_definitions_are_complete_and_valid():
     assert tools["list_dir"].security.level == "safe"
     assert tools["file_write"].security.level == "moderate"
     assert tools["file_read"].execution.cacheable
-    assert tools["file_read"].execution.cache_context == ("workdir",)
+    assert tools["file_read"].execution.cache_context == ("workdir", "host")
     tooldeck_schema = pytest.importorskip("tooldeck_schema")
     for tool in tools.values():
         assert tooldeck_schema.validate_definition(tool) == []

@@ -6,6 +6,7 @@ Plugin authors write ``from tooldeck_hookspecs import hookimpl`` and implement h
 
 from __future__ import annotations
 
+from ._control import CallControl
 from ._deadline import CALL_DEADLINE, call_deadline, seconds_left
 from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
@@ -15,6 +16,7 @@ from ._suspends import NONBLOCKING_ATTR, is_nonblocking, never_suspends, nonbloc
 from ._text import shorten
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
 from .exceptions import (
+    CallAbandoned,
     ConfigError,
     PluginLoadError,
     RegistrationError,
@@ -49,9 +51,11 @@ from .model import (
 )
 from .protected import (
     DEFAULT_PROTECTED_PATHS,
+    REPOSITORY_MARKER_FILES,
     ProtectedMatch,
     ProtectedScan,
     find_protected,
+    fold_name,
     normalise_rules,
     protected_message,
     protected_rule,
@@ -77,9 +81,11 @@ __all__ = [
     "never_suspends",
     "nonblocking",
     "DEFAULT_PROTECTED_PATHS",
+    "REPOSITORY_MARKER_FILES",
     "ProtectedMatch",
     "ProtectedScan",
     "find_protected",
+    "fold_name",
     "normalise_rules",
     "protected_message",
     "protected_rule",
@@ -101,6 +107,8 @@ __all__ = [
     "StageMissingError",
     "PluginLoadError",
     "ToolFailure",
+    "CallAbandoned",
+    "CallControl",
     "LEVEL_ORDER",
     "ArgumentProblem",
     "Decision",

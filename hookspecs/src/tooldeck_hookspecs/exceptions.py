@@ -19,6 +19,7 @@ __all__ = [
     "StageMissingError",
     "PluginLoadError",
     "ToolFailure",
+    "CallAbandoned",
 ]
 
 
@@ -82,3 +83,20 @@ class ToolFailure(TooldeckError):
         self.retry_after_s = retry_after_s
         self.details = details or {}
         super().__init__(f"{self.code}: {message}")
+
+
+class CallAbandoned(ToolFailure):
+    """Raised by :meth:`ToolContext.commit() <tooldeck_hookspecs.ToolContext.commit>` when the
+    executor already gave up on the call (it timed out or was cancelled, and the caller was told
+    so): the tool must not make its change. Clean up (a temp file) and let it propagate; the
+    executor reports the timeout or cancellation itself, so nobody reads this error.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(
+            ErrorCode.CANCELLED,
+            message
+            or "the call was given up on (it timed out or was cancelled) before its change was "
+            "committed; nothing was changed",
+            suggestion="Call again only if the change is still wanted.",
+        )

@@ -7,10 +7,13 @@ inside the deck they are plain frozen objects.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import importlib
 import inspect
 import json
+import math
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +22,7 @@ import orjson
 
 from ._coerce import _MISSING, coerce_arguments
 from ._coerce import _cache as _coerce_cache
+from ._control import CallControl
 from .errors import DEFAULT_SUGGESTIONS, ErrorCode
 from .protected import DEFAULT_PROTECTED_PATHS
 
@@ -347,11 +351,28 @@ class ToolContext:
     """What a running tool knows about its call.
 
     ``emit`` streams progress to the caller (a no-op when nobody listens). ``logger`` is a standard
-    logger named after the tool. Cancellation arrives as trio cancellation for in-process tools and
-    as a killed process for sandboxed ones. ``attributes`` are the session's application
-    attributes (e.g. ``url_allow``); ``settings`` is the table of the tool's own plugin in the
-    configuration (``[tool.tooldeck.<plugin>]``). ``protected_paths`` are the rules of paths no
-    tool writes (see :mod:`tooldeck_hookspecs.protected`).
+    logger named after the tool. Cancellation arrives as trio cancellation for in-process
+    ``async`` tools and as a killed process for sandboxed ones; a sync tool's thread cannot be
+    stopped, so the executor answers without it and the thread runs on. ``attributes`` are the
+    session's application attributes (e.g. ``url_allow``); ``settings`` is the table of the
+    tool's own plugin in the configuration (``[tool.tooldeck.<plugin>]``). ``protected_paths``
+    are the rules of paths no tool writes (see :mod:`tooldeck_hookspecs.protected`).
+
+    The call's time and fate, from the executor (``control``, one per attempt; None outside an
+    executor, e.g. a context a test builds, and then these are no-ops):
+
+    - :attr:`deadline` / :meth:`seconds_left`: when the executor stops waiting for the call
+      (``execution.timeout_s``, which a deployment may lower). A tool with a time limit of its own
+      (a child process) uses the smaller one, keeping a moment to answer, so that it stops itself
+      and reports what it has rather than being cut off with nothing.
+    - :meth:`cancelled`: has the executor given up on the call (timed out, cancelled)? Its answer
+      is then read by nobody; a long loop may stop early.
+    - :meth:`commit`: called right before the irreversible step (the rename that publishes a
+      file): raises :class:`~tooldeck_hookspecs.CallAbandoned` when the executor gave up (clean
+      up and let it propagate), else from then on the executor, should the call time out or be
+      cancelled, waits a short grace for the tool and reports what really happened. An ``async``
+      tool that awaits after :meth:`commit` shields that part itself
+      (``trio.CancelScope(shield=True)``).
     """
 
     session_id: str
@@ -366,6 +387,55 @@ class ToolContext:
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
+    #: The executor's side of this attempt (see the class docstring); None: no executor's.
+    control: CallControl | None = attrs.field(default=None, repr=False, eq=False)
+
+    @property
+    def deadline(self) -> float | None:
+        """``time.monotonic()`` instant by which the executor stops waiting for this call, or
+        None (no deadline, or no executor told)."""
+        control = self.control
+        return None if control is None else control.deadline
+
+    def seconds_left(self) -> float | None:
+        """Seconds until :attr:`deadline` (negative once passed), or None without one."""
+        control = self.control
+        return None if control is None else control.seconds_left()
+
+    def cancelled(self) -> bool:
+        """True once the executor gave up on this call (it timed out or was cancelled); always
+        False outside an executor and in a sandbox (where giving up kills the process)."""
+        control = self.control
+        return control is not None and control.cancelled()
+
+    def commit(self) -> None:
+        """Call right before the irreversible step; raises
+        :class:`~tooldeck_hookspecs.CallAbandoned` when the executor already gave up on the call
+        (see the class docstring). A no-op outside an executor."""
+        control = self.control
+        if control is not None:
+            control.commit()
+
+    def with_control(self, control: CallControl | None) -> ToolContext:
+        """A copy of this context bound to ``control`` (executors: one per attempt, so that a
+        thread left running by an abandoned attempt never sees a later attempt's state)."""
+        if type(self) is not ToolContext:  # a subclass may have fields of its own
+            return attrs.evolve(self, control=control)
+        # The constructor, not attrs.evolve (half the cost): this runs on every queued call.
+        # A test checks that every field is copied.
+        return ToolContext(
+            session_id=self.session_id,
+            workdir=self.workdir,
+            call_id=self.call_id,
+            tool_name=self.tool_name,
+            allowed_paths=self.allowed_paths,
+            attributes=self.attributes,
+            settings=self.settings,
+            protected_paths=self.protected_paths,
+            logger=self.logger,
+            emit=self.emit,
+            control=control,
+        )
 
 
 _CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
@@ -380,11 +450,30 @@ def canonical_json_bytes(value: Any) -> bytes:
     their ``str()``.
     """
     try:
-        return orjson.dumps(value, option=_CANONICAL, default=str)
+        out = orjson.dumps(value, option=_CANONICAL, default=str)
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-        ).encode("ascii")
+        out = None
+    # orjson writes NaN and Infinity as null: a cache key must not equate them with None. Only
+    # output holding a null pays for the look (the validator refuses such arguments anyway).
+    if out is not None and (b"null" not in out or not _has_non_finite(value)):
+        return out
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    ).encode("ascii")
+
+
+def _has_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if item != item or item in (math.inf, -math.inf):
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def canonical_json(value: Any) -> str:
@@ -392,10 +481,37 @@ def canonical_json(value: Any) -> str:
     return canonical_json_bytes(value).decode("utf-8")
 
 
+@functools.cache
+def host_identity() -> str:
+    """This machine, as far as its files go: the host name and ``/etc/machine-id``.
+
+    The ``host`` entry of ``cache_context``: a tool whose result depends on local files
+    (``file_read``) keys its cache entries by it, so that a shared cache (Redis) never answers
+    a read on one host with a file another host read under the same path.
+    """
+    try:
+        with open("/etc/machine-id", encoding="ascii", errors="replace") as handle:
+            machine = handle.read(64).strip()
+    except OSError:
+        machine = ""
+    return f"{socket.gethostname()}/{machine}"
+
+
+#: ``cache_context`` entries that are not :class:`SessionInfo` fields, and what they stand for.
+CONTEXT_EXTRAS: Mapping[str, Callable[[], str]] = {"host": host_identity}
+
+
 def cache_key(tool: ToolDefinition, arguments: Mapping[str, Any], session: SessionInfo) -> str:
-    """The cache key of a call: name, version, hash of canonical arguments, declared context."""
+    """The cache key of a call: name, version, hash of canonical arguments, declared context.
+
+    A context entry names a :class:`SessionInfo` field (``workdir``) or one of
+    :data:`CONTEXT_EXTRAS` (``host``: the machine whose files the tool reads).
+    """
     fields = tool.execution.cache_context
-    context = {field: getattr(session, field, None) for field in fields} if fields else {}
+    context = {
+        field: CONTEXT_EXTRAS[field]() if field in CONTEXT_EXTRAS else getattr(session, field, None)
+        for field in fields
+    } if fields else {}
     digest = hashlib.sha256(canonical_json_bytes({"a": arguments, "c": context})).hexdigest()
     return f"{tool.name}@{tool.version}:{digest}"
 

@@ -18,7 +18,23 @@ A rule is a small gitignore-style pattern, matched case-insensitively (git itsel
   and ``sub/.git/config``;
 - ``/name`` or ``a/b`` (a slash inside) is anchored at the root (the workdir, or the allowed
   folder the path lies in) and protects everything beneath it too;
+- ``**/a/b`` (a leading ``**/``) matches ``a/b`` at any depth: ``**/.config/mise/`` covers
+  ``sub/.config/mise/config.toml`` but not ``sub/.config/nvim/init.lua``;
 - a trailing ``/`` is accepted and means the same (it documents that the rule names a folder).
+
+Names are also matched with trailing dots and spaces stripped (``tooldeck.toml.``: file systems
+with Windows semantics, vfat, ntfs3, CIFS, store it as the protected name) and folded
+(:func:`fold_name`: NFKC and casefold with default-ignorable code points removed, so
+``tooldeck\u200d.toml`` and fullwidth ``ＴＯＯＬＤＥＣＫ.toml`` are ``tooldeck.toml``), as
+case-insensitive file systems compare them. Folding only ever adds matches.
+
+One check is not a rule of the list: a *file* (anything but a folder) named ``HEAD``
+(:data:`REPOSITORY_MARKER_FILES`) is protected wherever it lies, a folder of that name is not.
+git takes any folder holding a valid ``HEAD``, ``objects/`` and ``refs/`` for a repository (an
+"embedded bare repository") and obeys its ``config`` (hooks, aliases, pager, ``sshCommand``,
+credential helpers) for every git command run inside it, a shell prompt's included.
+:func:`protected_rule` reports it with ``is_file=True`` (rule ``"HEAD"``), and
+:func:`find_protected` for every entry that is not a folder.
 
 The list is extend-only: configuration adds rules with ``protected_paths = [...]`` at the top level
 of the ``tooldeck`` table; nothing removes the defaults.
@@ -31,6 +47,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
@@ -38,9 +55,11 @@ import attrs
 
 __all__ = [
     "DEFAULT_PROTECTED_PATHS",
+    "REPOSITORY_MARKER_FILES",
     "ProtectedMatch",
     "ProtectedScan",
     "find_protected",
+    "fold_name",
     "normalise_rules",
     "protected_rule",
     "protected_message",
@@ -55,30 +74,54 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     ".tooldeck/",
     "tooldeck-trust.json",
     # git runs what these say: config (core.fsmonitor, core.hooksPath, aliases), hooks/*,
-    # filters named in .gitattributes, submodule URLs.
+    # filters named in .gitattributes, submodule URLs. (A planted bare repository's HEAD is
+    # refused by REPOSITORY_MARKER_FILES, a file-only check.)
     ".git/",
     ".gitmodules",
     ".gitattributes",
     ".gitconfig",
     ".pre-commit-config.yaml",
-    # Environment loaders and shells started in the folder.
+    # Environment loaders and shells started in the folder (Debian's .bashrc sources
+    # .bash_aliases).
     ".envrc",
     ".bashrc",
     ".bash_profile",
     ".bash_login",
     ".bash_logout",
+    ".bash_aliases",
     ".profile",
     ".zshrc",
     ".zshenv",
     ".zprofile",
     ".zlogin",
-    # Editors and agents that run tasks or MCP servers named in their folder's configuration.
+    ".zlogout",
+    ".kshrc",
+    ".mkshrc",
+    ".cshrc",
+    ".tcshrc",
+    ".login",
+    # Editors and coding agents that run the tasks, MCP servers or language servers their
+    # project folder's configuration names; devcontainer's files (initializeCommand runs on
+    # the host).
     ".vscode/",
     ".idea/",
     ".mcp.json",
     ".claude/",
     ".codex/",
     ".devcontainer/",
+    ".devcontainer.json",
+    ".cursor/",
+    ".gemini/",
+    ".zed/",
+    ".helix/",
+    ".continue/",
+    ".windsurf/",
+    ".roo/",
+    ".amazonq/",
+    ".kiro/",
+    ".opencode/",
+    "opencode.json",
+    "opencode.jsonc",
     # Other version control systems and hook managers: Mercurial's .hg/hgrc names hooks; husky
     # and lefthook run the scripts their folder or file names at every commit.
     ".hg/",
@@ -95,24 +138,47 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "bunfig.toml",
     ".cargo/",
     ".mvn/",
-    # Tool managers that run scripts on entering the folder (mise's env sources and hooks).
+    # Toolchain pins that can name a folder of binaries to run (rustup's 'path').
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    # Tool managers that run scripts on entering the folder (mise's env sources and hooks),
+    # under every name mise reads in each folder up the tree: mise.toml, mise.local.toml,
+    # mise.<env>.toml (and the dotted ones, also inside .config/), .mise/, .config/mise/,
+    # mise/config.toml. (The root's whole .config/ is protected below.)
     "mise.toml",
     ".mise.toml",
     "mise.local.toml",
+    "mise.*.toml",
+    ".mise.*.toml",
     ".mise/",
-    # Debuggers, REPLs and editors that run a start-up file found in the current folder.
+    "**/.config/mise/",
+    "**/mise/config.toml",
+    "**/mise/config.*.toml",
+    # Debuggers, REPLs and editors that run a start-up file found in the current folder (vim's
+    # 'exrc' reads .vimrc; IPython and Jupyter load *_config.py, Python code).
     ".pdbrc",
     ".Rprofile",
     ".irbrc",
     ".pryrc",
     ".exrc",
+    ".vimrc",
+    ".gvimrc",
     ".nvimrc",
     ".nvim.lua",
     ".gdbinit",
     ".lldbinit",
-    # Python runs these at interpreter start-up when they lie on sys.path; a virtual
-    # environment in the workdir is code the developer runs.
+    "ipython_config.py",
+    "ipython_kernel_config.py",
+    "jupyter_*_config.py",
+    # Python runs these at interpreter start-up when they lie on sys.path. A virtual
+    # environment in the workdir, whatever its folder is called, is code the developer runs:
+    # the interpreter reads pyvenv.cfg at start-up ('home' chooses the standard library it
+    # runs) and imports from site-packages on every run; editors start it on their own to index
+    # the project.
     ".venv/",
+    "pyvenv.cfg",
+    "site-packages/",
+    "dist-packages/",
     "*.pth",
     "sitecustomize.py",
     "usercustomize.py",
@@ -140,17 +206,127 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "/.local/lib/",
     "/.local/state/tooldeck/",
     "/.cache/tooldeck/",
+    # ... and the rest of those folders: ~/.config is every XDG tool's configuration (nvim's
+    # init.lua, mise's config), and a project's own .config/ is tool configuration by the same
+    # convention (mise, cargo-nextest's setup scripts, dotnet's local tools); ~/.local/bin is on
+    # PATH (a planted 'git' runs instead of git) and ~/.local/share holds editor plugins.
+    "/.config/",
+    "/.local/",
+    # Credential helpers and auth plugins run commands (aws credential_process, kubectl exec,
+    # docker credsStore, gpg-agent's pinentry); editors, tmux and Mercurial run their
+    # start-up files; psql and sqlite3 run their rc file's shell escapes; X and PAM sessions
+    # source these.
+    "/.aws/",
+    "/.kube/",
+    "/.docker/",
+    "/.gnupg/",
+    "/.vim/",
+    "/.emacs",
+    "/.emacs.el",
+    "/.emacs.d/",
+    "/.tmux.conf",
+    "/.hgrc",
+    "/.psqlrc",
+    "/.sqliterc",
+    "/.mailcap",
+    "/.xprofile",
+    "/.xinitrc",
+    "/.xsession",
+    "/.xsessionrc",
+    "/.pam_environment",
 )
 
+#: File names (compared folded) that make their folder a git repository, protected as *files*
+#: only (anything but a folder): git takes any folder holding a valid HEAD, objects/ and refs/
+#: for one and then obeys its 'config' (hooks, aliases, pager, sshCommand, credential helpers)
+#: for every git command run inside it. objects/ and refs/ are ordinary folder names and
+#: 'config' an ordinary file name, but only git writes a file called HEAD: refusing that one
+#: name is enough to keep a planted folder from being a repository. A folder named ``head``
+#: (``templates/head/``) stays writable. Reported with the rule text ``"HEAD"``.
+REPOSITORY_MARKER_FILES: tuple[str, ...] = ("HEAD",)
+
 _GLOB = re.compile(r"[*?\[]")
+_MARKERS = frozenset(m.casefold() for m in REPOSITORY_MARKER_FILES)
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): invisible characters that
+# case-insensitive file systems and many tools drop when they compare names.
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+
+def fold_name(name: str) -> str:
+    """``name`` as a case- and normalisation-insensitive file system may see it.
+
+    NFKC, casefold, NFKC again (Unicode's caseless identifier match) and default-ignorable
+    code points removed: ``ＴＯＯＬＤＥＣＫ.toml`` and ``tooldeck\u200d.toml`` both give
+    ``tooldeck.toml``. An ASCII name is returned as it is (the matcher casefolds it); a name
+    that folds to nothing is kept as it was.
+    """
+    if name.isascii():
+        return name
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    return _IGNORABLE.sub("", folded) or name
 
 
 @attrs.frozen
 class _Rule:
-    text: str
-    parts: tuple[str, ...]
-    anchored: bool
-    globbing: bool
+    index: int
+    #: One entry per component: the casefolded name, or a compiled pattern for a glob.
+    parts: tuple[str | re.Pattern[str], ...]
+
+    def matches_at(self, names: Sequence[str], start: int) -> bool:
+        if len(names) - start < len(self.parts):
+            return False
+        for part, name in zip(self.parts, names[start:], strict=False):
+            if not (part == name if isinstance(part, str) else part.match(name)):
+                return False
+        return True
+
+
+@attrs.frozen
+class _Matcher:
+    """A rule list compiled for speed: the sandbox matches every entry of a workdir tree."""
+
+    #: Unanchored plain names (``.git``): name -> index of the first rule.
+    names: dict[str, int]
+    #: Unanchored globs (``*.pth``) as (index, pattern), in list order, and all of them as one
+    #: pattern (a quick filter: most names match none).
+    globs: tuple[tuple[int, re.Pattern[str]], ...]
+    any_glob: re.Pattern[str] | None
+    #: Anchored rules by their first component (plain), and those whose first one is a glob.
+    anchored: dict[str, tuple[_Rule, ...]]
+    anchored_globs: tuple[_Rule, ...]
+    #: ``**/a/b`` rules.
+    floating: tuple[_Rule, ...]
+    texts: tuple[str, ...]
+
+    def first(self, names: Sequence[str]) -> int | None:
+        """The index of the first rule that covers the casefolded path ``names``."""
+        best: int | None = None
+        for name in names:
+            index = self.names.get(name)
+            if index is not None and (best is None or index < best):
+                best = index
+        if self.any_glob is not None and any(self.any_glob.match(n) for n in names):
+            for index, pattern in self.globs:
+                if best is not None and index > best:
+                    break
+                if any(pattern.match(n) for n in names):
+                    best = index
+                    break
+        for rule in (*self.anchored.get(names[0], ()), *self.anchored_globs):
+            if (best is None or rule.index < best) and rule.matches_at(names, 0):
+                best = rule.index
+        for rule in self.floating:
+            if best is not None and rule.index > best:
+                break
+            if any(rule.matches_at(names, i) for i in range(len(names))):
+                best = rule.index
+                break
+        return best
 
 
 @attrs.frozen
@@ -159,7 +335,7 @@ class ProtectedMatch:
 
     #: The path, relative to the root it was checked against (``/``-separated).
     path: str
-    #: The rule, as written in the list.
+    #: The rule, as written in the list (``"HEAD"`` for a repository marker file).
     rule: str
 
 
@@ -180,45 +356,89 @@ def normalise_rules(rules: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _component(pattern: str) -> str | re.Pattern[str]:
+    return re.compile(fnmatch.translate(pattern)) if _GLOB.search(pattern) else pattern
+
+
 @lru_cache(maxsize=64)
-def _compile(rules: tuple[str, ...]) -> tuple[_Rule, ...]:
-    compiled = []
-    for text in rules:
+def _compile(rules: tuple[str, ...]) -> _Matcher:
+    names: dict[str, int] = {}
+    globs: list[tuple[int, re.Pattern[str]]] = []
+    anchored: dict[str, list[_Rule]] = {}
+    anchored_globs: list[_Rule] = []
+    floating: list[_Rule] = []
+    for index, text in enumerate(rules):
         body = text.strip()
-        anchored = body.startswith("/") or "/" in body.strip("/")
-        parts = tuple(p.casefold() for p in body.strip("/").split("/") if p and p != ".")
-        if parts:
-            compiled.append(_Rule(text, parts, anchored, bool(_GLOB.search(body))))
-    return tuple(compiled)
+        is_floating = body.startswith("**/")
+        if is_floating:
+            body = body[3:]
+        parts = tuple(
+            _component(p.casefold()) for p in body.strip("/").split("/") if p and p != "."
+        )
+        if not parts:
+            continue
+        rule = _Rule(index, parts)
+        if len(parts) == 1 and not body.startswith("/"):  # a name at any depth ('**/x' too)
+            if isinstance(parts[0], str):
+                names.setdefault(parts[0], index)
+            else:
+                globs.append((index, parts[0]))
+        elif is_floating:
+            floating.append(rule)
+        elif isinstance(parts[0], str):
+            anchored.setdefault(parts[0], []).append(rule)
+        else:
+            anchored_globs.append(rule)
+    any_glob = re.compile("|".join(f"(?:{p.pattern})" for _, p in globs)) if globs else None
+    return _Matcher(
+        names, tuple(globs), any_glob, {k: tuple(v) for k, v in anchored.items()},
+        tuple(anchored_globs), tuple(floating), tuple(rules),
+    )
 
 
-def _component_matches(pattern: str, name: str, globbing: bool) -> bool:
-    return fnmatch.fnmatchcase(name, pattern) if globbing else name == pattern
+def _variants(parts: list[str]) -> list[list[str]]:
+    """The path's components casefolded; then with trailing dots/spaces stripped, and stripped
+    and folded (:func:`fold_name`), when those differ."""
+    raw = [p.casefold() for p in parts]
+    if all(p.isascii() and p[-1] not in ". " for p in parts):
+        return [raw]  # the hot path: nothing to strip or fold
+    stripped = [p.rstrip(". ") or p for p in parts]
+    folded = [fold_name(p) for p in stripped]
+    # Folding can leave new trailing dots/spaces ('x.\u200b'): strip once more.
+    folded = [p.rstrip(". ") or p for p in folded]
+    out = [raw]
+    for variant in ([p.casefold() for p in stripped], [p.casefold() for p in folded]):
+        if variant not in out:
+            out.append(variant)
+    return out
 
 
-def protected_rule(relative_path: str, rules: Sequence[str] | None = None) -> str | None:
+def protected_rule(
+    relative_path: str, rules: Sequence[str] | None = None, *, is_file: bool = False
+) -> str | None:
     """The first rule that covers ``relative_path`` (``/``-separated, relative to its root).
+
+    The path is matched as spelled, with trailing dots and spaces stripped from its names, and
+    folded (:func:`fold_name`).
 
     :param relative_path: a path already resolved beneath its root (no ``..``, no symlinks left
         to follow); a leading ``./`` or ``/`` is ignored.
     :param rules: the rule list (:func:`normalise_rules` output); the defaults when None.
+    :param is_file: the path names (or will name) something that is not a folder: a regular
+        file, a symlink, ... Only then is a :data:`REPOSITORY_MARKER_FILES` name (``HEAD``)
+        protected, with the rule text ``"HEAD"``.
     :returns: the rule as written, or None when nothing protects the path.
     """
-    parts = [p.casefold() for p in relative_path.replace(os.sep, "/").split("/") if p and p != "."]
+    parts = [p for p in relative_path.replace(os.sep, "/").split("/") if p and p != "."]
     if not parts:
         return None
-    for rule in _compile(tuple(rules) if rules is not None else DEFAULT_PROTECTED_PATHS):
-        if rule.anchored:
-            n = len(rule.parts)
-            if len(parts) >= n and all(
-                _component_matches(p, name, rule.globbing)
-                for p, name in zip(rule.parts, parts[:n], strict=True)
-            ):
-                return rule.text
-        else:
-            pattern = rule.parts[0]
-            if any(_component_matches(pattern, name, rule.globbing) for name in parts):
-                return rule.text
+    matcher = _compile(tuple(rules) if rules is not None else DEFAULT_PROTECTED_PATHS)
+    for names in _variants(parts):
+        index = matcher.first(names)
+        if index is not None:
+            return matcher.texts[index]
+        if is_file and names[-1] in _MARKERS:
+            return next(m for m in REPOSITORY_MARKER_FILES if m.casefold() == names[-1])
     return None
 
 
@@ -250,8 +470,10 @@ def find_protected(
     """List the protected paths that exist under ``root`` (symlinks are not followed).
 
     The sandbox uses it to bind each match read-only, and again after a call to find protected
-    paths the call created. The walk is bounded (``max_depth`` levels, ``max_entries`` entries):
-    ``complete`` says whether it saw everything. A matching folder is not descended into.
+    paths the call created. The walk is bounded (``max_depth`` levels, ``max_entries``
+    entries): ``complete`` says whether it saw everything. A matching folder is not descended
+    into. Every entry that is not a folder (a symlink included: git reads a symlinked HEAD) is
+    matched with ``is_file=True``, so a planted ``x/HEAD`` is found too.
     """
     compiled_rules = tuple(rules) if rules is not None else DEFAULT_PROTECTED_PATHS
     found: list[ProtectedMatch] = []
@@ -270,14 +492,14 @@ def find_protected(
             if seen > max_entries:
                 return ProtectedScan(tuple(found), False)
             path = f"{rel}/{entry.name}" if rel else entry.name
-            rule = protected_rule(path, compiled_rules)
-            if rule is not None:
-                found.append(ProtectedMatch(path, rule))
-                continue  # a protected folder is bound as a whole: no need to look inside
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
-                continue
+                is_dir = False
+            rule = protected_rule(path, compiled_rules, is_file=not is_dir)
+            if rule is not None:
+                found.append(ProtectedMatch(path, rule))
+                continue  # a protected folder is bound as a whole: no need to look inside
             if is_dir:
                 if depth + 1 < max_depth:
                     stack.append((path, depth + 1))

@@ -136,7 +136,10 @@ class Executor(Protocol):
     wraps each call in a cancel scope of its own) and ``statistics()`` (a frozen snapshot).
     Result metadata an executor adds: ``attempts``, ``duration_s``, ``isolation``; sandboxed
     calls may add ``warm`` and ``output``. ``ToolContext.emit`` reaches the caller from
-    in-process tools only.
+    in-process tools only. Per attempt, an executor may hand the tool
+    ``context.with_control(CallControl(deadline=...))`` and call ``control.abandon()`` when it
+    gives up: the tool then sees its deadline, ``cancelled()``, and a ``commit()`` that is
+    refused once the call was given up on (without it, those are no-ops for the tool).
     """
 
     async def run(self, tool: ToolDefinition, call: ToolCall, context: ToolContext) -> ToolResult:

@@ -486,3 +486,14 @@ def write_on_channel(arguments: dict[str, Any], context: Any) -> list[int]:
         except OSError:
             pass
     return written
+
+
+def call_control(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """What a sandboxed tool knows of its call's deadline and fate (``ToolContext``)."""
+    context.commit()  # nothing to refuse in a sandbox: giving up kills the process
+    return {"seconds_left": context.seconds_left(), "cancelled": context.cancelled()}
+
+
+def protected_rules(arguments: dict[str, Any], context: Any) -> list[str]:
+    """The protected path rules the tool's own context carries inside the sandbox."""
+    return list(context.protected_paths)

@@ -662,3 +662,18 @@ async def test_bench_reports_the_cost_of_the_limits() -> None:
     assert figures["sandbox_warm_p50_ms_limits_off"] > 0
     assert figures["sandbox_warm_p50_ms_limits_on"] > 0
     assert figures["sandbox_limits_overhead_ratio"] > 0
+
+
+@pytest.mark.parametrize("any_mode", MODES, indirect=True)
+async def test_the_tool_sees_the_deployments_protected_rules_not_the_defaults(
+    any_mode: RunnerExecutor, tmp_path: Path
+) -> None:
+    # A tool that checks paths itself (file_write) must refuse inside the sandbox what the
+    # deployment protects, not only the defaults.
+    rules = ("secrets/", "*.vault")
+    result = await call(any_mode, tmp_path, sandboxed("protected_rules"), protected=rules)
+    assert result.ok, result.error
+    assert set(normalise_rules(rules)) <= set(result.data)
+    default = await call(any_mode, tmp_path, sandboxed("protected_rules"))
+    assert default.ok, default.error
+    assert "secrets/" not in default.data and ".git/" in default.data

@@ -4,8 +4,10 @@ The path must be relative, without ``..``, and end in ``.png``. Then, before the
 taken (:func:`check_target`) and again when it is written (:func:`write_in_workdir`):
 
 - it must not be a protected path (``ToolContext.protected_paths``, the rules of
-  :mod:`tooldeck_hookspecs.protected`: ``.git/``, ``.vscode/``, ...), matched relative to the
-  workdir and to every allowed root it lies in; ``PATH_NOT_ALLOWED`` names the rule;
+  :mod:`tooldeck_hookspecs.protected`: ``.git/``, ``.vscode/``, ``.cursor/``, ...; names also
+  with trailing dots/spaces stripped and Unicode-folded, and checked as a file, so a git
+  ``HEAD`` is refused too), matched relative to the workdir and to every allowed root it lies
+  in; ``PATH_NOT_ALLOWED`` names the rule;
 - it must lie inside one of the tool's allowed paths (``ToolContext.allowed_paths``; the workdir
   when there are none); ``PATH_NOT_ALLOWED`` names them;
 - the target must be a regular file or not exist. A FIFO named ``shot.png`` would block an
@@ -28,7 +30,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tooldeck_hookspecs import ErrorCode, ToolFailure
 from tooldeck_hookspecs.protected import normalise_rules, protected_message, protected_rule
@@ -94,13 +96,6 @@ def _under(path: str, root: str) -> list[str] | None:
     return [p for p in path[len(prefix):].split("/") if p] if path.startswith(prefix) else None
 
 
-def _variants(parts: Sequence[str]) -> list[str]:
-    # File systems with Windows semantics store "tooldeck.toml." as "tooldeck.toml".
-    joined = "/".join(parts)
-    stripped = "/".join(p.rstrip(". ") or p for p in parts)
-    return [joined] if stripped == joined else [joined, stripped]
-
-
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a folder"),
                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
@@ -133,11 +128,12 @@ def _check_location(
         rel = _under(target, root)
         if rel is None:
             continue
-        for variant in _variants(rel):
-            rule = protected_rule(variant, rules)
-            if rule is not None:
-                raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, protected_message(path[:300], rule),
-                                  suggestion=_PROTECTED_SUGGESTION, details={"rule": rule})
+        # Matched as spelled, with trailing dots/spaces stripped and Unicode-folded, and as a
+        # file: a git HEAD file is protected too (see tooldeck_hookspecs.protected).
+        rule = protected_rule("/".join(rel), rules, is_file=True)
+        if rule is not None:
+            raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED, protected_message(path[:300], rule),
+                              suggestion=_PROTECTED_SUGGESTION, details={"rule": rule})
 
 
 def _check_existing(path: str, dirfd: int | None, name: str) -> None:
@@ -193,13 +189,14 @@ def _open_folder(path: str, fd: int, name: str) -> int:
 
 def write_in_workdir(
     workdir: str, path: str, data: bytes, protected_paths: Sequence[str] | None = None,
-    allowed_paths: Sequence[str] = (),
+    allowed_paths: Sequence[str] = (), before_publish: Callable[[], None] | None = None,
 ) -> str:
     """Write ``data`` to ``path`` under ``workdir`` atomically; return the path as written.
 
     No symlink is followed, no protected path or path outside ``allowed_paths`` is written, and
     an existing target that is not a regular file is refused (``PATH_NOT_ALLOWED``). Blocking:
-    call it from a worker thread.
+    call it from a worker thread. ``before_publish`` is called right before the rename
+    (``ToolContext.commit``): what it raises refuses the write, and the temp file is removed.
     """
     parts = check_target(workdir, path, protected_paths, allowed_paths)
     try:
@@ -229,6 +226,8 @@ def write_in_workdir(
                 os.fsync(out)  # the rename must not publish a file whose data is not on disk
             finally:
                 os.close(out)
+            if before_publish is not None:
+                before_publish()
             os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
         except BaseException as exc:
             try:

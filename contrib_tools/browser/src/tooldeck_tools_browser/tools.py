@@ -337,8 +337,11 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     shot, sandbox = await eng.run(_in_sandbox, eng, _screenshot, context.session_id, page_id,
                                   full_page)
     data: bytes = shot["png"]
+    # context.commit just before the rename: a screenshot whose call timed out or was cancelled
+    # meanwhile is not saved (the wait for this thread cannot be cancelled, so once the rename
+    # is under way its real result is what the call returns).
     written = await trio.to_thread.run_sync(write_in_workdir, context.workdir, path, data, rules,
-                                            allowed)
+                                            allowed, context.commit)
     size = _png_size(data)
     result: dict[str, Any] = {"page_id": page_id, "path": written, "bytes": len(data)}
     if size is not None:

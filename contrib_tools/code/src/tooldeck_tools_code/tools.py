@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tooldeck_tools_process import Completed, LineProgress, describe, run_process
+from tooldeck_tools_process import Completed, LineProgress, describe, run_process, within_call
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -285,7 +285,9 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
 
     An exception in the snippet is a successful call: ``exit_code`` 1 and the traceback in
     ``stderr``. Running out of memory fails with ``SANDBOX_MEMORY_LIMIT``, running past
-    ``timeout_s`` with ``TIMEOUT`` (both carry what was printed in ``details``).
+    ``timeout_s`` with ``TIMEOUT`` (both carry what was printed in ``details``); so does one
+    still running when its call's deadline (``context.seconds_left()``: the tool's
+    ``execution.timeout_s``, which a deployment may set lower) is about to pass.
     """
     if not isinstance(arguments, Mapping):
         raise _invalid("arguments must be a JSON object")
@@ -293,6 +295,7 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
     code = _code(arguments.get("code"))
     stdin = _stdin(arguments.get("stdin"))
     timeout_s = _timeout(arguments.get("timeout_s"))
+    limit_s, by_call = within_call(timeout_s, context.seconds_left())
     base = tempfile.mkdtemp(prefix="tooldeck-code-")
     try:
         # The snippet lives outside its working directory, so it is not returned as a file.
@@ -301,7 +304,7 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             fh.write(code)
         work = os.path.join(base, "work")
         os.mkdir(work)
-        argv, preexec = _command(language, script, timeout_s)
+        argv, preexec = _command(language, script, limit_s)
         env = {
             "PATH": _PATH,
             "HOME": work,
@@ -318,7 +321,7 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 cwd=work,
                 env=env,
                 stdin=stdin,
-                timeout_s=timeout_s,
+                timeout_s=limit_s,
                 stdout_caps=(STDOUT_CAP_BYTES // 2, STDOUT_CAP_BYTES - STDOUT_CAP_BYTES // 2),
                 stderr_caps=(STDERR_CAP_BYTES // 4, STDERR_CAP_BYTES - STDERR_CAP_BYTES // 4),
                 discard_limit=DISCARD_LIMIT_BYTES,
@@ -333,6 +336,19 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 details={"language": language, "interpreter": argv[0]},
             ) from None
         result = _describe(completed, language)
+        if completed.timed_out and by_call:
+            raise ToolFailure(
+                ErrorCode.TIMEOUT,
+                f"the program was stopped after {limit_s:.3g} s, when this call's time limit "
+                "(set for code_execute by the deployment, below this snippet's timeout_s of "
+                f"{timeout_s:g} s) was about to run out, and was killed",
+                suggestion=(
+                    "A larger timeout_s does not help here: do less work per call (process less "
+                    "data, split the task); what it printed so far is in details.partial."
+                ),
+                details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
+                         "limited_by": "call deadline", "partial": result},
+            )
         if completed.timed_out:
             raise ToolFailure(
                 ErrorCode.TIMEOUT,

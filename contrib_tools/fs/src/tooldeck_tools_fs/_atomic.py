@@ -170,7 +170,8 @@ def write_replace(dirfd: int, name: str, data: bytes, *, mode: int | None,
         Set-user-ID and set-group-ID bits are never given.
     :param owner: (uid, gid) to keep when replacing, best effort (only root may give a file away).
     :param publish_check: called after the data is safe on disk and just before the file gets
-        its name; raises to refuse (the protected-path check, as late as it can be).
+        its name; raises to refuse (the protected-path check, as late as it can be, and the
+        call's ``ToolContext.commit()``). Whatever it raises, no temp file is left.
     """
     sweep(dirfd)
     if mode is not None:

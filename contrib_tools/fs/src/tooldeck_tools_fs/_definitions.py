@@ -57,10 +57,11 @@ FILE_READ = ToolDefinition(
         "additionalProperties": False,
     },
     security=_security(SecurityLevel.SAFE),
-    # Results depend on the session's workdir: it is part of the cache key. The TTL is short
-    # because the file may change (file_write or anything else) after it was read.
+    # Results depend on the session's workdir and on the machine whose files they are: both are
+    # part of the cache key (a Redis cache is shared by workers on several hosts). The TTL is
+    # short because the file may change (file_write or anything else) after it was read.
     execution=ExecutionConfig(timeout_s=30.0, cacheable=True, cache_ttl_s=30.0,
-                              cache_context=("workdir",),
+                              cache_context=("workdir", "host"),
                               max_output_bytes=MAX_READ_BYTES * 4 // 3 + 65536),
     execute=tools.file_read,
     entrypoint="tooldeck_tools_fs.tools:file_read",

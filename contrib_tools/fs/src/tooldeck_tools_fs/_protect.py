@@ -13,15 +13,15 @@ file_write checks twice:
    matching inode numbers), made relative to every allowed root it lies under, plus the final
    name. Every directory ``create_dirs`` would create is checked the same way first.
 
-Names are also checked with trailing dots and spaces stripped (``tooldeck.toml.``): file systems
-with Windows semantics (vfat, ntfs3, CIFS) store them as the protected name itself. And folded:
-NFKC (fullwidth ``ＴＯＯＬＤＥＣＫ.toml``, ligatures) with default-ignorable code points removed
-(``tooldeck\u200d.toml``, a soft hyphen, a BOM): case-insensitive file systems (ext4/f2fs
-``casefold`` folders on kernels before 6.13, APFS, HFS+) drop those when they compare names, so
-the planted name *is* the protected one there. Folding only ever adds refusals.
-
-The pack also protects :data:`PACK_PROTECTED_PATHS`, files the host runs that the shared defaults
-of :mod:`tooldeck_hookspecs.protected` do not list (yet).
+:func:`~tooldeck_hookspecs.protected_rule` also matches names with trailing dots and spaces
+stripped (``tooldeck.toml.``: file systems with Windows semantics, vfat, ntfs3, CIFS, store them
+as the protected name itself) and folded: NFKC (fullwidth ``ＴＯＯＬＤＥＣＫ.toml``, ligatures)
+with default-ignorable code points removed (``tooldeck\u200d.toml``, a soft hyphen, a BOM):
+case-insensitive file systems (ext4/f2fs ``casefold`` folders on kernels before 6.13, APFS,
+HFS+) drop those when they compare names, so the planted name *is* the protected one there.
+Folding only ever adds refusals. A *file* named ``HEAD`` is refused too (an embedded bare git
+repository, :data:`~tooldeck_hookspecs.protected.REPOSITORY_MARKER_FILES`); a folder of that
+name is not.
 """
 
 from __future__ import annotations
@@ -29,16 +29,19 @@ from __future__ import annotations
 import collections
 import functools
 import os
-import re
-import unicodedata
 from collections.abc import Sequence
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
-from tooldeck_hookspecs.protected import normalise_rules, protected_message, protected_rule
+from tooldeck_hookspecs.protected import (
+    fold_name,
+    normalise_rules,
+    protected_message,
+    protected_rule,
+)
 
 from ._safepath import Target, clip
 
-__all__ = ["PACK_PROTECTED_PATHS", "STATS", "Guard", "fd_realpath", "fold_name"]
+__all__ = ["STATS", "Guard", "fd_realpath", "fold_name"]
 
 #: How the real path of a directory fd was found: ``realpath:proc`` or ``realpath:dotdot``
 #: (the fallback where /proc is missing or disagrees with fstat).
@@ -55,93 +58,8 @@ _SUGGESTION = (
 )
 
 
-#: Files and folders a host tool loads or runs on its own (no user action that asks for it) that
-#: the shared defaults (``DEFAULT_PROTECTED_PATHS``) miss; file_write refuses them as well. They
-#: belong in the shared list, so that the sandbox binds them read-only too; until they are there,
-#: this pack refuses them on its own. Rule syntax of :mod:`tooldeck_hookspecs.protected`.
-PACK_PROTECTED_PATHS: tuple[str, ...] = (
-    # A virtual environment, whatever its folder is called: the interpreter reads pyvenv.cfg at
-    # start-up ('home' chooses the standard library it runs) and imports from site-packages on
-    # every run; editors start it on their own to index the project.
-    "pyvenv.cfg",
-    "site-packages/",
-    "dist-packages/",
-    # IPython and Jupyter load *_config.py (Python) from the folder they start in.
-    "ipython_config.py",
-    "ipython_kernel_config.py",
-    "jupyter_*_config.py",
-    # devcontainer's other spelling (initializeCommand runs on the host); editors and coding
-    # agents that start the MCP servers, language servers or tasks their project folder names.
-    ".devcontainer.json",
-    ".cursor/",
-    ".gemini/",
-    ".zed/",
-    ".helix/",
-    ".continue/",
-    ".windsurf/",
-    ".roo/",
-    ".amazonq/",
-    ".kiro/",
-    ".opencode/",
-    "opencode.json",
-    "opencode.jsonc",
-    # Toolchain pins that can name a folder of binaries to run (rustup's 'path'); mise's other
-    # file names, and the '.config/mise.toml' it reads in every folder up the tree (a project's
-    # own .config/ folder is tool configuration by that convention too).
-    "rust-toolchain",
-    "rust-toolchain.toml",
-    "mise.*.toml",
-    ".mise.*.toml",
-    ".config/",
-    # Shell and editor start-up files missing from the defaults (Debian's .bashrc sources
-    # .bash_aliases; vim's 'exrc' reads .vimrc from the current folder).
-    ".bash_aliases",
-    ".zlogout",
-    ".kshrc",
-    ".mkshrc",
-    ".cshrc",
-    ".tcshrc",
-    ".login",
-    ".vimrc",
-    ".gvimrc",
-    # A root that is a home folder: ~/.local/bin is on PATH (a planted 'git' runs instead of
-    # git) and ~/.local/share holds editor plugins; credential helpers and auth plugins run
-    # commands (aws credential_process, kubectl exec, docker credsStore, gpg-agent's pinentry);
-    # psql and sqlite3 run their rc file's shell escapes; X and PAM sessions source these.
-    "/.local/",
-    "/.aws/",
-    "/.kube/",
-    "/.docker/",
-    "/.gnupg/",
-    "/.vim/",
-    "/.emacs",
-    "/.emacs.el",
-    "/.emacs.d/",
-    "/.tmux.conf",
-    "/.hgrc",
-    "/.psqlrc",
-    "/.sqliterc",
-    "/.mailcap",
-    "/.xprofile",
-    "/.xinitrc",
-    "/.xsession",
-    "/.xsessionrc",
-    "/.pam_environment",
-)
-
-
-#: File names (folded) that make their folder a git repository: git takes any folder holding a
-#: valid HEAD, objects/ and refs/ for one (an "embedded bare repository") and then obeys its
-#: 'config' (hooks, aliases, pager, sshCommand, credential helpers) for every git command run
-#: inside it, a shell prompt's included. objects/ and refs/ are ordinary folder names and
-#: 'config' an ordinary file name, but only git writes a file called HEAD: refusing that one
-#: name (as a file, not as a folder) is enough to keep a planted folder from being a repository.
-_REPO_MARKERS = frozenset({"head"})
-_REPO_MARKER_RULE = "HEAD"
-
-
 def _rules(context: ToolContext) -> tuple[str, ...]:
-    """The defaults, the pack's own and the context's rules: extend-only, whatever it holds."""
+    """The defaults and the context's rules: extend-only, whatever the context holds."""
     given = context.protected_paths or ()
     try:
         return _merged_rules(tuple(given))
@@ -153,44 +71,10 @@ def _rules(context: ToolContext) -> tuple[str, ...]:
 def _merged_rules(given: tuple[object, ...]) -> tuple[str, ...]:
     # Cached: every write builds a Guard, and merging ~120 rules costs ~70 µs each time.
     extra = [r for r in given if isinstance(r, str) and r.strip("/ ")]
-    extra = [*PACK_PROTECTED_PATHS, *extra]
     try:
         return normalise_rules(extra)
     except ValueError:  # a '..' rule can never match; keep the others
         return normalise_rules(r for r in extra if ".." not in r.split("/"))
-
-
-# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): invisible characters that
-# case-insensitive file systems and many tools drop when they compare names.
-_IGNORABLE = re.compile(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
-    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
-    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
-)
-
-
-def fold_name(name: str) -> str:
-    """``name`` as a case- and normalisation-insensitive file system may see it.
-
-    NFKC, casefold, NFKC again (Unicode's caseless identifier match) and default-ignorable
-    code points removed: ``ＴＯＯＬＤＥＣＫ.toml`` and ``tooldeck\u200d.toml`` both give
-    ``tooldeck.toml``. A name that folds to nothing is kept as it was.
-    """
-    if name.isascii():
-        return name  # the hot path: nothing to fold beyond the rule matcher's casefold
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
-    return _IGNORABLE.sub("", folded) or name
-
-
-def _variants(parts: Sequence[str]) -> list[str]:
-    """The path, the path with trailing dots/spaces stripped from every component, and the
-    stripped path folded (:func:`fold_name`); duplicates dropped."""
-    joined = "/".join(parts)
-    stripped = [p.rstrip(". ") or p for p in parts]
-    folded = [fold_name(p) for p in stripped]
-    # Folding can leave new trailing dots/spaces ('x.\u200b'): strip once more.
-    folded = [p.rstrip(". ") or p for p in folded]
-    return list(dict.fromkeys((joined, "/".join(stripped), "/".join(folded))))
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
@@ -292,12 +176,10 @@ class Guard:
                            suggestion=_SUGGESTION, details={"rule": rule})
 
     def _check_parts(self, parts: Sequence[str], file: bool = True) -> None:
-        for variant in _variants(parts):
-            rule = protected_rule(variant, self.rules)
-            if rule is not None:
-                raise self._refuse(rule)
-            if file and variant.rsplit("/", 1)[-1].casefold() in _REPO_MARKERS:
-                raise self._refuse(_REPO_MARKER_RULE)
+        # protected_rule matches the stripped and folded spellings too, and a git HEAD file.
+        rule = protected_rule("/".join(parts), self.rules, is_file=file)
+        if rule is not None:
+            raise self._refuse(rule)
 
     def check_lexical(self) -> None:
         """Refuse the path as spelled (relative to its root, '..' taken lexically)."""

@@ -297,6 +297,8 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     with ``PERMISSION_DENIED``. A replaced file keeps its mode and owner, never set-user-ID or
     set-group-ID bits. A path spelled as a folder (trailing ``/``) is refused. Replacing a file
     with other hard links leaves them the old content: ``hard_links`` and ``note`` say so.
+    A call the runner gave up on (timed out, cancelled) before the rename changes nothing
+    (``context.commit()``); once the rename is under way the runner reports how it ended.
     """
     target = _target(arguments, context)
     data = _content_bytes(arguments)
@@ -328,12 +330,19 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
                               "allowed: it leads to a name reserved for file_write's temp files",
                               suggestion="Choose another file name.")
         old = _replaced_file(parent, name, target.display)
+
+        def publish_check() -> None:
+            # Again just before the name appears: a folder moved meanwhile is caught too.
+            guard.check_resolved(parent, name)
+            # The point of no return: refused (CallAbandoned, nothing is named) when the runner
+            # already answered TIMEOUT or CANCELLED, so a write reported failed never lands.
+            context.commit()
+
         created = _atomic.write_replace(
             parent, name, data,
             mode=None if old is None else stat.S_IMODE(old.st_mode),
             owner=None if old is None else (old.st_uid, old.st_gid),
-            # Again just before the name appears: a folder moved meanwhile is caught too.
-            publish_check=lambda: guard.check_resolved(parent, name))
+            publish_check=publish_check)
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
     finally:

@@ -6,9 +6,20 @@ A library, not a plugin: ``tooldeck-tools-shell`` and ``tooldeck-tools-code`` de
 
 from __future__ import annotations
 
-from ._run import LINGER_S, Capture, Completed, LineProgress, decode_output, describe, run_process
+from ._run import (
+    ANSWER_MARGIN_S,
+    LINGER_S,
+    Capture,
+    Completed,
+    LineProgress,
+    decode_output,
+    describe,
+    run_process,
+    within_call,
+)
 
 __all__ = [
+    "ANSWER_MARGIN_S",
     "Capture",
     "Completed",
     "LINGER_S",
@@ -16,4 +27,5 @@ __all__ = [
     "decode_output",
     "describe",
     "run_process",
+    "within_call",
 ]

@@ -34,7 +34,8 @@ from typing import Any
 import attrs
 
 __all__ = [
-    "Capture", "Completed", "LineProgress", "decode_output", "describe", "run_process", "LINGER_S"
+    "Capture", "Completed", "LineProgress", "decode_output", "describe", "run_process", "LINGER_S",
+    "ANSWER_MARGIN_S", "within_call",
 ]
 
 #: How long pipes may stay open after the child exited (its group's leftovers), in seconds.
@@ -116,6 +117,27 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+#: What a tool keeps of its call's time, at most, to kill its program and send its answer
+#: before the executor gives up on the call (a fifth of what is left, at least 0.5 s).
+ANSWER_MARGIN_S = 1.0
+
+
+def within_call(timeout_s: float, seconds_left: float | None) -> tuple[float, bool]:
+    """The deadline to run a program with: ``timeout_s`` (the tool's own, from its arguments),
+    or less when the call's own deadline comes first (``ToolContext.seconds_left()``: the
+    executor's ``execution.timeout_s``, which a deployment may set lower), minus a margin to
+    answer in. Returns ``(seconds, True when the call's deadline decided)``: then a timeout is
+    the tool's to report, with the output so far, instead of the executor's, with nothing.
+    """
+    if seconds_left is None:
+        return timeout_s, False
+    margin = min(ANSWER_MARGIN_S, max(0.5, seconds_left / 5))
+    bounded = max(seconds_left - margin, 0.05)
+    if bounded >= timeout_s:
+        return timeout_s, False
+    return bounded, True
 
 
 def run_process(

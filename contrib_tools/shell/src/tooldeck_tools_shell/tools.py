@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_tools_process import Completed, LineProgress, describe, run_process
+from tooldeck_tools_process import Completed, LineProgress, describe, run_process, within_call
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -327,7 +327,9 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     substitutions in it). A non-zero exit status is a successful call reporting ``exit_code``;
     a program that does not exist is ``EXECUTION_ERROR``; a command still running after
     ``timeout_s`` has its process group killed and the call fails with ``TIMEOUT`` (the partial
-    output is in the error's details).
+    output is in the error's details). So does one still running when its call's deadline
+    (``context.seconds_left()``: the tool's ``execution.timeout_s``, which a deployment may set
+    below ``timeout_s``) is about to pass: the tool stops it first, so the output is not lost.
     """
     if not isinstance(arguments, Mapping):
         raise _invalid("arguments must be a JSON object")
@@ -340,13 +342,14 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     shell = isinstance(command, str)
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
     env.setdefault("PWD", cwd)
+    limit_s, by_call = within_call(timeout_s, context.seconds_left())
     try:
         completed = run_process(
             argv,
             cwd=cwd,
             env=env,
             stdin=stdin,
-            timeout_s=timeout_s,
+            timeout_s=limit_s,
             stdout_caps=_caps(STDOUT_CAP_BYTES, encoding),
             stderr_caps=_caps(STDERR_CAP_BYTES, "text"),
             discard_limit=DISCARD_LIMIT_BYTES,
@@ -356,6 +359,19 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     except (OSError, ValueError, UnicodeError) as exc:
         raise _start_failure(exc, argv) from None
     result = describe(completed, encoding)
+    if completed.timed_out and by_call:
+        raise ToolFailure(
+            ErrorCode.TIMEOUT,
+            f"the command was stopped after {limit_s:.3g} s, when this call's time limit (set "
+            f"for shell_exec by the deployment, below this command's timeout_s of {timeout_s:g} "
+            "s) was about to run out; it and the processes it started were killed",
+            suggestion=(
+                "A larger timeout_s does not help here: run a quicker command, or split the work "
+                "into shorter steps (the output so far is in details.partial)."
+            ),
+            details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
+                     "limited_by": "call deadline", "partial": result},
+        )
     if completed.timed_out:
         raise ToolFailure(
             ErrorCode.TIMEOUT,

@@ -70,6 +70,10 @@ class RunnerSettings:
     retry_initial_s: float = 1.0
     retry_max_s: float = 8.0
     retry_jitter_s: float = 0.5
+    #: How long a sync tool that had called ``ToolContext.commit()`` when its call timed out or
+    #: was cancelled is waited for, so that its real result is reported (past it: a failure
+    #: saying the change may have landed).
+    commit_grace_s: float = 5.0
 
     @property
     def default_limit(self) -> int:
@@ -120,7 +124,7 @@ class RunnerSettings:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be an integer >= 0")
                 kw[name] = value
-        for name in ("retry_initial_s", "retry_max_s", "retry_jitter_s"):
+        for name in ("retry_initial_s", "retry_max_s", "retry_jitter_s", "commit_grace_s"):
             if name in table:
                 value = table[name]
                 if not isinstance(value, int | float) or value < 0:

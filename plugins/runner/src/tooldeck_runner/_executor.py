@@ -57,6 +57,8 @@ import trio
 
 from tooldeck_hookspecs import (
     RETRYABLE_CODES,
+    CallAbandoned,
+    CallControl,
     ErrorCode,
     ToolCall,
     ToolContext,
@@ -192,6 +194,82 @@ def _should_retry(result: ToolResult) -> bool:
         not result.success
         and error is not None
         and (error.retryable or error.code in RETRYABLE_CODES)
+        # A change that may have landed is not made twice.
+        and not error.details.get("may_have_landed")
+    )
+
+
+class _AttemptControl(CallControl):
+    """The tool's :class:`CallControl` for one attempt, plus what the runner learnt when it gave
+    up on the attempt during a commit: the tool's outcome (``late``) when the commit finished
+    within the grace, or ``overran`` when it did not."""
+
+    __slots__ = ("late", "overran")
+
+    def __init__(
+        self, *, deadline: float | None = None, probe: Callable[[], bool] | None = None
+    ) -> None:
+        super().__init__(deadline=deadline, probe=probe)
+        self.late: outcome.Outcome[Any] | None = None
+        self.overran = False
+
+    @property
+    def gave_up_while_committing(self) -> bool:
+        return self.late is not None or self.overran
+
+
+def _scope_probe(scopes: tuple[trio.CancelScope, ...]) -> Callable[[], bool]:
+    """``CallControl``'s probe for a tool running on the loop: was the attempt's scope (or the
+    call's) cancelled? Also usable from the tool's own ``trio.to_thread`` threads."""
+    token = trio.lowlevel.current_trio_token()
+
+    def probe() -> bool:
+        return any(scope.cancel_called for scope in scopes)
+
+    def probe_anywhere() -> bool:
+        try:
+            return probe()
+        except RuntimeError:  # not on the loop's thread (reading a deadline needs the loop)
+            try:
+                return trio.from_thread.run_sync(probe, trio_token=token)
+            except trio.RunFinishedError:
+                return True
+
+    return probe_anywhere
+
+
+def _late_result(
+    tool: ToolDefinition, control: _AttemptControl, *, cancelled: bool, grace: float
+) -> ToolResult:
+    """The answer of an attempt given up on while its tool was committing (see
+    ``ToolContext.commit``): the tool's own result when the commit finished within the grace,
+    else a failure that says the change may have landed."""
+    timeout = tool.execution.timeout_s
+    reason = "cancelled" if cancelled else "timeout"
+    late = control.late
+    if late is not None:
+        # Read, not unwrapped: an outcome unwraps once, and this may be asked twice.
+        if isinstance(late, outcome.Value):
+            result = as_result(late.value)
+        elif isinstance(late.error, ToolFailure):
+            result = failure_result(late.error)
+        else:
+            result = exception_result(late.error)
+        return result.with_metadata(committed_late=reason)
+    how = "was cancelled" if cancelled else f"did not finish within {timeout:g}s"
+    return ToolResult.fail(
+        ErrorCode.CANCELLED if cancelled else ErrorCode.TIMEOUT,
+        f"{tool.name!r} {how} while committing its change, and the commit did not finish within "
+        f"the {grace:g} s grace: the change may have landed (or may still land)",
+        suggestion="Check the current state (read the file, list the folder) before calling "
+        "again: the change may have been made.",
+        details={
+            "queued": False,
+            "timeout_s": timeout,
+            "commit_started": True,
+            "may_have_landed": True,
+            "commit_grace_s": grace,
+        },
     )
 
 
@@ -246,6 +324,8 @@ class _Job:
         "finished",
         "direct",
         "result",
+        "late",
+        "done",
     )
 
     def __init__(
@@ -261,6 +341,9 @@ class _Job:
         self.token = token
         self.abandoned = False
         self.finished = False
+        #: The caller gave up while the tool was committing: the result goes to ``done``.
+        self.late = False
+        self.done: trio.Event | None = None
         #: Held while the loop waits for this job directly (see _ToolThreads.run); None once it
         #: waits through trio instead.
         self.direct: threading.Lock | None = None
@@ -282,9 +365,11 @@ class _ToolThreads:
     caller, so the pool stays first come, first served.
     """
 
-    def __init__(self, name: str, size: float, category: str) -> None:
+    def __init__(self, name: str, size: float, category: str, grace: float = 5.0) -> None:
         self.name = name
         self.size = size
+        #: How long a call given up on during its tool's commit waits for the tool.
+        self.grace = grace
         #: Slots taken: calls handed to a thread (or about to be) and abandoned threads.
         self.busy = 0
         self._parked = trio.lowlevel.ParkingLot()
@@ -296,8 +381,18 @@ class _ToolThreads:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
 
-    async def run(self, function: Callable[[], Any], waiting: list[int]) -> Any:
-        """Run ``function`` in one of the pool's threads and return (or raise) its outcome."""
+    async def run(
+        self,
+        function: Callable[[], Any],
+        waiting: list[int],
+        control: _AttemptControl | None = None,
+    ) -> Any:
+        """Run ``function`` in one of the pool's threads and return (or raise) its outcome.
+
+        ``control`` is the attempt's (the tool's ``context.control``): giving up abandons it
+        under the pool's lock, unless the tool already committed; then the thread is waited for
+        ``grace`` seconds more and the outcome stored on ``control`` (``late``, or ``overran``)
+        before the cancellation goes on."""
         if self.busy < self.size and not self._parked:
             self.busy += 1
         else:
@@ -352,12 +447,44 @@ class _ToolThreads:
                 if job.finished:
                     # The result is on its way (_deliver is scheduled): take it instead.
                     return trio.lowlevel.Abort.FAILED
-                job.abandoned = True
-            self.abandoned += 1
+                if control is not None and not control.abandon():
+                    # The tool is committing: its change may be landing. Waited for below.
+                    job.late = True
+                else:
+                    job.abandoned = True
+            if job.late:
+                job.done = trio.Event()
+            else:
+                self.abandoned += 1
             return trio.lowlevel.Abort.SUCCEEDED
 
-        # trio unwraps the outcome _deliver reschedules us with: the value, or its exception.
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        try:
+            # trio unwraps the outcome _deliver reschedules us with: the value, or its exception.
+            return await trio.lowlevel.wait_task_rescheduled(abort)
+        except trio.Cancelled:
+            if job.late and control is not None:
+                await self._wait_commit(job, control)
+            raise
+
+    async def _wait_commit(self, job: _Job, control: _AttemptControl) -> None:
+        """After giving up during a commit: wait ``grace`` for the thread (shielded: the commit
+        is waited for even when the caller's scope is cancelled too), then record its outcome
+        on ``control``, or abandon the thread."""
+        assert job.done is not None
+        with trio.move_on_after(self.grace, shield=True):
+            await job.done.wait()
+        if job.result is None:
+            with self._lock:
+                overran = not job.finished
+                if overran:
+                    job.abandoned = True  # the worker drops its result and frees the slot
+            if overran:
+                self.abandoned += 1
+                control.overran = True
+                return
+            with trio.CancelScope(shield=True):  # finished just now: its delivery is queued
+                await job.done.wait()
+        control.late = job.result
 
     def finished(self, worker: _Worker, job: _Job, result: outcome.Outcome[Any]) -> None:
         """In the worker's thread, after ``job`` ran: hand the result back to trio."""
@@ -379,6 +506,10 @@ class _ToolThreads:
     def _deliver(self, job: _Job, result: outcome.Outcome[Any] | None) -> None:
         if result is None:
             self.abandoned -= 1
+        elif job.late:
+            assert job.done is not None
+            job.result = result
+            job.done.set()
         else:
             trio.lowlevel.reschedule(job.task, result)
         self._release()
@@ -482,6 +613,8 @@ class _InFlight:
     scope: trio.CancelScope
     #: Set when cancel_session / cancel_call / aclose cancelled the call (not its deadline).
     requested: bool = False
+    #: The latest attempt's control (what the tool committed, when it was given up on).
+    control: _AttemptControl | None = None
 
     def cancel(self) -> None:
         self.requested = True
@@ -567,7 +700,7 @@ class RunnerExecutor:
                 result = await self._attempt(tool, call, context, entry)
             else:
                 with entry.scope:
-                    result = await self._run_with_retries(tool, call, context, attempts)
+                    result = await self._run_with_retries(tool, call, context, attempts, entry)
         finally:
             calls = self._in_flight.get(entry.session_id)
             if calls is not None:
@@ -575,10 +708,16 @@ class RunnerExecutor:
                 if not calls:
                     del self._in_flight[entry.session_id]
         if entry.requested and entry.scope.cancelled_caught:
-            result = ToolResult.fail(
-                ErrorCode.CANCELLED,
-                f"the call to {tool.name!r} was cancelled before it finished",
-            )
+            control = entry.control
+            if control is not None and control.gave_up_while_committing:
+                result = _late_result(
+                    tool, control, cancelled=True, grace=self.settings.commit_grace_s
+                )
+            else:
+                result = ToolResult.fail(
+                    ErrorCode.CANCELLED,
+                    f"the call to {tool.name!r} was cancelled before it finished",
+                )
         return result.with_metadata(
             duration_s=time.perf_counter() - started,
             attempts=attempts[0],
@@ -710,12 +849,17 @@ class RunnerExecutor:
         return queue
 
     async def _run_with_retries(
-        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, attempts: list[int]
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        attempts: list[int],
+        inflight: _InFlight | None = None,
     ) -> ToolResult:
         execution = tool.execution
         if not execution.retryable or execution.max_retries <= 0:
             attempts[0] = 1
-            return await self._attempt(tool, call, context)
+            return await self._attempt(tool, call, context, inflight=inflight)
         # Imported here: stamina (and tenacity under it) cost a new process ~8 ms, and only
         # retryable tools need it (`tooldeck call` of a plain tool does not).
         import stamina
@@ -733,7 +877,7 @@ class RunnerExecutor:
             ):
                 with attempt:
                     attempts[0] += 1
-                    result = await self._attempt(tool, call, context)
+                    result = await self._attempt(tool, call, context, inflight=inflight)
                     if _should_retry(result):
                         raise _RetryableResult(result)
                     return result
@@ -747,9 +891,12 @@ class RunnerExecutor:
         call: ToolCall,
         context: ToolContext,
         entry: _InFlight | None = None,
+        *,
+        inflight: _InFlight | None = None,
     ) -> ToolResult:
         """One attempt under the tool's timeout: in ``entry``'s scope (whose deadline is the
-        timeout) for a single-attempt call, else in a fresh scope of its own."""
+        timeout) for a single-attempt call, else in a fresh scope of its own (``inflight``:
+        the call's entry then, whose scope encloses the retries)."""
         queue = self._queue(tool.category)
         timeout = tool.execution.timeout_s
         # A fresh borrower per call: the same task may hold slots for nested calls.
@@ -759,6 +906,8 @@ class RunnerExecutor:
         # Filled by _invoke while a sync tool waits for a thread of its own pool.
         waiting: list[int] = []
         scope = entry.scope if entry is not None else trio.move_on_after(timeout)
+        owner = entry if entry is not None else inflight
+        control: _AttemptControl | None = None
         with scope:
             ahead = queue.waiting
             try:
@@ -781,11 +930,33 @@ class RunnerExecutor:
             queue.in_flight += 1
             queue.max_in_flight = max(queue.max_in_flight, queue.in_flight)
             try:
-                return await self._invoke(tool, call, context, waiting)
+                # The attempt's own control: its deadline (the timeout, queue time included),
+                # whether it was given up on, and the tool's commit (see ToolContext).
+                deadline = scope.deadline
+                control = _AttemptControl(
+                    deadline=time.monotonic() + (deadline - trio.current_time())
+                    if math.isfinite(deadline)
+                    else None,
+                    probe=_scope_probe(
+                        (scope,) if owner is None or owner.scope is scope else (scope, owner.scope)
+                    )
+                    if tool.is_async and not tool.security.sandbox
+                    else None,
+                )
+                if owner is not None:
+                    owner.control = control
+                return await self._invoke(tool, call, context.with_control(control), waiting)
             finally:
                 queue.in_flight -= 1
                 queue.completed += 1
                 queue.limiter.release_on_behalf_of(token)
+        if control is not None and control.gave_up_while_committing:
+            return _late_result(
+                tool,
+                control,
+                cancelled=entry is not None and entry.requested,
+                grace=self.settings.commit_grace_s,
+            )
         if entry is not None and entry.requested:
             # Cancelled by cancel_session()/cancel_call(); the caller reports CANCELLED.
             return ToolResult.fail(ErrorCode.CANCELLED, "cancelled")
@@ -819,7 +990,9 @@ class RunnerExecutor:
         threads = self._threads.get(tool.name)
         if threads is None:
             size = self._queue(tool.category).limiter.total_tokens
-            threads = self._threads[tool.name] = _ToolThreads(tool.name, size, tool.category)
+            threads = self._threads[tool.name] = _ToolThreads(
+                tool.name, size, tool.category, self.settings.commit_grace_s
+            )
         return threads
 
     async def _in_thread(
@@ -829,7 +1002,12 @@ class RunnerExecutor:
         abandoned (it cannot be killed) and keeps its pool slot until it really ends."""
         threads = self._threads.get(tool.name) or self._tool_threads(tool)
         arguments = call.arguments
-        return await threads.run(lambda: call_tool_function(tool, arguments, context), waiting)
+        control = context.control
+        return await threads.run(
+            lambda: call_tool_function(tool, arguments, context),
+            waiting,
+            control if isinstance(control, _AttemptControl) else None,
+        )
 
     async def _invoke(
         self,
@@ -849,6 +1027,11 @@ class RunnerExecutor:
                 )
                 if inspect.isawaitable(value):
                     value = await value
+        except CallAbandoned as exc:
+            # The tool saw (ToolContext.commit) that its call was given up on: let trio deliver
+            # that cancellation, so the timeout or cancellation is reported as such.
+            await trio.lowlevel.checkpoint()
+            return failure_result(exc)
         except ToolFailure as exc:
             return failure_result(exc)
         except (Exception, SystemExit) as exc:

@@ -218,6 +218,9 @@ class _Protected:
     #: ``relative path -> (st_dev, st_ino, symlink target or None)``.
     entries: dict[str, tuple[int, int, str | None]]
     complete: bool
+    #: ``relative path -> the rule that covers it``, as :func:`find_protected` told it (it
+    #: knows whether the entry is a file: a ``HEAD`` file is protected, a folder is not).
+    rules: dict[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def scan(cls, workdir: str, rules: Sequence[str]) -> _Protected:
@@ -227,6 +230,7 @@ class _Protected:
             workdir, rules, max_depth=_PROTECTED_DEPTH, max_entries=_PROTECTED_ENTRIES
         )
         entries: dict[str, tuple[int, int, str | None]] = {}
+        rules: dict[str, str] = {}
         for match in found.matches:
             path = os.path.join(workdir, match.path)
             try:
@@ -235,7 +239,8 @@ class _Protected:
             except OSError:
                 continue
             entries[match.path] = (st.st_dev, st.st_ino, target)
-        return cls(entries, found.complete)
+            rules[match.path] = match.rule
+        return cls(entries, found.complete, rules)
 
     def same_paths(self, other: _Protected) -> bool:
         return set(self.entries) == set(other.entries)
@@ -615,6 +620,8 @@ class SandboxPool:
                 attributes=dict(context.attributes),
                 settings=dict(context.settings),
                 protected_paths=rules,
+                deadline=context.deadline,
+                seconds_left=context.seconds_left(),
             ),
             entrypoint=entrypoint,
             call_style=tool.call_style,
@@ -1090,9 +1097,9 @@ class SandboxPool:
                 if previous[2] is None and previous[:2] != (dev, ino):
                     # Replaced (possible only without read-only binds, in degraded mode): the
                     # user's original is gone already, so the new one is reported, not deleted.
-                    created.append((rel, _rule_of(rel, key.protected)))
+                    created.append((rel, after.rules.get(rel, "protected")))
                 continue
-            created.append((rel, _rule_of(rel, key.protected)))
+            created.append((rel, after.rules.get(rel, "protected")))
             path = os.path.join(key.workdir, rel)
             original = identities.get((dev, ino))
             if original is not None:
@@ -1119,7 +1126,7 @@ class SandboxPool:
             except OSError as exc:
                 logger.warning("tooldeck-runner: could not restore symlink %s: %s", rel, exc)
             if rel not in {r for r, _ in created}:
-                created.append((rel, _rule_of(rel, key.protected)))
+                created.append((rel, before.rules.get(rel, "protected")))
         if not after.complete:
             applied["protected_scan"] = "incomplete (deep or very large workdir)"
         if not created:
@@ -1802,12 +1809,6 @@ def _stage_read_only(mapper: _idmap.IdMapper, paths: Sequence[str]) -> _Ids:
                 pass
             ids.not_mapped.append(path)
     return ids
-
-
-def _rule_of(rel: str, rules: Sequence[str]) -> str:
-    from tooldeck_hookspecs import protected_rule
-
-    return protected_rule(rel, rules) or "protected"
 
 
 def _remove(path: str) -> None:

@@ -58,6 +58,14 @@ class WireContext:
     settings: dict[str, Any] = attrs.field(factory=dict)
     #: The protected path rules (:mod:`tooldeck_hookspecs.protected`); the defaults when empty.
     protected_paths: tuple[str, ...] = ()
+    #: The host's ``time.monotonic()`` instant at which the executor stops waiting for the call
+    #: (None: no deadline). CLOCK_MONOTONIC is the same inside the sandbox (no time namespace,
+    #: whose offsets would be zero anyway), so this stays exact however long the worker takes
+    #: to start and read the request.
+    deadline: float | None = None
+    #: The same as seconds left when the request was made: a bound the worker applies too
+    #: (``ToolContext.deadline`` is the earlier of the two), should the clocks ever differ.
+    seconds_left: float | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -38,6 +38,7 @@ import re
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -183,8 +184,16 @@ def _emitter(wire: Any, response_fd: int) -> Any:
 
 
 def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None) -> Any:
-    from tooldeck_hookspecs import ToolContext, ToolDefinition, call_tool_function
+    from tooldeck_hookspecs import CallControl, ToolContext, ToolDefinition, call_tool_function
 
+    ctx = request.context
+    # The call's deadline on this process's clock, read before the tool is imported: what the
+    # tool has left to stop by itself (and answer) before the host kills it. Nothing else to
+    # control here: giving up on a sandboxed call kills it.
+    bounds = [] if ctx.deadline is None else [ctx.deadline]
+    if ctx.seconds_left is not None:
+        bounds.append(time.monotonic() + ctx.seconds_left)
+    control = CallControl(deadline=min(bounds)) if bounds else None
     fn = _resolve(request.entrypoint)
     tool = ToolDefinition(
         name=request.context.tool_name or "tool",
@@ -198,7 +207,6 @@ def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None
     import logging
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
-    ctx = request.context
     context = ToolContext(
         session_id=ctx.session_id,
         workdir=ctx.workdir,
@@ -207,7 +215,11 @@ def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None
         allowed_paths=tuple(ctx.allowed_paths),
         attributes=ctx.attributes,
         settings=ctx.settings,
+        # The deployment's rules, not the defaults: a sandboxed file_write refuses what the
+        # same tool refuses outside the sandbox (empty only from an older host: the defaults).
+        **({"protected_paths": tuple(ctx.protected_paths)} if ctx.protected_paths else {}),
         logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
+        control=control,
         **({"emit": _emitter(wire, response_fd)} if response_fd is not None else {}),
     )
     value = call_tool_function(tool, request.call.arguments, context)

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from tooldeck_hookspecs import Catalog, SecurityLevel, SessionInfo, ToolDefinition
+from tooldeck_hookspecs.model import CONTEXT_EXTRAS
 
 from ._compile import SchemaCompileError, compile_schema, meta_validate, plain_json, ref_cycle
 from ._dialect import fallback_validator
@@ -33,7 +34,7 @@ _MAX_TIMEOUT_S = 24 * 3600.0
 #: fastjsonschema's generated code cannot compile much past this depth anyway, and the copy,
 #: the metaschema check and the compiler all recurse: deeper, they would raise RecursionError.
 MAX_SCHEMA_DEPTH = 128
-_SESSION_FIELDS = frozenset(f.name for f in attrs.fields(SessionInfo))
+_SESSION_FIELDS = frozenset(f.name for f in attrs.fields(SessionInfo)) | frozenset(CONTEXT_EXTRAS)
 #: Where a problem lenient registration repairs is reported: how to opt in.
 LENIENT_HINT = " (a catalog not written for tooldeck: register it with lenient=True)"
 

@@ -1,0 +1,144 @@
+"""The shared protected-path rules: what they cover, the file-only ``HEAD`` check, ``**/`` rules,
+folded spellings and :func:`find_protected`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tooldeck_hookspecs.protected import (
+    DEFAULT_PROTECTED_PATHS,
+    REPOSITORY_MARKER_FILES,
+    find_protected,
+    fold_name,
+    normalise_rules,
+    protected_rule,
+)
+
+# Files the host runs that only the fs pack refused before they moved into the defaults (so the
+# sandbox binds them read-only and removes new ones too), each with the rule that covers it.
+MOVED = [
+    ("env/pyvenv.cfg", "pyvenv.cfg"),
+    ("lib/python3.11/site-packages/x.py", "site-packages/"),
+    ("env/lib/python3/dist-packages/x.py", "dist-packages/"),
+    ("ipython_config.py", "ipython_config.py"),
+    ("profile/ipython_kernel_config.py", "ipython_kernel_config.py"),
+    ("jupyter_server_config.py", "jupyter_*_config.py"),
+    (".devcontainer.json", ".devcontainer.json"),
+    (".cursor/mcp.json", ".cursor/"),
+    ("sub/.gemini/settings.json", ".gemini/"),
+    (".zed/settings.json", ".zed/"),
+    (".windsurf/rules.md", ".windsurf/"),
+    ("opencode.jsonc", "opencode.jsonc"),
+    ("rust-toolchain", "rust-toolchain"),
+    ("mise.dev.toml", "mise.*.toml"),
+    ("sub/.mise.local.toml", ".mise.*.toml"),
+    (".config/nextest.toml", "/.config/"),
+    ("sub/.config/mise/config.toml", "**/.config/mise/"),
+    ("sub/mise/config.local.toml", "**/mise/config.*.toml"),
+    (".bash_aliases", ".bash_aliases"),
+    ("sub/.zlogout", ".zlogout"),
+    (".tcshrc", ".tcshrc"),
+    (".vimrc", ".vimrc"),
+    (".local/bin/git", "/.local/"),
+    (".aws/config", "/.aws/"),
+    (".kube/config", "/.kube/"),
+    (".gnupg/gpg-agent.conf", "/.gnupg/"),
+    (".emacs.d/init.el", "/.emacs.d/"),
+    (".pam_environment", "/.pam_environment"),
+]
+
+
+@pytest.mark.parametrize(("path", "rule"), MOVED)
+def test_host_files_once_protected_by_the_fs_pack_only_are_defaults(path: str, rule: str) -> None:
+    assert rule in DEFAULT_PROTECTED_PATHS
+    assert protected_rule(path) == rule
+    assert protected_rule(path, normalise_rules(["extra/"])) == rule
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "notes/.config/gitx",  # a project's nested .config/ is not the root's (nor mise's)
+        "sub/.config/nvim/init.lua",
+        "sub/.local/x.txt",  # home-folder rules are anchored
+        "src/site_packages.py",
+        "mise/notes.md",
+        "templates/head/meta.html",
+        "HEAD.md",
+        "header.txt",
+    ],
+)
+def test_ordinary_paths_stay_unprotected(path: str) -> None:
+    assert protected_rule(path, is_file=True) is None
+
+
+@pytest.mark.parametrize(
+    "path", ["HEAD", "evil/HEAD", "a/b/head", "x/Head.", "x/\uff28\uff25\uff21\uff24"]
+)
+def test_a_head_file_is_protected_only_as_a_file(path: str) -> None:
+    assert REPOSITORY_MARKER_FILES == ("HEAD",)
+    assert protected_rule(path, is_file=True) == "HEAD"
+    assert protected_rule(path) is None  # a folder of that name (or a caller that cannot tell)
+    assert protected_rule(f"{path}/meta.html", is_file=True) is None  # beneath a folder HEAD
+
+
+def test_rules_of_the_list_come_before_the_head_check_and_in_list_order() -> None:
+    assert protected_rule(".git/HEAD", is_file=True) == ".git/"
+    assert protected_rule(".config/git/config") == "/.config/git/"  # not the later "/.config/"
+    assert protected_rule(".local/lib/python3.11/x.py") == "/.local/lib/"
+    # A configured rule comes after every default, whichever kind of rule matched first.
+    assert protected_rule(".pre-commit-config.yaml", normalise_rules(["*.yaml"])) == (
+        ".pre-commit-config.yaml")
+    assert protected_rule("deploy/x.yaml", normalise_rules(["*.yaml", "/deploy/"])) == "*.yaml"
+
+
+def test_a_leading_double_star_matches_at_any_depth_only() -> None:
+    rules = normalise_rules(["**/ci/deploy.yml", "**/secrets"])
+    for path in ("ci/deploy.yml", "a/b/ci/deploy.yml", "a/ci/deploy.yml/x"):
+        assert protected_rule(path, rules) == "**/ci/deploy.yml", path
+    assert protected_rule("a/ci/other.yml", rules) is None
+    assert protected_rule("a/ci", rules) is None
+    assert protected_rule("x/secrets/key", rules) == "**/secrets"
+
+
+@pytest.mark.parametrize(
+    ("path", "rule"),
+    [
+        ("tooldeck\u200d.toml", "tooldeck.toml"),
+        ("\uff34\uff2f\uff2f\uff2c\uff24\uff25\uff23\uff2b.toml", "tooldeck.toml"),
+        ("tooldeck.toml.", "tooldeck.toml"),
+        ("sub/.g\u200cit/config", ".git/"),
+        (".\uff43ursor/mcp.json", ".cursor/"),
+        ("evil.p\ufe0fth", "*.pth"),
+    ],
+)
+def test_folded_and_trailing_dot_spellings_are_matched(path: str, rule: str) -> None:
+    assert protected_rule(path) == rule
+
+
+def test_fold_name() -> None:
+    assert fold_name("Plain.txt") == "Plain.txt"  # ASCII: left to the matcher's casefold
+    assert fold_name("\uff34\uff2f\uff2f\uff2c.toml") == "tool.toml"
+    assert fold_name("a\u00adb\ufeff") == "ab"
+    assert fold_name("\u200b") == "\u200b"  # folds to nothing: kept
+
+
+def test_find_protected_reports_head_files_but_not_head_folders(tmp_path: Path) -> None:
+    bare = tmp_path / "evil"
+    (bare / "objects").mkdir(parents=True)
+    (bare / "refs").mkdir()
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink("refs/heads/main", linked / "head")  # git reads a symlinked HEAD too
+    (tmp_path / "templates" / "HEAD").mkdir(parents=True)
+    (tmp_path / "templates" / "HEAD" / "meta.html").write_text("")
+    (tmp_path / ".cursor").mkdir()
+    (tmp_path / ".cursor" / "mcp.json").write_text("{}")
+    scan = find_protected(str(tmp_path))
+    assert scan.complete
+    found = {(m.path, m.rule) for m in scan.matches}
+    assert found == {("evil/HEAD", "HEAD"), ("linked/head", "HEAD"), (".cursor", ".cursor/")}
