@@ -56,7 +56,20 @@ for line in sys.stdin:
         default = [{"jsonrpc": "2.0", "id": "$ID",
                     "result": {"content": [{"type": "text", "text": "ok"}]}}]
         for frame in scenario.get("call", {}).get(params["name"], default):
-            if isinstance(frame, dict) and "repeat" in frame:
+            if isinstance(frame, dict) and "huge" in frame:
+                # One line of frame["huge"] bytes streamed in 1 MiB writes; without a
+                # newline the server then waits (an endless line, as the client sees it).
+                head = '{"jsonrpc":"2.0","id":%s,' % json.dumps(mid) if frame["id"] else "{"
+                sys.stdout.write(head + '"result":{"content":[{"type":"text","text":"')
+                for _ in range(frame["huge"] >> 20):
+                    sys.stdout.write("x" * (1 << 20))
+                if frame["newline"]:
+                    sys.stdout.write('"}]}}\n')
+                    sys.stdout.flush()
+                else:
+                    sys.stdout.flush()
+                    sys.stdin.readline()
+            elif isinstance(frame, dict) and "repeat" in frame:
                 text = fill(frame["frame"], mid, token)
                 sys.stdout.write((text + "\n") * frame["repeat"])
                 sys.stdout.flush()
@@ -179,3 +192,63 @@ def test_each_listed_tool_is_checked_as_the_sdk_checks_it_for_the_version_spoken
         kept[version] = [t["name"] for t in answer.message.result["tools"]]
     assert kept == {None: ["plain"], "2025-11-25": ["plain"], "2026-07-28": ["typed", "plain"]}
     assert reported == ["'typed'", "'typed'"]
+
+
+@pytest.mark.parametrize("newline", [True, False], ids=["long line", "endless line"])
+async def test_an_answer_over_the_line_limit_fails_its_call_at_once_in_bounded_memory(
+    tmp_path: Path, newline: bool
+) -> None:
+    """The SDK's reader joined a line's chunks as text, quadratic in its length and all of it
+    in memory: a 48 MiB answer tied the bridge up for half a minute, an endless one grew the
+    host's memory until it died. The call now fails at once with the reason, and the next
+    call on the same connection is answered."""
+    import resource
+
+    from tooldeck_mcp._stdio_client import MAX_LINE_BYTES
+
+    size = MAX_LINE_BYTES + (16 << 20)
+    remote = Remote(tmp_path, {
+        "list": [_tool("huge"), _tool("fine")],
+        "call": {"huge": [{"huge": size, "id": True, "newline": newline}]},
+    })
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    deck = remote.deck()
+    async with deck:
+        session = deck.session(grants={"mcp_raw"})
+        with trio.fail_after(120):  # a hang guard, not a timing assertion
+            failed = await session.call("raw__huge", {})
+        assert not failed.success
+        assert f"larger than {MAX_LINE_BYTES} bytes" in failed.error.message, failed.error
+        if newline:  # the connection is still good
+            with trio.fail_after(120):
+                done = await session.call("raw__fine", {})
+            assert done.success and done.data == "ok", done.error
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    # The line is never held whole, let alone copied as text (the SDK: 3-4 copies of it).
+    assert grown_mb < MAX_LINE_BYTES / (1 << 20) * 2, grown_mb
+
+
+async def test_an_oversized_message_without_an_id_closes_the_connection_and_fails_the_call(
+    tmp_path: Path,
+) -> None:
+    """With no id at its start, the answer cannot be matched to its request: the connection
+    is closed (the pending call fails now, not at its timeout) and the next call starts the
+    server again."""
+    from tooldeck_mcp._stdio_client import MAX_LINE_BYTES
+
+    remote = Remote(tmp_path, {
+        "list": [_tool("huge"), _tool("fine")],
+        "call": {"huge": [{"huge": MAX_LINE_BYTES + (4 << 20), "id": False, "newline": True}]},
+    })
+    deck = remote.deck()
+    async with deck:
+        session = deck.session(grants={"mcp_raw"})
+        with trio.fail_after(120):
+            failed = await session.call("raw__huge", {})
+        assert not failed.success, failed
+        with trio.fail_after(120):
+            done = await session.call("raw__fine", {})
+        assert done.success and done.data == "ok", done.error
+    starts = [m for m in remote.received() if isinstance(m, dict)
+              and m.get("method") == "initialize"]
+    assert len(starts) == 2, starts

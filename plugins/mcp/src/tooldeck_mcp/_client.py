@@ -177,7 +177,9 @@ class _Connection:
     def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         config = self.config
         if config.command is not None:
-            from mcp import StdioServerParameters, stdio_client
+            from mcp import StdioServerParameters
+
+            from ._stdio_client import stdio_transport
 
             errlog: Any = sys.stderr
             if config.stderr == "discard":
@@ -188,7 +190,7 @@ class _Connection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return stdio_client(params, errlog=errlog)
+            return stdio_transport(params, errlog, server=config.name)
         from mcp.client.streamable_http import streamable_http_client
 
         assert config.url is not None
