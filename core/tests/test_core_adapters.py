@@ -102,7 +102,9 @@ def test_gemini_declaration_accepted_by_sdk_and_sanitized():
 
 
 def test_gemini_schema_const_and_numeric_enum():
-    assert gemini_schema({"const": 3}) == {"enum": ["3"], "type": "string"}
+    # The value keeps its type: typed as a string, the model would send "3", which the deck
+    # refuses against the tool's own schema.
+    assert gemini_schema({"const": 3}) == {"type": "integer", "format": "enum", "enum": ["3"]}
 
 
 def test_unknown_format_is_a_clear_error():

@@ -8,12 +8,14 @@ A call whose arguments are not valid JSON is returned as a :class:`ParsedCall` w
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import cattrs
+import orjson
 
 from tooldeck_hookspecs import (
     ErrorCode,
@@ -33,6 +35,7 @@ __all__ = [
     "ParsedCall",
     "export_tools",
     "export_tool",
+    "provider_schema",
     "parse_tool_calls",
     "result_messages",
     "result_payload",
@@ -70,17 +73,11 @@ class ParsedCall:
     error: ToolError | None = None
 
 
-# Keys the Gemini function-declaration schema (an OpenAPI 3.0 subset) accepts.
-_GEMINI_KEYS = {
-    "type",
-    "format",
+# Keys the Gemini function-declaration schema (an OpenAPI 3.0 subset) takes over as they are.
+_GEMINI_PLAIN_KEYS = (
     "title",
     "description",
     "nullable",
-    "enum",
-    "properties",
-    "required",
-    "items",
     "minItems",
     "maxItems",
     "minimum",
@@ -88,47 +85,298 @@ _GEMINI_KEYS = {
     "minLength",
     "maxLength",
     "pattern",
-    "anyOf",
     "propertyOrdering",
     "default",
+)
+# The ``format`` values Gemini accepts, per type (it refuses a request with any other).
+_GEMINI_FORMATS = {
+    "string": {"enum", "date-time"},
+    "integer": {"enum", "int32", "int64"},
+    "number": {"enum", "float", "double"},
 }
+# Which keywords belong to which type, for splitting ``type: [a, b]`` into ``anyOf`` variants.
+_TYPE_KEYS = {
+    "object": ("properties", "required", "propertyOrdering"),
+    "array": ("items", "prefixItems", "minItems", "maxItems"),
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "integer": ("minimum", "maximum", "format"),
+    "number": ("minimum", "maximum", "format"),
+}
+#: Schema nodes one Gemini export may produce before ``$ref``s stop being inlined: a schema whose
+#: definitions refer to each other several times per level doubles with every level.
+_GEMINI_NODE_BUDGET = 5000
+#: Schema levels a Gemini export goes down (registration allows no deeper parameters).
+_GEMINI_MAX_DEPTH = 128
+
+
+def _json_kind(value: Any) -> str | None:
+    """The JSON Schema type of an enum value (None for objects and arrays)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def _resolve_ref(root: Any, ref: Any) -> Mapping[str, Any] | None:
+    """The schema a local ``$ref`` (``#``, ``#/$defs/X``, any JSON pointer) names in ``root``."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None  # remote references are never fetched
+    target: Any = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(target, Mapping) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            return None
+    return target if isinstance(target, Mapping) else None
+
+
+class _GeminiSchema:
+    """One conversion of a JSON Schema into Gemini's subset (see :func:`gemini_schema`)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.nodes = 0
+        self.expanding: list[str] = []
+
+    def resolve(self, ref: Any) -> Mapping[str, Any] | None:
+        """The local definition ``ref`` points to (``#/$defs/X``, ``#``), or None."""
+        return _resolve_ref(self.root, ref)
+
+    def stub(self, target: Mapping[str, Any], ref: str) -> dict[str, Any]:
+        """What stands for a definition that is not inlined again (recursion, or the budget)."""
+        out: dict[str, Any] = {}
+        kind = target.get("type")
+        if isinstance(kind, str) and kind != "null":
+            out["type"] = kind
+        if kind == "array":
+            out["items"] = {"type": "string"}  # Gemini refuses an array without `items`
+        name = ref.rsplit("/", 1)[-1].lstrip("#") or "parameters"
+        text = target.get("description")
+        note = f"(nested {name}: the same structure as its enclosing {name})"
+        out["description"] = f"{text} {note}" if isinstance(text, str) and text else note
+        return out
+
+    def convert(self, schema: Any, depth: int = 0) -> dict[str, Any]:
+        """``schema`` in Gemini's subset: refs inlined, unions and enums in the shapes it takes."""
+        self.nodes += 1
+        if not isinstance(schema, Mapping) or depth > _GEMINI_MAX_DEPTH:
+            return {}  # `true`, or deeper than any real schema: any value
+        node = dict(schema)
+        ref = node.pop("$ref", None)
+        if ref is not None:
+            target = self.resolve(ref)
+            if target is None:
+                return self.convert(node, depth)  # unresolvable: what its siblings say
+            if ref in self.expanding or self.nodes > _GEMINI_NODE_BUDGET:
+                return self.stub(target, str(ref))
+            self.expanding.append(ref)
+            try:
+                # Keywords next to a $ref (2019-09 and later) refine the definition.
+                return self.convert({**target, **node}, depth)
+            finally:
+                self.expanding.pop()
+        if isinstance(node.get("allOf"), list):
+            return self.all_of(node, depth)
+        out: dict[str, Any] = {}
+        kinds = node.get("type")
+        if isinstance(kinds, list) and kinds:
+            kinds = list(dict.fromkeys(k for k in kinds if isinstance(k, str)))
+            if "null" in kinds:
+                out["nullable"] = True
+                kinds.remove("null")
+            if len(kinds) > 1:
+                return self.type_union(node, kinds, out, depth)
+            kinds = kinds[0] if kinds else None
+        if kinds == "null":
+            out["nullable"] = True
+        elif isinstance(kinds, str):
+            out["type"] = kinds
+        for key in _GEMINI_PLAIN_KEYS:
+            if key in node:
+                out[key] = node[key]
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            out["properties"] = {
+                str(name): self.convert(sub, depth + 1) for name, sub in properties.items()
+            }
+            required = node.get("required")
+            if isinstance(required, list):
+                names = (r for r in required if isinstance(r, str))
+                kept = [r for r in dict.fromkeys(names) if r in out["properties"]]
+                if kept:
+                    out["required"] = kept
+        items = self.items(node, depth)
+        if items is not None:
+            out["items"] = items
+        if out.get("type") == "array" and not {"type", "anyOf"} & set(out.get("items") or {}):
+            # Gemini refuses a whole request for one array without a typed `items` ("items:
+            # missing field"); the tool's own schema still takes any element.
+            out["items"] = {**(out.get("items") or {}), "type": "string"}
+        if "enum" in node or "const" in node:
+            self.enum(node, out)
+        variants = [
+            v for key in ("anyOf", "oneOf") if isinstance(node.get(key), list) for v in node[key]
+        ]
+        if variants:
+            self.union([self.convert(v, depth + 1) for v in variants], out)
+        kind = out.get("type")
+        fmt = node.get("format") if "format" not in out else out["format"]
+        out.pop("format", None)
+        if isinstance(kind, str) and isinstance(fmt, str) and fmt in _GEMINI_FORMATS.get(kind, ()):
+            out["format"] = fmt
+        return out
+
+    def all_of(self, node: dict[str, Any], depth: int) -> dict[str, Any]:
+        """``allOf`` merged into one schema: properties and required united, first keyword wins."""
+        merged: dict[str, Any] = {k: v for k, v in node.items() if k != "allOf"}
+        pushed = 0
+        try:
+            for sub in node["allOf"]:
+                while isinstance(sub, Mapping) and "$ref" in sub:
+                    ref = sub["$ref"]
+                    target = self.resolve(ref)
+                    if target is None or ref in self.expanding:
+                        sub = {k: v for k, v in sub.items() if k != "$ref"}
+                        break
+                    self.expanding.append(ref)
+                    pushed += 1
+                    sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
+                if not isinstance(sub, Mapping):
+                    continue
+                for key, value in sub.items():
+                    if key == "properties" and isinstance(value, Mapping):
+                        mine = merged.get("properties")
+                        mine = mine if isinstance(mine, Mapping) else {}
+                        # The schema's own properties first, and they win over a part's.
+                        merged["properties"] = {
+                            **mine, **{k: v for k, v in value.items() if k not in mine}
+                        }
+                    elif key == "required" and isinstance(value, list):
+                        mine = merged.get("required")
+                        merged["required"] = [*(mine if isinstance(mine, list) else []), *value]
+                    elif key == "allOf" and isinstance(value, list):
+                        merged["allOf"] = [*merged.get("allOf", []), *value]
+                    else:
+                        merged.setdefault(key, value)
+            return self.convert(merged, depth)
+        finally:
+            del self.expanding[len(self.expanding) - pushed:]
+
+    def type_union(
+        self, node: dict[str, Any], kinds: list[str], out: dict[str, Any], depth: int
+    ) -> dict[str, Any]:
+        """``type: [a, b]`` as ``anyOf``, each variant with its type's own keywords."""
+        shared = {k: v for k, v in node.items() if k in ("title", "description", "default")}
+        out.update(shared)
+        variants = []
+        for kind in kinds:
+            own = {k: node[k] for k in _TYPE_KEYS.get(kind, ()) if k in node}
+            if "enum" in node or "const" in node:
+                values = [node["const"]] if "const" in node else _as_list(node.get("enum"))
+                fits = [v for v in values if _json_kind(v) == kind
+                        or (kind == "number" and _json_kind(v) == "integer")]
+                if not fits:
+                    continue  # the enum leaves nothing of this type
+                own["enum"] = fits
+            variants.append(self.convert({"type": kind, **own}, depth + 1))
+        self.union(variants, out)
+        return out
+
+    def enum(self, node: Mapping[str, Any], out: dict[str, Any]) -> None:
+        """``enum`` / ``const`` as Gemini takes them: strings, typed by ``type`` + ``format``.
+
+        A value is written as JSON (``true``, ``3``), never as Python's ``str()``; ``null``
+        becomes ``nullable``; values of several types become ``anyOf`` variants.
+        """
+        values = [node["const"]] if "const" in node else node.get("enum")
+        if not isinstance(values, list):
+            return
+        declared = out.get("type")
+        groups: dict[str, list[Any]] = {}
+        for value in values:
+            if value is None:
+                out["nullable"] = True
+                continue
+            kind = _json_kind(value)
+            if kind == "integer" and declared == "number":
+                kind = "number"
+            if kind is not None:
+                groups.setdefault(kind, []).append(value)
+        if "integer" in groups and "number" in groups:  # 1 and 0.5: numbers, one variant
+            groups["number"] = [*groups.pop("integer"), *groups["number"]]
+        variants: list[dict[str, Any]] = []
+        for kind, group in groups.items():
+            if kind == "string":
+                variants.append({"type": "string", "enum": list(dict.fromkeys(group))})
+            elif kind == "boolean":
+                variants.append({"type": "boolean"})  # Gemini has no boolean enum
+            else:
+                texts = [json.dumps(v) for v in group]
+                variants.append({"type": kind, "format": "enum", "enum": texts})
+        if len(variants) == 1:
+            out.update(variants[0])
+        elif variants:
+            out.pop("type", None)
+            out["anyOf"] = variants
+
+    def union(self, variants: list[dict[str, Any]], out: dict[str, Any]) -> None:
+        """``anyOf`` / ``oneOf`` variants into ``out``: ``null`` ones as ``nullable``, one left
+        merged in, several as ``anyOf`` (Gemini's only union)."""
+        kept = []
+        for variant in variants:
+            if variant.get("nullable") and "type" not in variant and "anyOf" not in variant:
+                out["nullable"] = True
+            else:
+                kept.append(variant)
+        if len(kept) == 1:
+            for key, value in kept[0].items():
+                out.setdefault(key, value)
+        elif kept:
+            existing = out.get("anyOf")
+            out["anyOf"] = [*(existing if isinstance(existing, list) else []), *kept]
+
+    def items(self, node: Mapping[str, Any], depth: int) -> dict[str, Any] | None:
+        """``items`` as one schema: a tuple (``items: [...]``, ``prefixItems``) as ``anyOf``."""
+        items = node.get("items")
+        tuple_items = items if isinstance(items, list) else node.get("prefixItems")
+        schemas: list[Any] = list(tuple_items) if isinstance(tuple_items, list) else []
+        if isinstance(items, Mapping):
+            schemas.append(items)
+        elif isinstance(node.get("additionalItems"), Mapping):
+            schemas.append(node["additionalItems"])
+        if not schemas:
+            return None
+        converted: list[dict[str, Any]] = []
+        for schema in schemas:
+            item = self.convert(schema, depth + 1)
+            if item not in converted:
+                converted.append(item)
+        return converted[0] if len(converted) == 1 else {"anyOf": converted}
 
 
 def gemini_schema(schema: Any) -> Any:
     """Reduce a JSON Schema to what Gemini's function declarations accept.
 
-    Drops keys it rejects (``$schema``, ``additionalProperties``, ``examples``, ``x-*``), turns
-    ``type: [X, "null"]`` into ``nullable``, and ``const`` into a one-value ``enum``.
+    Inlines local ``$ref``s (a recursive definition once, then a described stand-in; inlining
+    stops at a node budget), merges ``allOf``, turns ``oneOf`` into ``anyOf``, ``null`` (in
+    ``type``, ``anyOf``, ``enum``) into ``nullable``, ``type: [a, b]`` into ``anyOf``, ``const``
+    and ``enum`` into string enums typed by ``type`` and ``format: enum`` (values written as
+    JSON), tuples into one ``items`` schema; drops what Gemini refuses (``$schema``, ``$defs``,
+    ``additionalProperties``, ``examples``, ``x-*``, formats it does not know).
     """
     if isinstance(schema, list):
         return [gemini_schema(s) for s in schema]
     if not isinstance(schema, Mapping):
         return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "properties" and isinstance(value, Mapping):
-            out[key] = {name: gemini_schema(sub) for name, sub in value.items()}
-        elif key == "items":
-            out[key] = gemini_schema(value)
-        elif key == "anyOf":
-            out[key] = [gemini_schema(s) for s in value]
-        elif key == "type" and isinstance(value, list):
-            kinds = [k for k in value if k != "null"]
-            out["type"] = kinds[0] if len(kinds) == 1 else "string"
-            if "null" in value:
-                out["nullable"] = True
-        elif key == "const":
-            out["enum"] = [str(value)]
-            out.setdefault("type", "string")
-        elif key == "enum":
-            # Gemini enums are strings.
-            out[key] = [str(v) for v in value]
-            out.setdefault("type", "string")
-        elif key in _GEMINI_KEYS:
-            out[key] = value
-    if out.get("enum") and out.get("type") not in (None, "string"):
-        out["type"] = "string"
-    return out
+    return _GeminiSchema(schema).convert(schema)
 
 
 def _mcp_annotations(tool: ToolDefinition) -> dict[str, Any]:
@@ -142,15 +390,115 @@ def _mcp_annotations(tool: ToolDefinition) -> dict[str, Any]:
     }
 
 
+#: Keywords OpenAI refuses at the top of a function's parameters ("schema must have type 'object'
+#: and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'const'/'not' at the top level"); Anthropic refuses
+#: the first three. One such tool in a request fails the whole request with HTTP 400.
+_TOP_LEVEL_REFUSED = ("anyOf", "oneOf", "allOf", "enum", "const", "not")
+
+
+def _local_definition(schema: Any, root: Mapping[str, Any]) -> Any:
+    """``schema``, or the top-level definition its local ``$ref`` names (one level)."""
+    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
+        target = _resolve_ref(root, schema["$ref"])
+        if target is not None:
+            return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _as_list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else nothing (a malformed keyword is ignored, not iterated)."""
+    return value if isinstance(value, list) else []
+
+
+def _flat_top_level(parameters: dict[str, Any]) -> str | None:
+    """Make ``parameters`` a plain object schema at the top (in place); a note for the model.
+
+    ``allOf`` parts are merged in; the properties of ``anyOf`` / ``oneOf`` alternatives are all
+    offered, required only where every alternative requires them, and the alternatives' own
+    required sets are told in the returned note. ``enum``, ``const`` and ``not`` are dropped. The
+    deck still validates every call against the tool's own schema, so no constraint is lost: a
+    call that breaks one is answered with ``INVALID_ARGUMENTS`` naming it.
+    """
+    if not any(key in parameters for key in _TOP_LEVEL_REFUSED):
+        return None
+    own = parameters.get("properties")
+    properties: dict[str, Any] = dict(own) if isinstance(own, Mapping) else {}
+    own_required = parameters.get("required")
+    required: list[Any] = list(own_required) if isinstance(own_required, list) else []
+
+    def offer(part: Any) -> Mapping[str, Any] | None:
+        part = _local_definition(part, parameters)
+        if not isinstance(part, Mapping):
+            return None
+        extra = part.get("properties")
+        if isinstance(extra, Mapping):
+            for name, sub in extra.items():
+                properties.setdefault(str(name), sub)
+        return part
+
+    for part in _as_list(parameters.pop("allOf", None)):
+        merged = offer(part)
+        if merged is not None and isinstance(merged.get("required"), list):
+            required += merged["required"]
+    notes = []
+    for key in ("anyOf", "oneOf"):
+        alternatives = [offer(part) for part in _as_list(parameters.pop(key, None))]
+        sets = [
+            [r for r in _as_list(a.get("required")) if isinstance(r, str)]
+            for a in alternatives
+            if a is not None
+        ]
+        if not sets:
+            continue
+        required += [r for r in sets[0] if all(r in other for other in sets[1:])]
+        if all(sets):
+            shown = " or ".join("(" + ", ".join(s) + ")" for s in sets)
+            which = "exactly one" if key == "oneOf" else "at least one"
+            notes.append(f"Give {which} of these sets of arguments: {shown}.")
+    for key in ("enum", "const", "not"):
+        parameters.pop(key, None)
+    parameters["type"] = "object"
+    parameters["properties"] = properties
+    kept = [r for r in dict.fromkeys(r for r in required if isinstance(r, str)) if r in properties]
+    if kept:
+        parameters["required"] = kept
+    else:
+        parameters.pop("required", None)
+    return " ".join(notes) or None
+
+
+def _copy_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a parameter schema (through JSON: several times faster than deepcopy)."""
+    try:
+        copied = orjson.loads(orjson.dumps(schema))
+    except TypeError:  # not plain JSON (a definition that was never registered)
+        return copy.deepcopy(dict(schema))
+    return copied if isinstance(copied, dict) else copy.deepcopy(dict(schema))
+
+
+def provider_schema(tool: ToolDefinition) -> tuple[str, dict[str, Any]]:
+    """The description and parameter schema every provider accepts for ``tool``.
+
+    The schema is a deep copy (whoever edits an export, or a framework that rewrites schemas in
+    place, does not edit the catalog's tool) and a plain object at the top: OpenAI and Anthropic
+    refuse a whole request when one tool's parameters have ``anyOf`` / ``oneOf`` / ``allOf`` at
+    the top (see ``_flat_top_level``); the alternatives are told in the description instead.
+    Framework integrations hand this to their framework, the provider adapters export it.
+    """
+    parameters = _copy_schema(tool.parameters)
+    note = _flat_top_level(parameters)
+    return (f"{tool.description} {note}" if note else tool.description), parameters
+
+
 def export_tool(tool: ToolDefinition, format: str) -> dict[str, Any]:
-    """One tool's schema in a provider's format."""
-    parameters = dict(tool.parameters)
+    """One tool's schema in a provider's format (see :func:`provider_schema`)."""
+    description, parameters = provider_schema(tool)
     if format == "openai":
         return {
             "type": "function",
             "function": {
                 "name": tool.name,
-                "description": tool.description,
+                "description": description,
                 "parameters": parameters,
             },
         }
@@ -158,22 +506,22 @@ def export_tool(tool: ToolDefinition, format: str) -> dict[str, Any]:
         return {
             "type": "function",
             "name": tool.name,
-            "description": tool.description,
+            "description": description,
             "parameters": parameters,
             "strict": False,
         }
     if format == "anthropic":
-        return {"name": tool.name, "description": tool.description, "input_schema": parameters}
+        return {"name": tool.name, "description": description, "input_schema": parameters}
     if format == "mcp":
         return {
             "name": tool.name,
             "title": tool.name.replace("_", " "),
-            "description": tool.description,
+            "description": description,
             "inputSchema": parameters,
             "annotations": _mcp_annotations(tool),
         }
     if format == "gemini":
-        declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        declaration: dict[str, Any] = {"name": tool.name, "description": description}
         if parameters.get("properties"):
             declaration["parameters"] = gemini_schema(parameters)
         return declaration
@@ -246,47 +594,81 @@ def _too_deep_call(call_id: str, name: str) -> ParsedCall:
     )
 
 
+def _entries(value: Any, what: str) -> list[Any]:
+    """The entries of a response list (plain dicts); text or nothing has none."""
+    if value is None or isinstance(value, str):  # a text-only content, or no calls at all
+        return []
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    raise ValueError(f"{what} must be a list, not {type(value).__name__}")
+
+
+def _ident(value: Any) -> str:
+    """A call id or tool name as text (a malformed response may send null or a number)."""
+    return "" if value is None else str(value)
+
+
 def parse_tool_calls(format: str, response: Any) -> list[ParsedCall]:
     """The tool calls in a provider response (a ChatCompletion, a Response, a Message, ...).
 
     Also accepts the assistant message alone (chat completions), the ``output`` list (responses)
-    or the ``content`` list (anthropic).
+    or the ``content`` list (anthropic). A response of another shape (a tool call that is not an
+    object, say) raises :class:`ValueError` saying what is wrong, never ``AttributeError``.
     """
     data = _plain(response)
     calls: list[ParsedCall] = []
     if format == "openai":
         message = data
         if isinstance(data, Mapping) and "choices" in data:
-            message = data["choices"][0]["message"] if data["choices"] else {}
-        for item in (message or {}).get("tool_calls") or []:
-            item = _plain(item)
-            function = item.get("function") or {}
+            choices = _entries(data["choices"], "openai response: choices")
+            first = choices[0] if choices else {}
+            if not isinstance(first, Mapping):
+                raise ValueError(
+                    f"openai response: choice 0 is a {type(first).__name__}, not an object"
+                )
+            message = _plain(first.get("message"))
+        if message is None:
+            return calls
+        if not isinstance(message, Mapping):
+            raise ValueError(
+                "openai response: expected a ChatCompletion, its message or a dict of the same "
+                f"shape, not {type(message).__name__}"
+            )
+        for n, item in enumerate(_entries(message.get("tool_calls"), "openai: tool_calls")):
+            if not isinstance(item, Mapping):
+                raise ValueError(
+                    f"openai response: tool call {n} is a {type(item).__name__}, not an object"
+                )
+            function = _plain(item.get("function"))
+            function = function if isinstance(function, Mapping) else {}
             calls.append(
                 _parse_arguments(
-                    item.get("id", ""), function.get("name", ""), function.get("arguments")
+                    _ident(item.get("id")), _ident(function.get("name")),
+                    function.get("arguments"),
                 )
             )
         return calls
     if format == "openai-responses":
-        output = data.get("output", []) if isinstance(data, Mapping) else data
-        for item in output or []:
-            item = _plain(item)
-            if item.get("type") == "function_call":
+        output = data.get("output") if isinstance(data, Mapping) else data
+        for item in _entries(output, "openai-responses response: output"):
+            # Entries that are not objects are no function calls (nothing to answer).
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
                 calls.append(
                     _parse_arguments(
-                        item.get("call_id") or item.get("id", ""),
-                        item.get("name", ""),
+                        _ident(item.get("call_id") or item.get("id")),
+                        _ident(item.get("name")),
                         item.get("arguments"),
                     )
                 )
         return calls
     if format == "anthropic":
-        content = data.get("content", []) if isinstance(data, Mapping) else data
-        for block in content or []:
-            block = _plain(block)
-            if block.get("type") == "tool_use":
+        content = data.get("content") if isinstance(data, Mapping) else data
+        for block in _entries(content, "anthropic response: content"):
+            if isinstance(block, Mapping) and block.get("type") == "tool_use":
                 calls.append(
-                    _parse_arguments(block.get("id", ""), block.get("name", ""), block.get("input"))
+                    _parse_arguments(
+                        _ident(block.get("id")), _ident(block.get("name")), block.get("input")
+                    )
                 )
         return calls
     raise ValueError(

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tooldeck_hookspecs import ErrorCode, ToolCall, ToolDefinition, ToolResult
 
 from .._deck import Hand, Session
+from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
@@ -117,10 +118,11 @@ def _make_tool(bridge: SessionBridge, definition: ToolDefinition) -> Any:
     async def arun(arguments: dict[str, Any]) -> str:
         return finish(await bridge.arun(bridge.session.call, name, arguments))
 
+    description, parameters = provider_schema(definition)
     return _tool_class()(
         name=name,
-        description=definition.description,
-        args_schema=dict(definition.parameters),
+        description=description,
+        args_schema=parameters,
         func=run,
         coroutine=arun,
         handle_tool_error=True,

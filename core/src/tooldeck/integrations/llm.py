@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from tooldeck_hookspecs import ToolCall, ToolDefinition, ToolResult
 
 from .._deck import Hand, Session
+from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
@@ -138,6 +139,11 @@ def _llm_tool(
 
     def implementation(llm_tool_call: Any = None, **arguments: Any) -> str:
         call_id = str(getattr(llm_tool_call, "tool_call_id", None) or "")
+        sent = getattr(llm_tool_call, "arguments", None)
+        if isinstance(sent, Mapping):
+            # The model's arguments as llm received them: llm puts its own ToolCall under the
+            # keyword ``llm_tool_call``, which replaces a tool parameter of that name.
+            arguments = dict(sent)
         call = ToolCall(name=name, arguments=arguments, id=call_id)
         approval_id = bridge.run(pending_flow, session, book, call) if call_id else None
         first = None
@@ -155,10 +161,11 @@ def _llm_tool(
             raise pause(call, approval_id, first)
         return result_text(bridge.run(answer_flow, session, book, call, answer))
 
+    description, parameters = provider_schema(definition)
     return llm.Tool(
         name=name,
-        description=definition.description,
-        input_schema=dict(definition.parameters),
+        description=description,
+        input_schema=parameters,
         implementation=implementation,
         plugin="tooldeck",
     )

@@ -30,13 +30,13 @@ names) still run through the deck's widening fallback, which decides whether the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
-from tooldeck_hookspecs import ErrorCode, ToolCall, ToolDefinition, ToolResult
+from tooldeck_hookspecs import ToolCall, ToolDefinition, ToolResult
 
 from .._deck import Hand, Session
+from ..adapters import _parse_arguments, provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
@@ -52,22 +52,17 @@ from ._bridge import (
 __all__ = ["to_function_tools"]
 
 
-def _arguments(raw: str) -> dict[str, Any] | ToolResult:
-    try:
-        arguments = json.loads(raw) if raw and raw.strip() else {}
-    except ValueError as exc:
-        return ToolResult.fail(
-            ErrorCode.INVALID_ARGUMENTS,
-            f"the arguments are not valid JSON: {exc}",
-            suggestion="Send the arguments as one JSON object.",
-        )
-    if not isinstance(arguments, dict):
-        return ToolResult.fail(
-            ErrorCode.INVALID_ARGUMENTS,
-            "the arguments must be a JSON object",
-            suggestion="Send the arguments as one JSON object.",
-        )
-    return arguments
+def _arguments(name: str, raw: str) -> dict[str, Any] | ToolResult:
+    """The model's arguments as a dict, or the deck's INVALID_ARGUMENTS answer.
+
+    The same parsing as :func:`tooldeck.adapters.parse_tool_calls`: JSON nested past what any
+    schema needs (which would raise ``RecursionError`` out of ``json.loads`` and end the SDK's
+    run) is refused like any other bad JSON.
+    """
+    parsed = _parse_arguments("", name, raw.strip() if isinstance(raw, str) else raw)
+    if parsed.error is not None:
+        return ToolResult(success=False, error=parsed.error)
+    return dict(parsed.call.arguments)
 
 
 def _function_tool(
@@ -78,7 +73,7 @@ def _function_tool(
     confirms = may_ask(definition)
 
     async def invoke(context: Any, raw_arguments: str) -> str:
-        arguments = _arguments(raw_arguments)
+        arguments = _arguments(name, raw_arguments)
         if isinstance(arguments, ToolResult):
             return result_text(arguments)
         call_id = str(getattr(context, "tool_call_id", "") or "")
@@ -98,10 +93,11 @@ def _function_tool(
         # deck's loop, which owns the session).
         return not await bridge.arun(always_allowed)
 
+    description, parameters = provider_schema(definition)
     return agents.FunctionTool(
         name=name,
-        description=definition.description,
-        params_json_schema=dict(definition.parameters),
+        description=description,
+        params_json_schema=parameters,
         on_invoke_tool=invoke,
         # The deck validates arguments against the tool's own schema; the SDK's strict mode would
         # rewrite schemas it does not accept.

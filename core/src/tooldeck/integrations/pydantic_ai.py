@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from tooldeck_hookspecs import ToolCall, ToolDefinition
 
 from .._deck import Hand, Session
-from ..adapters import result_payload
+from ..adapters import provider_schema, result_payload
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
@@ -123,20 +123,21 @@ def _build_toolset() -> type:
 
         async def get_tools(self, ctx: Any) -> dict[str, Any]:
             """The tools of this step: the hand for the run's prompt (or the fixed list)."""
-            return {
-                d.name: pydantic_ai.ToolsetTool(
+            tools = {}
+            for d in await self._definitions(ctx):
+                description, parameters = provider_schema(d)
+                tools[d.name] = pydantic_ai.ToolsetTool(
                     toolset=self,
                     tool_def=pydantic_ai.ToolDefinition(
                         name=d.name,
-                        description=d.description,
-                        parameters_json_schema=dict(d.parameters),
+                        description=description,
+                        parameters_json_schema=parameters,
                         metadata={"tooldeck": True, "category": d.category},
                     ),
                     max_retries=self.max_retries,
                     args_validator=any_object,
                 )
-                for d in await self._definitions(ctx)
-            }
+            return tools
 
         async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
             """Run the call through the session; a call needing approval is deferred for it."""

@@ -1342,7 +1342,8 @@ class DeckMcpServer:
             tools.append(
                 {
                     "name": tool.name,
-                    "description": tool.description,
+                    # The export's: it tells of alternatives a flattened schema lost.
+                    "description": spec["description"],
                     "category": tool.category,
                     "level": str(tool.security.level),
                     "score": score if math.isfinite(score) else None,
