@@ -26,7 +26,13 @@ from tooldeck_hookspecs import (
 
 from ._authorize import authorize
 from ._filters import rule_filter
-from .redact import configure, install_log_redaction, needs_offload, redact_result
+from .redact import (
+    configure,
+    install_log_redaction,
+    needs_offload,
+    redact_result,
+    settings_secrets,
+)
 
 __all__ = [
     "tooldeck_authorize_call",
@@ -59,7 +65,8 @@ def tooldeck_filter_tools(
 
 @hookimpl
 def tooldeck_register_tools(register: Any, settings: Mapping[str, Any]) -> None:
-    """Register no tool; read ``[policy] secrets`` / ``secret_env`` and the environment again.
+    """Register no tool; read ``[policy] secrets`` / ``secret_env`` and the environment again,
+    and the credentials other plugins' tables hold (``redact.settings_secrets``).
 
     Raises :class:`ConfigError` for a malformed table, which fails the deck's start-up.
     """
@@ -70,6 +77,11 @@ def tooldeck_register_tools(register: Any, settings: Mapping[str, Any]) -> None:
         configure(table)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    # An MCP server's token, a search key, a Redis password: quoted by a failing plugin or a
+    # child process's output, they are redacted like the environment's.
+    found = settings_secrets(settings)
+    if found:
+        configure({"secrets": found})
 
 
 @hookimpl

@@ -127,6 +127,7 @@ __all__ = [
     "rule_ids",
     "secret_env_name",
     "secret_name",
+    "settings_secrets",
     "shannon_entropy",
 ]
 
@@ -1569,6 +1570,64 @@ def configure(settings: Mapping[str, Any]) -> None:
     _known.configure(values, names)
 
 
+def settings_secrets(settings: Mapping[str, Any]) -> list[str]:
+    """The credentials written in tooldeck's settings, outside the ``[policy]`` table.
+
+    Other plugins' tables hold credentials too: an MCP server's ``env`` or ``headers``
+    (``GITHUB_TOKEN``, ``Authorization = "Bearer ..."``), a search API's ``api_key``, a Redis or
+    database URL with a password. A plugin or a tool that quotes them (a failed connection's
+    message, a child process printing its environment) must not hand them out, whatever they
+    look like. Taken: a string under a credential-like key (by :func:`secret_name`, or
+    :func:`secret_env_name` for an upper-case key), and the password of any URL, with the same
+    floor as the environment's values; placeholders (``${TOKEN}``, ``<token>``), paths and names
+    of things (``snake_case``, dotted) are not secrets. The walk is bounded (depth and items):
+    settings are small.
+    """
+    found: list[str] = []
+    budget = [_SETTINGS_WALK_ITEMS]
+
+    def take(key: str, value: str) -> None:
+        url_password = _URL_PASSWORD_RE.match(value)
+        if url_password is not None:
+            for password in {url_password.group(1), urllib.parse.unquote(url_password.group(1))}:
+                if not _trivial(password, MIN_CONFIGURED_SECRET_LENGTH):
+                    found.append(password)
+            return
+        named = secret_name(key) or (key.isupper() and secret_env_name(key))
+        stripped = value.strip()
+        if not named or _trivial(stripped, MIN_ENV_SECRET_LENGTH) or not _credential_value(
+            stripped, key, quoted=False, type_hint=False
+        ):  # a mode (``auth = "oauth2_client"``), a reference or a placeholder is no secret
+            return
+        found.append(stripped)
+        scheme, _, credential = stripped.partition(" ")
+        if credential and scheme.isalpha() and not _trivial(credential, MIN_ENV_SECRET_LENGTH):
+            found.append(credential.strip())  # "Bearer <token>": the token alone too
+
+    def walk(key: str, value: Any, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > _SETTINGS_WALK_DEPTH:
+            return
+        if isinstance(value, str):
+            take(key, value)
+        elif isinstance(value, Mapping):
+            for name, item in value.items():
+                walk(str(name), item, depth + 1)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(key, item, depth + 1)  # a list of keys is named by its key
+
+    for name, table in settings.items():
+        if name != "policy":  # [policy] secrets are registered by configure(); secret_env
+            walk(str(name), table, 0)  # lists variable names, which are not secrets
+    return found
+
+
+# Settings are a few tables: a walk stops at these bounds rather than trust their shape.
+_SETTINGS_WALK_DEPTH = 16
+_SETTINGS_WALK_ITEMS = 100_000
+
+
 def add_known_secrets(*values: str) -> None:
     """Redact these exact values (and their encodings) from now on, process-wide."""
     configure({"secrets": list(values)})
@@ -2367,6 +2426,9 @@ def redact_record(record: logging.LogRecord) -> logging.LogRecord:
     the redacted text and ``args`` empty. A traceback is rendered with the standard formatter
     and redacted into ``exc_text``; when it held a secret, ``exc_info`` is dropped too, so that
     no other formatter renders the raw exception again.
+
+    Attributes added with ``extra=`` (structured handlers, such as JSON logs, write them out as
+    they are) are redacted too: text and containers of it, each bounded like the message.
     """
     try:
         message = record.getMessage()
@@ -2386,7 +2448,61 @@ def redact_record(record: logging.LogRecord) -> logging.LogRecord:
         record.exc_text = _redact_log_text(record.exc_text)
     if record.stack_info:
         record.stack_info = _redact_log_text(record.stack_info)
+    _redact_extras(record)
     return record
+
+
+def _redact_extras(record: logging.LogRecord) -> None:
+    """Redact, in place, the attributes ``extra=`` added to ``record``."""
+    extras = record.__dict__.keys() - _RECORD_ATTRIBUTES
+    for name in extras:
+        value = record.__dict__[name]
+        redacted = _redact_log_extra(value)
+        if redacted is not value:
+            record.__dict__[name] = redacted
+
+
+# What every LogRecord has (and what formatters add); anything else came from ``extra=``.
+_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message", "asctime", "taskName",
+}
+
+
+def _redact_log_extra(value: Any) -> Any:
+    """One ``extra=`` attribute of a log record, redacted; ``value`` itself when clean.
+
+    Text is cut like a message (:func:`_redact_log_text`); a container holding more text than
+    :data:`LOG_TEXT_CAP` (the record is redacted in the caller's thread, often the event loop)
+    becomes its ``repr``, cut and redacted, instead of being walked whole. Other objects are
+    left: what a handler makes of them is its own.
+    """
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, str):
+        redacted = _redact_log_text(value)
+        return value if redacted == value else redacted
+    if not isinstance(value, Mapping | list | tuple | set | frozenset | bytes | bytearray):
+        return value
+    _known.quick_check()
+    if _text_size(value, LOG_TEXT_CAP) > LOG_TEXT_CAP:
+        return _redact_log_text(repr(value))
+    return _redact_value(value)
+
+
+def _text_size(value: Any, limit: int) -> int:
+    """Characters of text in ``value``'s containers (an iterative walk; stops past ``limit``)."""
+    total, stack = 0, [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, str | bytes | bytearray):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+            stack.extend(item.keys())
+        elif isinstance(item, list | tuple | set | frozenset):
+            total += 1  # an empty container costs a step too
+            stack.extend(item)
+    return total
 
 
 #: A log record's message, traceback or stack longer than this (characters) is cut to it before
@@ -2436,6 +2552,20 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _ExtrasFilter(logging.Filter):
+    """Redacts the ``extra=`` attributes of the records of the logger it is on (never drops
+    one); see :func:`install_log_redaction`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            _redact_extras(record)
+        except Exception:  # never let redaction break the caller's logging call
+            for name in record.__dict__.keys() - _RECORD_ATTRIBUTES:
+                record.__dict__[name] = "[withheld: redaction failed]"
+        return True
+
+
+_EXTRAS_FILTER = _ExtrasFilter()
 _installed_factory: Callable[..., logging.LogRecord] | None = None
 _install_lock = threading.Lock()
 
@@ -2448,6 +2578,10 @@ def install_log_redaction() -> None:
     handlers. So the record factory is wrapped instead (once; the previous factory is kept and
     called): a record of a ``tooldeck*`` logger is redacted when it is made, which happens only
     after the level check, so disabled levels cost nothing. Idempotent.
+
+    ``extra=`` attributes are set on a record only after the factory made it, so the factory
+    also gives the logger the record came from a filter that redacts them (a logger's own
+    filters do run for its own records, and the first one runs after this very record is made).
     """
     global _installed_factory
     with _install_lock:
@@ -2458,12 +2592,17 @@ def install_log_redaction() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
-            if record.name.startswith(LOGGER_PREFIX):
+            name = record.name
+            # Not a str for logging.makeLogRecord(), which names the record after the factory.
+            if isinstance(name, str) and name.startswith(LOGGER_PREFIX):
                 try:
                     redact_record(record)
                 except Exception:  # never let redaction break the caller's logging call
                     record.msg, record.args = "[log record withheld: redaction failed]", ()
                     record.exc_info = record.exc_text = record.stack_info = None
+                logger = logging.Logger.manager.loggerDict.get(name)
+                if isinstance(logger, logging.Logger) and _EXTRAS_FILTER not in logger.filters:
+                    logger.addFilter(_EXTRAS_FILTER)
             return record
 
         logging.setLogRecordFactory(factory)
