@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from tooldeck_hookspecs import shorten
+from tooldeck_hookspecs import printable_int, shorten
 from tooldeck_hookspecs.content import Content
 
 __all__ = [
@@ -100,9 +100,11 @@ def json_safe(value: Any) -> Any:
     Plain JSON (the common case) is returned as is, checked by one orjson pass.
     """
     if isinstance(value, _SCALARS):
-        if type(value) is int or not isinstance(value, int) or isinstance(value, bool):
+        if type(value) is int:
+            return printable_int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
             return value
-        return int(value)  # an int subclass (IntEnum) as the plain number it is
+        return printable_int(int(value))  # an int subclass (IntEnum) as the plain number it is
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if type(value) in (dict, list) and _orjson_size(value) is not None and not _exotic(value):
@@ -130,7 +132,10 @@ def json_size(value: Any, cap: int) -> int:
     quotes), so a tool returning text may use the whole cap. Stops early above ``cap`` for
     strings (the one shape that is commonly huge): the result is then only known to be > cap."""
     if isinstance(value, str):
-        if len(value) * 4 <= cap:  # cannot exceed: no need to encode
+        if len(value) * 4 <= cap or len(value) > cap:
+            # Within the cap whatever its characters, or over it already by its characters
+            # alone (each is at least one byte): encoding a 200 MB string to learn that took
+            # ~150 ms of the event loop and 200 MB more memory.
             return len(value)
         return len(value.encode("utf-8", "surrogatepass"))
     if value is None or isinstance(value, bool | int | float):
@@ -185,9 +190,24 @@ def _exotic(value: dict[Any, Any] | list[Any]) -> bool:
 def _key(key: Any) -> str:
     if isinstance(key, str):
         return key
-    if isinstance(key, bool | int | float) or key is None:
+    if isinstance(key, bool) or key is None:
         return orjson.dumps(key).decode()
+    if isinstance(key, int):  # orjson refuses more than 64 bits, str() more than 4,300 digits
+        return str(printable_int(int(key)))
+    if isinstance(key, float):
+        return orjson.dumps(float(key)).decode()
     return _safe_str(key)
+
+
+def _distinct(taken: Mapping[str, Any], text: str, key: Any) -> str:
+    """A text key for ``key`` that is not in ``taken``: two keys that read the same as text
+    (``1`` and ``"1"``, ``None`` and ``"null"``) must not overwrite each other's value."""
+    candidate = f"{text} ({type(key).__name__})"
+    number = 2
+    while candidate in taken:
+        candidate = f"{text} ({type(key).__name__} {number})"
+        number += 1
+    return candidate
 
 
 def _convert(value: Any, depth: int = 0) -> Any:
@@ -199,7 +219,7 @@ def _convert(value: Any, depth: int = 0) -> Any:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
-        return int(value)
+        return printable_int(int(value))
     if isinstance(value, float):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, bytes | bytearray | memoryview):
@@ -209,7 +229,13 @@ def _convert(value: Any, depth: int = 0) -> Any:
             items = list(value.items())
         except Exception:
             return _safe_str(value)
-        return {_key(k): _convert(v, depth + 1) for k, v in items}
+        out: dict[str, Any] = {}
+        for k, v in items:
+            key = _key(k)
+            if key in out:
+                key = _distinct(out, key, k)
+            out[key] = _convert(v, depth + 1)
+        return out
     if isinstance(value, set | frozenset):
         converted = [_convert(v, depth + 1) for v in value]
         try:

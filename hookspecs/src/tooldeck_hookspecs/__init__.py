@@ -47,6 +47,7 @@ from .model import (
     call_tool_function,
     canonical_json,
     canonical_json_bytes,
+    printable_int,
     resolve_entrypoint,
 )
 from .protected import (
@@ -131,6 +132,7 @@ __all__ = [
     "call_tool_function",
     "canonical_json",
     "canonical_json_bytes",
+    "printable_int",
     "resolve_entrypoint",
     "ApprovalStore",
     "ArgumentValidator",

@@ -6,6 +6,7 @@ inside the deck they are plain frozen objects.
 
 from __future__ import annotations
 
+import decimal
 import enum
 import functools
 import hashlib
@@ -14,6 +15,7 @@ import inspect
 import json
 import math
 import socket
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -481,6 +483,32 @@ def canonical_json(value: Any) -> str:
     return canonical_json_bytes(value).decode("utf-8")
 
 
+#: An integer Python refuses to print with more decimal digits than this is written in hex.
+_MAX_DECIMAL_DIGITS = 50_000
+
+
+def printable_int(value: int) -> int | str:
+    """``value`` itself, or its exact text when Python refuses to print it as a number.
+
+    ``str()`` of an integer with more digits than ``sys.get_int_max_str_digits()`` (4,300 by
+    default) raises ``ValueError``, and so do ``json.dumps`` and every message built from it.
+    A tool's result must still reach the model: such a number becomes its decimal digits
+    (``decimal`` has no such limit), or ``0x…`` hexadecimal beyond 50,000 digits.
+    """
+    limit = sys.get_int_max_str_digits()
+    # 3 bits per digit: below this, the number has fewer than `limit` digits (3.32 per digit).
+    if not limit or value.bit_length() < limit * 3:
+        return value
+    try:
+        str(value)
+        return value
+    except ValueError:
+        pass
+    if value.bit_length() * 0.30103 <= _MAX_DECIMAL_DIGITS:
+        return format(decimal.Decimal(value), "f")
+    return hex(value)
+
+
 @functools.cache
 def host_identity() -> str:
     """This machine, as far as its files go: the host name and ``/etc/machine-id``.
@@ -549,7 +577,10 @@ def call_tool_function(
         kwargs = dict(arguments)
         kwargs[tool.context_param] = context
         return function(**kwargs)
-    return function(arguments, context)
+    # A copy, as ``**arguments`` gives the kwargs style: a tool that edits its arguments dict
+    # must not change the call the deck validated, authorized, audits (``call.end``) and
+    # retries, nor the caller's own dict.
+    return function(dict(arguments), context)
 
 
 def resolve_entrypoint(reference: str) -> Callable[..., Any]:

@@ -497,3 +497,76 @@ def call_control(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
 def protected_rules(arguments: dict[str, Any], context: Any) -> list[str]:
     """The protected path rules the tool's own context carries inside the sandbox."""
     return list(context.protected_paths)
+
+
+# -- test_tool_misbehaviour_sandbox.py: results JSON cannot carry as they are, hostile errors --
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+class _StrRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class _HugeMessage(Exception):
+    def __str__(self) -> str:
+        return "x" * 5_000_000
+
+
+def odd_value(arguments: dict[str, Any], context: Any) -> Any:
+    """What a careless tool returns, by ``arguments["kind"]``."""
+    kind = arguments["kind"]
+    if kind == "bytes":
+        return b"\x00\xffbytes"
+    if kind == "set":
+        return {3, 1, 2}
+    if kind == "tuple-key":
+        return {(1, 2): "tuple key", None: "none"}
+    if kind == "colliding-keys":
+        return {1: "int", "1": "str"}
+    if kind == "unprintable":
+        return [_Unprintable()]
+    if kind == "surrogate":
+        return "a\ud800b"
+    if kind == "long-int":
+        return [10**5000 + 7]
+    if kind == "self-reference":
+        loop: list[Any] = []
+        loop.append(loop)
+        return loop
+    if kind == "deep":
+        deep: list[Any] = []
+        node = deep
+        for _ in range(100_000):
+            child: list[Any] = []
+            node.append(child)
+            node = child
+        return deep
+    raise ValueError(kind)
+
+
+def hostile_exception(arguments: dict[str, Any], context: Any) -> None:
+    """Raise an exception whose text is hostile, by ``arguments["kind"]``."""
+    kind = arguments["kind"]
+    if kind == "str-raises":
+        raise _StrRaises()
+    if kind == "huge":
+        raise _HugeMessage()
+    raise ValueError(10**5000)
+
+
+def generator_tool(arguments: dict[str, Any], context: Any) -> Any:
+    yield 1
+
+
+def hand_made_result(arguments: dict[str, Any], context: Any) -> Any:
+    """A ToolResult built by hand, inconsistent: a failure without an error, odd metadata."""
+    from tooldeck_hookspecs import ToolResult
+
+    return ToolResult(success=False, metadata={"when": {1, 2}, "big": 10**5000})

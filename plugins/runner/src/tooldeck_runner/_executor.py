@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import inspect
+import json
 import math
 import os
 import select
@@ -68,11 +69,18 @@ from tooldeck_hookspecs import (
     call_tool_function,
     is_nonblocking,
     never_suspends,
+    shorten,
 )
 
 from ._config import RunnerSettings
 from ._isolation import resolve_isolation, warn_isolation
-from ._outcomes import as_result, exception_result, failure_result
+from ._outcomes import (
+    as_result,
+    consistent,
+    exception_result,
+    failure_result,
+    generator_result,
+)
 
 if TYPE_CHECKING:
     from ._sandbox import SandboxPool, SandboxStatistics
@@ -131,15 +139,30 @@ class _RetryableResult(Exception):
         self.result = result
 
 
-def _backoff_hook(exc: Exception) -> bool | float:
-    """stamina's hook: retry our own marker; wait at least what the tool was told to wait."""
-    if not isinstance(exc, _RetryableResult):
-        return False
-    error = exc.result.error
-    if error is not None and error.retry_after_s:
+def _backoff_hook(longest: float) -> Callable[[Exception], bool | float]:
+    """stamina's hook: retry our own marker; wait at least what the tool was told to wait, up
+    to ``longest`` seconds.
+
+    The wait comes from the tool (often a server's ``Retry-After``, relayed as is): a NaN or a
+    negative one used to fail the call as the executor's error, and ``inf`` or a day made the
+    call sleep that long. A wait that is not a positive number is ignored (the exponential
+    guess applies); one longer than ``longest`` (or infinite) is not waited for: the result,
+    ``retry_after_s`` included, goes back to the caller, whose decision it is.
+    """
+
+    def hook(exc: Exception) -> bool | float:
+        if not isinstance(exc, _RetryableResult):
+            return False
+        error = exc.result.error
+        wait = error.retry_after_s if error is not None else None
+        if wait is None or not _is_number(wait) or wait <= 0:
+            return True
+        if wait > longest:
+            return False
         # A server's Retry-After beats our exponential guess (stamina uses the float as is).
-        return float(error.retry_after_s)
-    return True
+        return float(wait)
+
+    return hook
 
 
 def _is_number(value: object) -> bool:
@@ -272,6 +295,8 @@ def _late_result(
         },
     )
 
+
+_GENERATORS = frozenset({types.GeneratorType, types.AsyncGeneratorType})
 
 #: A worker thread with nothing to do for this long ends (a tool used once keeps no threads).
 _IDLE_THREAD_S = 30.0
@@ -590,13 +615,17 @@ class _Worker:
                     result: outcome.Outcome[Any] = outcome.Value(None)
                 else:
                     result = outcome.capture(job.context.run, job.function)
-                    if isinstance(result, outcome.Error) and isinstance(
-                        result.error, KeyboardInterrupt
+                    if isinstance(result, outcome.Error) and _passes_for_the_callers(
+                        result.error
                     ):
-                        # Ctrl-C reaches the main thread only: in this thread it is the tool's
-                        # own raise, and unwrapped as is in the caller it would pass for the
-                        # user's interrupt and take the host down. It is the tool's failure.
-                        error = RuntimeError("the tool raised KeyboardInterrupt")
+                        # Ctrl-C reaches the main thread only, and trio never cancels code in
+                        # this thread: a KeyboardInterrupt or trio.Cancelled here (alone or in
+                        # an exception group) is the tool's own raise. Unwrapped as is in the
+                        # caller it would pass for the user's interrupt or the caller's
+                        # cancellation and take the host down. It is the tool's failure.
+                        error = RuntimeError(
+                            f"the tool raised {type(result.error).__name__}"
+                        )
                         error.__cause__ = result.error
                         result = outcome.Error(error)
                 pool.finished(self, job, result)
@@ -604,6 +633,74 @@ class _Worker:
         finally:
             os.close(wake)
             os.close(self._wake_w)
+
+
+def _holds(
+    exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]
+) -> bool:
+    """Whether ``exc`` is one of ``kinds``, or an exception group holding one (at any depth)."""
+    if isinstance(exc, kinds):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_holds(e, kinds) for e in exc.exceptions)
+    return False
+
+
+def _passes_for_the_callers(exc: BaseException) -> bool:
+    """Whether ``exc`` (a tool's) would be taken for the caller's own Ctrl-C or cancellation:
+    a ``KeyboardInterrupt`` or ``trio.Cancelled``, or an exception group holding one."""
+    return _holds(exc, (KeyboardInterrupt, trio.Cancelled))
+
+
+def _bounded(tool: ToolDefinition, result: ToolResult) -> ToolResult:
+    """A result an in-process tool built itself, within what the sandbox's wire would let
+    through: its error's message and suggestion at most ``execution.max_output_bytes``
+    characters (cut with a marker: a 5 MB message used to go out whole, past the cap that
+    binds the data), and metadata that is plain JSON without the keys the pipeline owns
+    (``cached``: a tool's own claim would pass for a cache hit)."""
+    error, metadata = result.error, result.metadata
+    if error is None and not metadata:
+        return result  # the common case: ToolResult.ok(...)
+    changes: dict[str, Any] = {}
+    if metadata:
+        from ._wire import plain  # the sandbox's own conversion (cattrs: imported when needed)
+
+        kept = {k: v for k, v in metadata.items() if k != "cached"} if (
+            "cached" in metadata
+        ) else metadata
+        safe = plain(kept)
+        if safe is not metadata:
+            changes["metadata"] = safe
+    if error is not None:
+        cap = tool.execution.max_output_bytes
+        fixed: dict[str, Any] = {}
+        if len(error.message) > cap or len(error.suggestion or "") > cap:
+            fixed["message"] = shorten(error.message, cap)
+            fixed["suggestion"] = shorten(error.suggestion, cap) if error.suggestion else None
+        if error.details:
+            from ._wire import plain
+
+            details = plain(error.details)
+            size = len(json.dumps(details, ensure_ascii=False))
+            if size > cap:
+                fixed["details"] = {"dropped_details_bytes": size, "max_output_bytes": cap}
+            elif details is not error.details:
+                fixed["details"] = details
+        if fixed:
+            changes["error"] = attrs.evolve(error, **fixed)
+    return attrs.evolve(result, **changes) if changes else result
+
+
+def _forged_cancellation(tool: ToolDefinition, exc: BaseException) -> ToolResult:
+    """The result of a tool that raised ``trio.Cancelled`` (or a group holding one) when
+    nothing cancelled it: its own raise, which must not reach a caller that was not
+    cancelled (trio would take it for a cancellation that belongs to no scope)."""
+    return ToolResult.fail(
+        ErrorCode.EXECUTION_ERROR,
+        f"{tool.name!r} raised {type(exc).__name__} although nothing cancelled it",
+        suggestion="The tool failed; report it to the user or try another approach.",
+        details={"exception": type(exc).__name__},
+    )
 
 
 @attrs.define(eq=False)
@@ -721,7 +818,11 @@ class RunnerExecutor:
         return result.with_metadata(
             duration_s=time.perf_counter() - started,
             attempts=attempts[0],
-            isolation=result.metadata.get("isolation", isolation),
+            # The sandbox's own answer says which isolation it really applied; an in-process
+            # tool's result claiming one (say "bubblewrap") says nothing true.
+            isolation=result.metadata.get("isolation", isolation)
+            if tool.security.sandbox
+            else isolation,
         )
 
     def cancel_session(self, session_id: str) -> int:
@@ -816,13 +917,22 @@ class RunnerExecutor:
             if type(value) is types.CoroutineType or inspect.isawaitable(value):
                 value = await value
         except ToolFailure as exc:
-            result = failure_result(exc)
+            result = _bounded(tool, failure_result(exc))
         except (Exception, SystemExit) as exc:
             if context.logger is not None:
                 context.logger.warning("tool %r raised", tool.name, exc_info=exc)
             result = exception_result(exc)
+        except BaseException as exc:
+            # Nothing here ever yields to trio: no real cancellation can arrive, so a Cancelled
+            # (alone or in a group) is the tool's own raise. Anything else (a Ctrl-C, another
+            # BaseException) goes on as on the queued path.
+            if _holds(exc, KeyboardInterrupt) or not _holds(exc, trio.Cancelled):
+                raise
+            result = _forged_cancellation(tool, exc)
         else:
-            if not isinstance(value, ToolResult):
+            if type(value) in _GENERATORS:  # a function with a `yield`: nothing of it ran
+                result = generator_result(value)
+            elif not isinstance(value, ToolResult):
                 # The common case, built in one go (no intermediate result to merge).
                 return ToolResult(
                     success=True,
@@ -833,7 +943,8 @@ class RunnerExecutor:
                         "isolation": ISOLATION_IN_PROCESS,
                     },
                 )
-            result = value
+            else:
+                result = _bounded(tool, consistent(value))
         finally:
             queue.in_flight -= 1
             queue.completed += 1
@@ -867,7 +978,9 @@ class RunnerExecutor:
         settings = self.settings
         try:
             async for attempt in stamina.retry_context(
-                on=_backoff_hook,
+                # The longest Retry-After waited for: one attempt's time, or the longest
+                # backoff when that is longer.
+                on=_backoff_hook(max(settings.retry_max_s, execution.timeout_s)),
                 attempts=execution.max_retries + 1,
                 timeout=None,
                 wait_initial=settings.retry_initial_s,
@@ -1033,11 +1146,21 @@ class RunnerExecutor:
             await trio.lowlevel.checkpoint()
             return failure_result(exc)
         except ToolFailure as exc:
-            return failure_result(exc)
-        except (Exception, SystemExit) as exc:
+            return _bounded(tool, failure_result(exc))
+        except BaseException as exc:
+            if isinstance(exc, Exception | SystemExit):
+                pass
+            elif _holds(exc, trio.Cancelled) and not _holds(exc, KeyboardInterrupt):
+                # trio's own cancellation (the timeout, the caller's scope) raises again here
+                # and goes on; a Cancelled the tool made up does not, and is its failure.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return _forged_cancellation(tool, exc)
+            else:
+                raise
             # Any bug of the tool is a structured result; SystemExit too, since a tool calling
             # sys.exit() must not stop the deck.
             if context.logger is not None:
                 context.logger.warning("tool %r raised", tool.name, exc_info=exc)
             return exception_result(exc)
-        return as_result(value)
+        result = as_result(value)
+        return _bounded(tool, result) if isinstance(value, ToolResult) else result

@@ -7,40 +7,145 @@ imports nothing but the standard library and the contract.
 from __future__ import annotations
 
 import errno
+import math
 import signal
+import types
+from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_hookspecs import ErrorCode, ToolError, ToolFailure, ToolResult
+import attrs
+
+from tooldeck_hookspecs import ErrorCode, ToolError, ToolFailure, ToolResult, shorten
 
 __all__ = [
     "as_result",
+    "consistent",
+    "generator_result",
     "failure_result",
     "exception_result",
+    "exception_text",
     "signal_result",
     "memory_result",
 ]
 
 _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "out of memory", "std::bad_alloc")
+#: An exception's message is quoted up to this many characters (the rest is counted, not sent):
+#: a tool raising with a 10 MB message must not put 10 MB in front of the model.
+MAX_EXCEPTION_MESSAGE = 2000
 
 
 def as_result(value: Any) -> ToolResult:
-    """A tool's return value as a result: a ToolResult as is, anything else as its data."""
+    """A tool's return value as a result: a ToolResult as is, anything else as its data
+    (a generator is refused: see :func:`generator_result`)."""
     if isinstance(value, ToolResult):
-        return value
+        return consistent(value)
+    if isinstance(value, types.GeneratorType | types.AsyncGeneratorType):
+        return generator_result(value)
     return ToolResult.ok(value)
+
+
+def consistent(result: ToolResult) -> ToolResult:
+    """A :class:`ToolResult` a tool built itself, made one that the pipeline and every consumer
+    can read: ``success`` a bool that agrees with ``error`` (a failure without an error used to
+    crash ``result_messages()``; an error wins over ``success=True``), an error's message and
+    suggestion text, its ``retry_after_s`` a finite number >= 0 or None, its details and the
+    metadata mappings. What was changed is said in the error's message or ``details``."""
+    error, success, metadata = result.error, result.success, result.metadata
+    if error is None and success is True and type(metadata) is dict:
+        return result  # the common case: ToolResult.ok(...)
+    changes: dict[str, Any] = {}
+    if not isinstance(metadata, Mapping):
+        changes["metadata"] = {"dropped_metadata": type(metadata).__name__}
+    if error is not None and not isinstance(error, ToolError):
+        error = ToolError.of(
+            ErrorCode.EXECUTION_ERROR,
+            f"the tool returned a result whose error is a {type(error).__name__}, not a "
+            "ToolError",
+        )
+    elif error is None and not success:
+        error = ToolError.of(
+            ErrorCode.EXECUTION_ERROR, "the tool reported a failure without saying why"
+        )
+    if error is not None:
+        error = _readable(error)
+        if error is not result.error:
+            changes["error"] = error
+        if success is not False:
+            changes["success"] = False
+    elif success is not True:
+        changes["success"] = True  # a truthy non-bool (1, "yes") without an error
+    return attrs.evolve(result, **changes) if changes else result
+
+
+def _readable(error: ToolError) -> ToolError:
+    """``error`` with text where text belongs, and a usable ``retry_after_s``."""
+    changes: dict[str, Any] = {}
+    if not isinstance(error.message, str):
+        changes["message"] = _text(error.message)
+    if error.suggestion is not None and not isinstance(error.suggestion, str):
+        changes["suggestion"] = _text(error.suggestion)
+    wait = error.retry_after_s
+    if wait is not None and not (
+        isinstance(wait, int | float) and not isinstance(wait, bool)
+        and math.isfinite(wait) and wait >= 0
+    ):
+        # NaN, inf, a negative or a string: no wait anyone can honour. Kept as text, aside.
+        changes["retry_after_s"] = None
+        changes["details"] = {**_mapping(error.details), "retry_after_s": _text(wait)}
+    elif not isinstance(error.details, Mapping):
+        changes["details"] = _mapping(error.details)
+    if not isinstance(error.retryable, bool):
+        changes["retryable"] = bool(error.retryable)
+    return attrs.evolve(error, **changes) if changes else error
+
+
+def _mapping(details: Any) -> Mapping[str, Any]:
+    return details if isinstance(details, Mapping) else {"details": _text(details)}
+
+
+def _text(value: object) -> str:
+    try:
+        text = str(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        return f"<unprintable {type(value).__name__}>"
+    return text if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+
+
+def generator_result(
+    value: types.GeneratorType[Any, Any, Any] | types.AsyncGeneratorType[Any, Any],
+) -> ToolResult:
+    """The failure of a tool that returned a generator (its function has a ``yield``): the
+    generator's body never ran, so its ``str()`` as a success would tell the model the tool
+    worked when it did nothing at all."""
+    kind = "an async generator" if isinstance(value, types.AsyncGeneratorType) else "a generator"
+    if isinstance(value, types.GeneratorType):
+        value.close()  # never started: closing runs nothing, and frees it now
+    return ToolResult.fail(
+        ErrorCode.EXECUTION_ERROR,
+        f"the tool returned {kind} instead of a value; nothing of it ran",
+        suggestion="The tool is broken (its function yields instead of returning); use "
+        "another tool and tell the user.",
+        details={"returned": type(value).__name__},
+    )
 
 
 def failure_result(exc: ToolFailure) -> ToolResult:
     """The structured error a tool asked for by raising :class:`ToolFailure`."""
+    details = exc.details
     return ToolResult(
         success=False,
-        error=ToolError.of(
-            exc.code,
-            exc.message,
-            retryable=exc.retryable,
-            suggestion=exc.suggestion,
-            retry_after_s=exc.retry_after_s,
-            details=dict(exc.details),
+        # _readable: the exception's attributes are the tool's to set (after __init__ too).
+        error=_readable(
+            ToolError.of(
+                exc.code,
+                exc.message,
+                retryable=exc.retryable,
+                suggestion=exc.suggestion,
+                retry_after_s=exc.retry_after_s,
+                details=dict(details) if isinstance(details, Mapping) else _mapping(details),
+            )
         ),
     )
 
@@ -68,15 +173,33 @@ def exception_result(exc: BaseException, *, memory_mb: int | None = None) -> Too
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
         return ToolResult.fail(
             ErrorCode.TOO_LARGE,
-            f"the tool hit the file size limit: {exc}",
+            f"the tool hit the file size limit: {exception_text(exc)}",
             suggestion="The tool tried to write a file larger than allowed; write less data.",
         )
-    message = str(exc) or "(no message)"
+    message = exception_text(exc) or "(no message)"
     return ToolResult.fail(
         ErrorCode.EXECUTION_ERROR,
         f"{type(exc).__name__}: {message}",
         details={"exception": type(exc).__name__},
     )
+
+
+def exception_text(exc: BaseException, limit: int = MAX_EXCEPTION_MESSAGE) -> str:
+    """``str(exc)`` shortened to about ``limit`` characters; never raises.
+
+    The exception is the tool's: its ``__str__`` may raise (even ``SystemExit``), fail on an
+    integer too long to print, or return megabytes. Each is the tool's failure, reported as
+    such, never an executor's or a worker's crash.
+    """
+    try:
+        text = str(exc)
+    except KeyboardInterrupt:
+        raise  # possibly the user's Ctrl-C landing here: theirs, not the tool's
+    except BaseException as problem:
+        text = f"<unprintable {type(exc).__name__}: its __str__ raised {type(problem).__name__}>"
+    if not isinstance(text, str):  # a str subclass's __str__ may return anything
+        text = f"<unprintable {type(exc).__name__}>"
+    return shorten(text, limit)
 
 
 def signal_name(signum: int) -> str:

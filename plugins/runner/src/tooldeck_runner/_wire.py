@@ -6,14 +6,22 @@ standard library, cattrs and the contract (no trio, nothing of this package).
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
+import math
 import struct
+import uuid
+from collections.abc import Mapping
 from typing import Any, BinaryIO, Literal
 
 import attrs
 import cattrs
 
-from tooldeck_hookspecs import ToolCall, ToolResult
+from tooldeck_hookspecs import ToolCall, ToolResult, printable_int
 from tooldeck_hookspecs._progress import clean_progress
 from tooldeck_hookspecs.content import Content
 
@@ -97,10 +105,195 @@ class SandboxRequest:
 
 
 def dumps(value: Any) -> bytes:
-    """Unstructure ``value`` and encode it as compact JSON (unknown leaf types via ``str``)."""
-    return json.dumps(
-        converter.unstructure(value), separators=(",", ":"), ensure_ascii=False, default=_leaf
-    ).encode("utf-8")
+    """Unstructure ``value`` and encode it as compact JSON (unknown leaf types via ``str``).
+
+    A :class:`ToolResult`'s data and error details are a tool's: they are made plain JSON first
+    (see :func:`plain`), the way the in-process path does, so that bytes, sets, tuple keys, an
+    integer too long to print, a lone surrogate or a self-referencing list arrive as the same
+    value they would have outside the sandbox instead of failing the call.
+    """
+    if isinstance(value, ToolResult):
+        value = _plain_result(value)
+    unstructured = converter.unstructure(value)
+    text = json.dumps(unstructured, separators=(",", ":"), ensure_ascii=False, default=_leaf)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (a str may hold one): escaped, it travels as valid JSON and the
+        # host reads back the same str.
+        return json.dumps(
+            unstructured, separators=(",", ":"), ensure_ascii=True, default=_leaf
+        ).encode("ascii")
+
+
+def _plain_result(result: ToolResult) -> ToolResult:
+    data = plain(result.data)
+    metadata = plain(result.metadata) if result.metadata else result.metadata
+    error = result.error
+    if error is not None and error.details:
+        details = plain(error.details)
+        if details is not error.details:
+            error = attrs.evolve(error, details=details)
+    if data is result.data and error is result.error and metadata is result.metadata:
+        return result
+    return attrs.evolve(result, data=data, error=error, metadata=metadata)
+
+
+#: Beyond this depth a value is cut (with a marker), as the in-process path does.
+_MAX_DEPTH = 200
+
+
+
+
+def _text(value: object) -> str:
+    try:
+        text = str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+    return text if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+
+
+def _plain_str(value: str) -> str:
+    return value if type(value) is str else str.__str__(value)
+
+
+def _plain_key(key: Any) -> str:
+    if isinstance(key, str):
+        return _plain_str(key)
+    if isinstance(key, bool) or key is None:
+        return json.dumps(key)
+    if isinstance(key, int):
+        return str(printable_int(int(key)))
+    if isinstance(key, float):
+        return json.dumps(key) if math.isfinite(key) else "null"
+    return _text(key)
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain JSON data, as ``tooldeck``'s ``json_safe`` makes an in-process tool's
+    result: bytes as ``{"$bytes_base64": ...}``, sets as sorted lists, non-string keys as text,
+    NaN and infinities as None, dataclasses and attrs classes as dicts, dates in ISO form,
+    enums as their value, other objects as their ``str()``. Never raises. Plain values (the
+    common case) come back as the same object."""
+    if depth > _MAX_DEPTH:
+        return f"<cut: nested deeper than {_MAX_DEPTH} levels>"
+    kind = type(value)
+    if kind is str:
+        return value
+    if value is None or kind is bool:
+        return value
+    if kind is int:
+        return printable_int(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is list:
+        # Copy on first change; plain leaves are checked inline (no call per item): this runs
+        # on every sandboxed result.
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            if not _plain_leaf(item):
+                new = plain(item, depth + 1)
+                if new is not item and items is None:
+                    items = value[:index]
+                item = new
+            if items is not None:
+                items.append(item)
+        return value if items is None else items
+    if kind is dict:
+        if not all(type(k) is str for k in value):
+            return _plain_dict(value.items(), depth)
+        out: dict[str, Any] | None = None
+        for key, item in value.items():
+            if not _plain_leaf(item):
+                new = plain(item, depth + 1)
+                if new is not item:
+                    if out is None:
+                        out = dict(value)
+                    out[key] = new
+        return value if out is None else out
+    return _plain_other(value, depth)
+
+
+#: 2**63: orjson and most JSON readers take integers within 64 bits; beyond, printable_int checks.
+_SMALL_INT = 1 << 63
+
+
+def _plain_leaf(value: Any) -> bool:
+    """Whether ``value`` is a JSON leaf that needs no conversion (checked without a call of
+    :func:`plain`)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -_SMALL_INT <= value < _SMALL_INT
+    # A finite float: x - x is 0.0, but NaN for NaN and the infinities.
+    return kind is float and value - value == 0.0
+
+
+def _plain_dict(items: Any, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in items:
+        key = _plain_key(k)
+        if key in out:
+            # Two keys that read the same as text (1 and "1"): neither value is dropped.
+            base, number = f"{key} ({type(k).__name__}", 2
+            key = base + ")"
+            while key in out:
+                key, number = f"{base} {number})", number + 1
+        out[key] = plain(v, depth + 1)
+    return out
+
+
+def _plain_other(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return _plain_str(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, enum.Enum):
+        return plain(value.value, depth + 1)
+    if isinstance(value, int):
+        return printable_int(int(value))
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes_base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Content):
+        try:
+            return value.to_json()
+        except Exception:
+            return _text(value)
+    if isinstance(value, Mapping):
+        try:
+            items = list(value.items())
+        except Exception:
+            return _text(value)
+        return _plain_dict(items, depth)
+    if isinstance(value, set | frozenset):
+        members = [plain(v, depth + 1) for v in value]
+        try:
+            return sorted(members)
+        except TypeError:
+            return sorted(members, key=lambda v: json.dumps(v, sort_keys=True, default=str))
+    if isinstance(value, list | tuple):
+        return [plain(v, depth + 1) for v in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, decimal.Decimal):
+        return _text(value)
+    try:
+        model_dump = getattr(value, "model_dump", None)
+        if callable(model_dump) and not isinstance(value, type):
+            return plain(model_dump(mode="json"), depth + 1)
+        if attrs.has(type(value)):
+            return plain(attrs.asdict(value, recurse=False), depth + 1)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = dataclasses.fields(value)
+            return plain({f.name: getattr(value, f.name) for f in fields}, depth + 1)
+    except Exception:
+        pass
+    return _text(value)
 
 
 def _leaf(value: Any) -> Any:
