@@ -13,7 +13,11 @@ __all__ = ["InMemoryApprovalStore", "Approval"]
 
 @attrs.define(kw_only=True)
 class Approval:
-    """One pending approval, bound to a session, a tool and a hash of the exact arguments."""
+    """One pending approval, bound to a session, a tool and a hash of the exact call.
+
+    The core's hash covers the arguments, the tool's definition as the user saw it (version,
+    plugin, description, parameters, security) and the session's working directory.
+    """
 
     approval_id: str
     session_id: str
@@ -28,26 +32,43 @@ class InMemoryApprovalStore:
 
     Used by the core when no plugin provides ``tooldeck_approval_store``. State is per process;
     the Redis plugin shares it across processes.
+
+    At most ``max_pending`` approvals are kept. When full, the oldest approval of the session
+    holding the most goes: a model that floods its own session with requests pushes out its
+    own, never the approval another session's user already gave.
     """
 
     def __init__(self, *, timer: Callable[[], float] = time.monotonic, max_pending: int = 10_000):
         self._timer = timer
         self._max_pending = max_pending
         self._items: dict[str, Approval] = {}
+        # Session id -> its approval ids, oldest first (dicts keep insertion order).
+        self._by_session: dict[str, dict[str, None]] = {}
+
+    def _drop(self, approval_id: str) -> None:
+        approval = self._items.pop(approval_id, None)
+        if approval is None:
+            return
+        ids = self._by_session.get(approval.session_id)
+        if ids is not None:
+            ids.pop(approval_id, None)
+            if not ids:
+                del self._by_session[approval.session_id]
 
     def _sweep(self) -> None:
         now = self._timer()
         for key in [k for k, a in self._items.items() if a.expires_at <= now]:
-            del self._items[key]
+            self._drop(key)
 
     async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
         """Record a pending approval; return its unguessable id."""
         self._sweep()
-        if len(self._items) >= self._max_pending:
-            # Oldest first: a flood of unanswered requests must not grow memory without bound.
-            oldest = min(self._items.values(), key=lambda a: a.expires_at)
-            del self._items[oldest.approval_id]
+        while self._items and len(self._items) >= self._max_pending:
+            # Memory stays bounded, and the flooding session pays: its oldest goes first.
+            busiest = max(self._by_session.values(), key=len)
+            self._drop(next(iter(busiest)))
         approval_id = "apr_" + secrets.token_urlsafe(16)
+        self._by_session.setdefault(session_id, {})[approval_id] = None
         self._items[approval_id] = Approval(
             approval_id=approval_id,
             session_id=session_id,
@@ -88,5 +109,5 @@ class InMemoryApprovalStore:
         ):
             return False
         approval.state = "used"
-        del self._items[approval_id]
+        self._drop(approval_id)
         return True

@@ -174,6 +174,19 @@ _MAX_LISTED_PROBLEMS = 100
 #: Worker threads each session's blocking policy hooks may use at once.
 _POLICY_THREADS_PER_SESSION = 8
 
+#: Session attributes its SessionInfo snapshot is built from: assigning one rebuilds it.
+_SNAPSHOT_FIELDS = frozenset(
+    {
+        "workdir",
+        "grants",
+        "excluded_categories",
+        "max_level",
+        "always_allowed",
+        "environment",
+        "attributes",
+    }
+)
+
 #: How long the rule filters that run in a thread (not ``@nonblocking``) may take per selection.
 _FILTER_TIMEOUT_S = 10.0
 
@@ -204,7 +217,7 @@ def _must_propagate(exc: BaseException) -> bool:
 
 
 # Result data of these exact types is plain JSON and small: _normalised has nothing to do.
-_LEAF_RESULTS = frozenset({int, bool, type(None)})  # not float: NaN is normalised to None
+_LEAF_RESULTS = frozenset({bool, type(None)})  # not float (NaN), not int (10**5000)
 
 
 def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
@@ -261,8 +274,19 @@ def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
 _CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
 
 
-def _arguments_hash(arguments: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
+def _approval_hash(call: ToolCall, tool: ToolDefinition, workdir: str) -> str:
+    """What an approval is bound to besides the session and the tool's name: the exact
+    arguments, the tool as the user saw it (version, plugin, description, parameters, security)
+    and the working directory that relative paths resolve against. The same name registered
+    again with another definition, or the same session id opened on another directory, needs
+    a new approval."""
+    seen = {
+        "arguments": call.arguments,
+        "workdir": workdir,
+        "tool": [tool.version, tool.plugin, tool.description, tool.parameters],
+        "security": attrs.asdict(tool.security),
+    }
+    return hashlib.sha256(canonical_json(seen).encode("utf-8")).hexdigest()
 
 
 def _runtime_definition(tool: ToolDefinition | Callable[..., Any], plugin: str) -> ToolDefinition:
@@ -1113,6 +1137,16 @@ class Session:
     def _changed(self) -> None:
         self._info = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Policy judges calls by the snapshot info() caches: an application that assigns a
+        # stricter max_level or other grants mid-conversation must be obeyed from the next
+        # call on, not after the snapshot happens to be rebuilt.
+        if name == "max_level":
+            value = SecurityLevel(value)  # a plain string would break level comparisons
+        object.__setattr__(self, name, value)
+        if name in _SNAPSHOT_FIELDS:
+            object.__setattr__(self, "_info", None)
+
     def grant(self, *categories: str) -> None:
         """Let ``moderate`` tools of these categories run."""
         self.grants.update(categories)
@@ -1569,7 +1603,8 @@ class Session:
             if self.hand is not None or self._admitted.get(tool.name) is not current:
                 refusal, metadata = await self._admit_unoffered(tool)
                 if refusal is not None:
-                    return refusal
+                    # Quotes filter plugins' reasons: output, so it passes the processors.
+                    return await self._finish(call, tool, refusal)
                 if self.hand is None:
                     self._admitted[tool.name] = current
         if type(call.arguments) is not dict and not isinstance(call.arguments, Mapping):
@@ -1700,14 +1735,16 @@ class Session:
             except BaseException as exc:
                 if _must_propagate(exc):
                     raise
-                return self._tool_base_exception(tool, exc)
+                # Quotes the tool's exception: output, so it goes on to the result processors
+                # (redaction) below like any other result of the tool, never straight out.
+                result = self._tool_base_exception(tool, exc)
         else:
             result = await self._execute_scoped(call, tool)
         self._used(tool.name)
         data = result.data
         if result.error is not None or not (type(data) in _LEAF_RESULTS or (
             type(data) is str and len(data) * 4 <= tool.execution.max_output_bytes
-        )):  # a successful int/bool/None or short text is plain JSON within the cap already
+        )):  # a successful bool/None or short text is plain JSON within the cap already
             if _bulky(data) or (result.error is not None and _bulky(result.error.details)):
                 result = await self._normalised_in_thread(tool, result)
             else:
@@ -2000,19 +2037,25 @@ class Session:
     ) -> ToolResult | None:
         store = self.deck._approvals
         reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
-        arguments_hash = _arguments_hash(call.arguments)
+        arguments_hash = _approval_hash(call, tool, self.workdir)
         if approval_id is not None:
             try:
                 valid = None
-                with trio.move_on_after(tool.execution.timeout_s):
+                with trio.move_on_after(tool.execution.timeout_s) as late:
                     valid = await store.consume(
                         approval_id=approval_id,
                         session_id=self.id,
                         tool=tool.name,
                         arguments_hash=arguments_hash,
                     )
-                if valid is None:
+                if late.cancelled_caught:
                     return self._provider_timeout("approval store", tool)
+                if type(valid) is not bool:
+                    # Only True lets the call run: a store answering "no", 1 or a dict is
+                    # broken, and a broken store fails closed.
+                    raise TypeError(
+                        f"consume() answered {shorten(repr_safe(valid), 80)}, not a bool"
+                    )
             except Exception as exc:  # fail closed: no store, no approval
                 return self._plugin_error("approval store", exc)
             if valid:
@@ -2041,6 +2084,16 @@ class Session:
                 self._scopes.discard(scope)
             if scope.cancelled_caught and scope.deadline > trio.current_time():
                 return self._cancelled_before_start(call)
+            if scope.deadline <= trio.current_time():
+                # The deadline passed: an answer that still came (a callback that shields
+                # itself, or waits where a cancellation cannot reach) is too late to count.
+                return ToolResult.fail(
+                    ErrorCode.PERMISSION_DENIED,
+                    f"the user did not answer within {self._confirm_timeout():g} s; this call "
+                    f"of {tool.name!r} did not run",
+                    suggestion="Do not retry this call; ask the user how to proceed.",
+                    details={"reasons": list(reasons)},
+                )
             if answer == "always":
                 self.always_allow(tool.name)
                 return None
@@ -2054,15 +2107,20 @@ class Session:
             )
         try:
             new_id = None
-            with trio.move_on_after(tool.execution.timeout_s):
+            with trio.move_on_after(tool.execution.timeout_s) as late:
                 new_id = await store.create(
                     session_id=self.id,
                     tool=tool.name,
                     arguments_hash=arguments_hash,
                     ttl_s=self.deck._approval_ttl_s,
                 )
-            if new_id is None:
+            if late.cancelled_caught:
                 return self._provider_timeout("approval store", tool)
+            if type(new_id) is not str or not new_id:
+                # An id the application can neither keep nor send back: nothing was asked.
+                raise TypeError(
+                    f"create() answered {shorten(repr_safe(new_id), 80)}, not an approval id"
+                )
         except Exception as exc:  # fail closed: the call neither runs nor waits
             return self._plugin_error("approval store", exc)
         # Entries share one TTL and are kept in insertion order: expired ones are at the front,
@@ -2150,6 +2208,15 @@ class Session:
             await self.approve(approval_id)
         except Exception as exc:
             return self._plugin_error("approval store", exc)
+        # One resume runs the call: the store's single use does not cover a call that no
+        # longer needs the approval (the tool became always-allowed meanwhile), so a second
+        # or concurrent resume of the same id must find the entry gone.
+        if self._pending.pop(approval_id, None) is None:
+            return ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"approval {approval_id!r} was already resumed",
+                suggestion="Call the tool again to get a new approval request.",
+            )
         return await self.call(call, approval_id=approval_id)
 
     def _context(self, call: ToolCall, tool: ToolDefinition) -> ToolContext:

@@ -148,17 +148,35 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(text: object) -> str:
+    """``text`` as the terminal should show it: every character that is not printable (a
+    carriage return, an ANSI escape, a right-to-left override) escaped, so that what a plugin
+    or the model wrote cannot redraw the prompt the user is answering."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text)
+    )
+
+
 async def _terminal_confirm(request: Any) -> bool | str:
     def ask() -> str:
+        # json.dumps escapes the arguments' control and non-ASCII characters on its own.
+        arguments = json.dumps(dict(request.call.arguments), default=repr)
         sys.stderr.write(
-            f"\n{request.tool.name} wants to run with {json.dumps(dict(request.call.arguments))}\n"
-            + "".join(f"  - {r}\n" for r in request.reasons)
+            f"\n{_shown(request.tool.name)} wants to run with {arguments}\n"
+            + "".join(f"  - {_shown(r)}\n" for r in request.reasons)
             + "Allow? [y]es / [N]o / [a]lways for this tool: "
         )
         sys.stderr.flush()
         return sys.stdin.readline().strip().lower()
 
-    answer = await trio.to_thread.run_sync(ask)
+    try:
+        # Abandoned on cancellation: the deck's confirm timeout (and Session.cancel) must end
+        # the wait; the reader thread is left blocked on stdin until the process exits.
+        answer = await trio.to_thread.run_sync(ask, abandon_on_cancel=True)
+    except trio.Cancelled:
+        sys.stderr.write("\n(no answer in time: the call was not approved)\n")
+        sys.stderr.flush()
+        raise
     if answer in {"a", "always"}:
         return "always"
     return answer in {"y", "yes"}

@@ -163,7 +163,13 @@ class ApprovalStore(Protocol):
     """Pending approvals of dangerous calls (in memory by default, shared via Redis).
 
     A store whose backend is unavailable may raise: the core then fails closed (the call gets a
-    ``PLUGIN_ERROR`` result and does not run).
+    ``PLUGIN_ERROR`` result and does not run). So does a store whose ``create`` answers anything
+    but a non-empty ``str`` or whose ``consume`` answers anything but a ``bool``.
+
+    ``arguments_hash`` is opaque to the store: the core binds it to the exact arguments, the
+    session's working directory and the tool as the user saw it (version, plugin, description,
+    parameters, security), so the same call against a re-registered tool or another directory
+    needs a new approval. Compare it for equality only.
     """
 
     async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:

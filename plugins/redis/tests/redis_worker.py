@@ -68,9 +68,10 @@ def summary(result: Any) -> dict[str, Any]:
     }
 
 
-async def main(config: dict[str, Any]) -> None:
+async def main(config: dict[str, Any], workdir: str | None) -> None:
     deck = make_deck(load_entry_points=["schema", "runner", "redis"], tools=TOOLS, config=config)
-    workdir = tempfile.mkdtemp(prefix="tooldeck-redis-worker-")
+    # Processes of one deployment serve one working directory; an approval is bound to it.
+    workdir = workdir or tempfile.mkdtemp(prefix="tooldeck-redis-worker-")
     sessions: dict[str, Any] = {}
     async with deck:
 
@@ -108,4 +109,4 @@ async def main(config: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, json.loads(sys.argv[1]))
+    trio.run(main, json.loads(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

@@ -21,9 +21,9 @@ WORKER = str(Path(__file__).with_name("redis_worker.py"))
 class Worker:
     """One worker process, driven by JSON lines."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], workdir: str | None = None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, WORKER, json.dumps(config)],
+            [sys.executable, WORKER, json.dumps(config), *([workdir] if workdir else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -66,8 +66,8 @@ class Worker:
 def start_workers() -> Iterator[Any]:
     started: list[Worker] = []
 
-    def start(n: int, config: dict[str, Any]) -> list[Worker]:
-        workers = [Worker(config) for _ in range(n)]  # start together, wait after
+    def start(n: int, config: dict[str, Any], workdir: str | None = None) -> list[Worker]:
+        workers = [Worker(config, workdir) for _ in range(n)]  # start together, wait after
         started.extend(workers)
         pids = [w.ready() for w in workers]
         assert len(set(pids)) == n
@@ -125,9 +125,11 @@ def test_a_result_cached_by_one_process_is_a_hit_in_another(
 
 
 def test_an_approval_granted_in_one_process_is_honoured_once_by_another(
-    redis_url: str, start_workers: Any
+    redis_url: str, start_workers: Any, tmp_path: Path
 ) -> None:
-    granting, racer_a, racer_b = start_workers(3, {"redis": {"url": redis_url}})
+    config = {"redis": {"url": redis_url}}
+    granting, racer_a, racer_b = start_workers(3, config, str(tmp_path))
+    [elsewhere] = start_workers(1, config)  # same session id, its own working directory
     arguments = {"text": "rm -rf build"}
     [asked] = granting.ask(
         op="call", name="dangerous_echo", arguments=arguments, session_id="ses_x"
@@ -145,7 +147,13 @@ def test_an_approval_granted_in_one_process_is_honoured_once_by_another(
         op="call", name="dangerous_echo", arguments=arguments,
         session_id="ses_y", approval_id=approval_id,
     )  # fmt: skip
+    # The same call in another working directory resolves its paths elsewhere: not approved.
+    [other_workdir] = elsewhere.ask(
+        op="call", name="dangerous_echo", arguments=arguments,
+        session_id="ses_x", approval_id=approval_id,
+    )  # fmt: skip
     assert wrong_args["code"] == wrong_session["code"] == "PERMISSION_DENIED"
+    assert other_workdir["code"] == "PERMISSION_DENIED"
 
     # Two processes race with the right call: exactly one runs it.
     for racer in (racer_a, racer_b):

@@ -48,7 +48,8 @@ options are matched by their unambiguous prefixes too (``rm --rec``), as GNU get
 
 **Destructive meaning** (``destructive``: run only once the user confirmed this call): recursive
 ``rm`` (or ``find -delete`` / ``find -exec rm``) of the root, a top-level or system directory, a
-home (``~``, ``$HOME``), everything here (``*``, ``.``, or the working directory by its absolute
+home (``~``, ``$HOME``) or a tree in one (``~/.ssh``, ``/home/ada/src``) outside the working
+directory, everything here (``*``, ``.``, or the working directory by its absolute
 path when the caller passes ``workdir``), or outside the working directory (``..``), with paths
 normalised (``//``, ``/.``, ``/usr/..``) and globs read as what they may match; ``mv`` of everything
 here out of the working directory; ``rm``, ``chmod`` or ``find`` with a word taken from a variable
@@ -69,6 +70,7 @@ from __future__ import annotations
 import contextvars
 import fnmatch
 import functools
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -2210,7 +2212,16 @@ def _target_danger(path: str) -> str | None:
         _, parts, above = _components(rest)
         if above or not parts or _matches_all(parts[0]):
             return "a home directory" if head == "~" else f"the home of {head[1:]!r}"
-        return None
+        # Below a home are the user's keys, configuration and other projects ('~/.ssh',
+        # '~/.config', '~/src'): vital unless the working directory is there and holds it.
+        home = os.path.expanduser(head)
+        workdir = _WORKDIR.get()
+        if workdir and home.startswith("/"):
+            _, home_parts, _ = _components(home)
+            inside = _inside_workdir([*home_parts, *parts], workdir)
+            if inside is not None:
+                return _target_danger("/".join(inside)) if inside else _WORKDIR_ITSELF
+        return f"files in a home directory ({path})"
     absolute, parts, above = _components(path)
     workdir = _WORKDIR.get()
     if absolute and workdir and parts:
@@ -2244,6 +2255,9 @@ def _absolute_danger(path: str, parts: Sequence[str]) -> str | None:
         return f"system files ({_normal(path)})"
     if top in ("home", "Users") and (len(parts) == 1 or len(parts) == 2 or _globby(parts[1])):
         return "users' home directories"
+    if top in ("home", "Users"):
+        # Inside a home but not the working directory (the caller checked that first).
+        return f"files in a home directory ({_normal(path)})"
     if len(parts) == 1 and top != "tmp":
         return f"a top-level directory ({_normal(path)})"
     if len(parts) >= 2 and _globby(parts[1]) and top != "tmp":

@@ -102,7 +102,7 @@ class RedisApprovalStore:
             self.errors += 1
             logger.error("approval %s not decided: %s", approval_id, exc)
             return False
-        return bool(done)
+        return _is_one(done, approval_id, "decided")
 
     async def consume(
         self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str
@@ -120,7 +120,7 @@ class RedisApprovalStore:
             self.errors += 1
             logger.error("approval %s refused: %s", approval_id, exc)
             return False
-        return bool(done)
+        return _is_one(done, approval_id, "used")
 
     async def get(self, approval_id: str) -> dict[str, str] | None:
         """The approval's fields (``session``, ``tool``, ``args``, ``state``), or None."""
@@ -133,6 +133,15 @@ class RedisApprovalStore:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.connection.aclose()
+
+
+def _is_one(reply: object, approval_id: str, what: str) -> bool:
+    """True only for the script's ``1``: a reply it never gives ("OK", a list, 2) comes from
+    something that is not our script on a Redis server, and approvals fail closed."""
+    if type(reply) is int and reply in (0, 1):
+        return reply == 1
+    logger.error("approval %s not %s: unexpected reply %.80r from Redis", approval_id, what, reply)
+    return False
 
 
 def _text(value: bytes | str) -> str:
