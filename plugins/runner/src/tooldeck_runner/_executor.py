@@ -75,12 +75,15 @@ from tooldeck_hookspecs import (
 from ._config import RunnerSettings
 from ._isolation import resolve_isolation, warn_isolation
 from ._outcomes import (
+    NOT_VALUES,
     as_result,
     consistent,
     exception_result,
     failure_result,
-    generator_result,
+    host_owned,
+    not_a_value_result,
 )
+from ._unwind import bounded
 
 if TYPE_CHECKING:
     from ._sandbox import SandboxPool, SandboxStatistics
@@ -274,8 +277,10 @@ def _late_result(
         # Read, not unwrapped: an outcome unwraps once, and this may be asked twice.
         if isinstance(late, outcome.Value):
             result = as_result(late.value)
+            if isinstance(late.value, ToolResult):
+                result = _bounded(tool, result)  # as _invoke bounds one in time
         elif isinstance(late.error, ToolFailure):
-            result = failure_result(late.error)
+            result = _bounded(tool, failure_result(late.error))
         else:
             result = exception_result(late.error)
         return result.with_metadata(committed_late=reason)
@@ -296,7 +301,8 @@ def _late_result(
     )
 
 
-_GENERATORS = frozenset({types.GeneratorType, types.AsyncGeneratorType})
+#: Generators, async generators and coroutines (a result never awaited): see as_result.
+_GENERATORS = NOT_VALUES
 
 #: A worker thread with nothing to do for this long ends (a tool used once keeps no threads).
 _IDLE_THREAD_S = 30.0
@@ -657,7 +663,7 @@ def _bounded(tool: ToolDefinition, result: ToolResult) -> ToolResult:
     through: its error's message and suggestion at most ``execution.max_output_bytes``
     characters (cut with a marker: a 5 MB message used to go out whole, past the cap that
     binds the data), and metadata that is plain JSON without the keys the pipeline owns
-    (``cached``: a tool's own claim would pass for a cache hit)."""
+    (``HOST_METADATA``: a tool's own ``cached`` would pass for a cache hit)."""
     error, metadata = result.error, result.metadata
     if error is None and not metadata:
         return result  # the common case: ToolResult.ok(...)
@@ -665,10 +671,7 @@ def _bounded(tool: ToolDefinition, result: ToolResult) -> ToolResult:
     if metadata:
         from ._wire import plain  # the sandbox's own conversion (cattrs: imported when needed)
 
-        kept = {k: v for k, v in metadata.items() if k != "cached"} if (
-            "cached" in metadata
-        ) else metadata
-        safe = plain(kept)
+        safe = plain(host_owned(result).metadata)
         if safe is not metadata:
             changes["metadata"] = safe
     if error is not None:
@@ -930,8 +933,8 @@ class RunnerExecutor:
                 raise
             result = _forged_cancellation(tool, exc)
         else:
-            if type(value) in _GENERATORS:  # a function with a `yield`: nothing of it ran
-                result = generator_result(value)
+            if type(value) in _GENERATORS:  # a `yield`, or a coroutine never awaited
+                result = not_a_value_result(value)
             elif not isinstance(value, ToolResult):
                 # The common case, built in one go (no intermediate result to merge).
                 return ToolResult(
@@ -1133,13 +1136,16 @@ class RunnerExecutor:
             return await self.sandbox_pool().run(tool, call, context)
         try:
             if tool.is_async:
-                value = await call_tool_function(tool, call.arguments, context)
+                # Driven (see _unwind): a tool swallowing its cancellation cannot outlive it.
+                value = await bounded(
+                    call_tool_function(tool, call.arguments, context), context.control
+                )
             else:
                 value = await self._in_thread(
                     tool, call, context, waiting if waiting is not None else []
                 )
                 if inspect.isawaitable(value):
-                    value = await value
+                    value = await bounded(value, context.control)
         except CallAbandoned as exc:
             # The tool saw (ToolContext.commit) that its call was given up on: let trio deliver
             # that cancellation, so the timeout or cancellation is reported as such.

@@ -18,9 +18,13 @@ import attrs
 from tooldeck_hookspecs import ErrorCode, ToolError, ToolFailure, ToolResult, shorten
 
 __all__ = [
+    "HOST_METADATA",
+    "NOT_VALUES",
     "as_result",
+    "host_owned",
     "consistent",
     "generator_result",
+    "not_a_value_result",
     "failure_result",
     "exception_result",
     "exception_text",
@@ -34,14 +38,57 @@ _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "out of memory", "std:
 MAX_EXCEPTION_MESSAGE = 2000
 
 
+#: What a tool's function returns when its body did not run (generators) or its result was never
+#: awaited (a coroutine): never a value. Exact types (none of them can be subclassed).
+NOT_VALUES = frozenset({types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType})
+
+
+#: Result metadata the host owns (the executor, the sandbox pool, the deck): a tool's own value
+#: for one of these keys is dropped wherever the tool ran. ``cached`` would pass for a cache hit,
+#: ``committed_late`` for a commit the runner waited for, ``isolation``, ``warm`` and ``limits``
+#: for a sandbox (and limits) that may not exist; the rest are measured by the host.
+HOST_METADATA = frozenset(
+    {"cached", "committed_late", "isolation", "warm", "limits", "attempts", "duration_s"}
+)
+
+
+def host_owned(result: ToolResult, keys: frozenset[str] = HOST_METADATA) -> ToolResult:
+    """``result`` without the metadata ``keys`` the host owns (see :data:`HOST_METADATA`)."""
+    metadata = result.metadata
+    if not metadata or keys.isdisjoint(metadata):
+        return result
+    return attrs.evolve(result, metadata={k: v for k, v in metadata.items() if k not in keys})
+
+
 def as_result(value: Any) -> ToolResult:
     """A tool's return value as a result: a ToolResult as is, anything else as its data
-    (a generator is refused: see :func:`generator_result`)."""
+    (a generator or a coroutine is refused: see :func:`not_a_value_result`)."""
     if isinstance(value, ToolResult):
         return consistent(value)
+    if type(value) in NOT_VALUES:
+        return not_a_value_result(value)
+    return ToolResult.ok(value)
+
+
+def not_a_value_result(value: Any) -> ToolResult:
+    """The failure of a tool whose result is one of :data:`NOT_VALUES` (or, in a sandbox worker,
+    any other awaitable): :func:`generator_result` for a generator, else the coroutine or
+    awaitable it handed back unawaited, closed (no "never awaited" warning), never run."""
     if isinstance(value, types.GeneratorType | types.AsyncGeneratorType):
         return generator_result(value)
-    return ToolResult.ok(value)
+    if type(value) is types.CoroutineType:
+        kind = f"a coroutine ({shorten(_text(value.__qualname__), 200)})"
+        value.close()  # never started: closing runs nothing, and no "never awaited" warning
+    else:
+        kind = f"an awaitable ({shorten(type(value).__name__, 200)})"
+    return ToolResult.fail(
+        ErrorCode.EXECUTION_ERROR,
+        f"the tool returned {kind} instead of a value: it was never awaited, so what it does "
+        "never ran",
+        suggestion="The tool is broken (it forgot an `await`); use another tool and tell the "
+        "user.",
+        details={"returned": type(value).__name__},
+    )
 
 
 def consistent(result: ToolResult) -> ToolResult:

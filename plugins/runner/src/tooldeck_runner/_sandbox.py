@@ -92,7 +92,7 @@ from ._isolation import (
     resolve_isolation,
     warn_isolation,
 )
-from ._outcomes import memory_result, signal_result
+from ._outcomes import HOST_METADATA, consistent, host_owned, memory_result, signal_result
 from ._wire import (
     HEADER,
     Limits,
@@ -119,6 +119,11 @@ logger = logging.getLogger("tooldeck.runner")
 
 #: The largest RLIMIT_CPU a call gets (68 years): a timeout beyond it is simply that long.
 _MAX_CPU_S = 2**31 - 3
+
+#: Metadata of a sandboxed result that only the host writes: what every result's host owns,
+#: and ``output`` (what the process printed, as the host captured it). ``sandbox_seccomp`` is
+#: the worker's own report and stays.
+_SANDBOX_HOST_METADATA = HOST_METADATA | {"output"}
 
 
 #: What the tool runs as, on the host, per isolation (documented in the README).
@@ -1766,6 +1771,9 @@ class SandboxPool:
                 return ToolResult.fail(
                     ErrorCode.EXECUTION_ERROR, f"the sandbox worker sent a malformed answer: {exc}"
                 )
+            # The answer comes from the tool's process (the tool can even write it itself):
+            # readable as any result, and without what the host says about the call.
+            result = host_owned(consistent(result), _SANDBOX_HOST_METADATA)
             if got.output:
                 result = result.with_metadata(output=got.output.decode("utf-8", "replace"))
             return result

@@ -225,6 +225,10 @@ def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None
     value = call_tool_function(tool, request.call.arguments, context)
     if hasattr(value, "__await__"):
         value = _run_awaitable(value)
+        if hasattr(value, "__await__"):
+            # What the tool's coroutine returned is awaitable too: never awaited, never run
+            # (closed, with no "never awaited" warning in the call's output).
+            return outcomes.not_a_value_result(value)
     return outcomes.as_result(value)
 
 
