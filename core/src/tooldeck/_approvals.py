@@ -86,9 +86,15 @@ class InMemoryApprovalStore:
     async def resolve(
         self, approval_id: str, approved: bool, *, session_id: str | None = None
     ) -> bool:
-        """Approve or deny; False when unknown, expired, already decided or another session's."""
+        """Approve or deny; False when unknown, expired, already decided or another session's.
+
+        An approval given but not yet used can still be denied (the user changed their mind):
+        its call is then refused. A denial is final, and a used approval is gone.
+        """
         approval = self.get(approval_id)
-        if approval is None or approval.state != "pending":
+        if approval is None:
+            return False
+        if approval.state != "pending" and not (approval.state == "approved" and not approved):
             return False
         if session_id is not None and approval.session_id != session_id:
             return False

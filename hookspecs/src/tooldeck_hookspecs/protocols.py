@@ -162,9 +162,11 @@ class PendingApproval(Protocol):
 class ApprovalStore(Protocol):
     """Pending approvals of dangerous calls (in memory by default, shared via Redis).
 
-    A store whose backend is unavailable may raise: the core then fails closed (the call gets a
-    ``PLUGIN_ERROR`` result and does not run). So does a store whose ``create`` answers anything
-    but a non-empty ``str`` or whose ``consume`` answers anything but a ``bool``.
+    A store whose backend is unavailable should raise rather than answer False: the core then
+    fails closed (the call gets a ``PLUGIN_ERROR`` result, or ``TIMEOUT`` past the call's
+    deadline, and does not run) but, a failure not being a refusal, keeps a resumed call pending
+    so that the user can resume it again. So does a store whose ``create`` answers anything but
+    a non-empty ``str`` or whose ``consume`` answers anything but a ``bool``.
 
     ``arguments_hash`` is opaque to the store: the core binds it to the exact arguments, the
     session's working directory and the tool as the user saw it (version, plugin, description,
@@ -178,13 +180,21 @@ class ApprovalStore(Protocol):
     async def resolve(
         self, approval_id: str, approved: bool, *, session_id: str | None = None
     ) -> bool:
-        """Approve or deny a pending approval; False when it is unknown or expired.
+        """Approve or deny a pending approval; False when it is unknown, expired or decided.
 
-        With ``session_id`` (the core always passes it), only an approval created for that
-        session can be decided: one session must not approve another session's call.
+        An approval that was approved but not yet consumed can still be denied (True): the user
+        changed their mind, and a later ``consume`` of it answers False. A denial is final and
+        a consumed approval is gone (False); a deny racing with a ``consume`` must let exactly
+        one of them win. With ``session_id`` (the core always passes it), only an approval
+        created for that session can be decided: one session must not approve or revoke
+        another session's call.
         """
 
     async def consume(
         self, *, approval_id: str, session_id: str, tool: str, arguments_hash: str
     ) -> bool:
-        """Use an approved approval once for exactly this call; True if it was valid."""
+        """Use an approved approval once for exactly this call; True if it was valid.
+
+        False is a refusal (not approved, denied, expired, used, another call); raise when the
+        store cannot tell.
+        """

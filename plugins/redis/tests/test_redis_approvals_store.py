@@ -33,7 +33,7 @@ async def test_an_approval_is_used_once_for_exactly_its_call(redis_url: str) -> 
     # Not approved yet.
     assert not await store.consume(approval_id=approval_id, **CALL)
     assert await store.resolve(approval_id, True)
-    assert not await store.resolve(approval_id, False)  # decided once
+    assert not await store.resolve(approval_id, True)  # decided once
     # Another session, tool or arguments: refused, and the approval stays usable.
     for field, other in (("session_id", "ses_b"), ("tool", "file_write"), ("arguments_hash", "h2")):
         assert not await store.consume(approval_id=approval_id, **{**CALL, field: other})
@@ -77,8 +77,12 @@ async def test_redis_down_fails_closed(own_redis: RedisServer) -> None:
     store = make_store(own_redis.url)
     approval_id = await store.create(**CALL, ttl_s=60)
     own_redis.stop()
-    assert not await store.resolve(approval_id, True)
-    assert not await store.consume(approval_id=approval_id, **CALL)
+    # A failure is no answer: raised, so that the core refuses the call (PLUGIN_ERROR) without
+    # taking it for a refusal of the approval.
+    with pytest.raises(RedisUnavailable, match="approvals cannot be decided"):
+        await store.resolve(approval_id, True)
+    with pytest.raises(RedisUnavailable, match="approvals cannot be checked"):
+        await store.consume(approval_id=approval_id, **CALL)
     with pytest.raises(RedisUnavailable, match="approvals cannot be recorded"):
         await store.create(**CALL, ttl_s=60)
     assert store.errors == 2

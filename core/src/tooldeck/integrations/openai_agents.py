@@ -86,7 +86,8 @@ def _function_tool(
         return result_text(result)
 
     async def always_allowed() -> bool:
-        return name in session.always_allowed
+        # Bound to the definition the user allowed: a tool registered again differently asks.
+        return session.is_always_allowed(name)
 
     async def needs_approval(context: Any, arguments: dict[str, Any], call_id: str) -> bool:
         # "Always allow this tool" granted in the session makes the deck stop asking (read on the

@@ -14,10 +14,13 @@ __all__ = ["RedisApprovalStore"]
 logger = logging.getLogger("tooldeck.redis")
 
 # KEYS[1]: the approval's hash. ARGV: new state (approved | denied), session id or "".
-# Only a pending approval can be decided, only once, and only by its own session.
+# A pending approval is decided once, by its own session only; an approved one not yet used can
+# still be denied (revoked). In one script with consume's: of a deny and a use racing, exactly
+# one wins.
 _RESOLVE = """
 local a = redis.call('HMGET', KEYS[1], 'state', 'session')
-if a[1] ~= 'pending' or (ARGV[2] ~= '' and a[2] ~= ARGV[2]) then
+if not (a[1] == 'pending' or (a[1] == 'approved' and ARGV[1] == 'denied'))
+    or (ARGV[2] ~= '' and a[2] ~= ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
@@ -45,9 +48,10 @@ class RedisApprovalStore:
     Redis expires on its own (``PEXPIRE``); ``resolve`` and ``consume`` are Lua scripts, hence
     atomic. Unanswered approvals are bounded by their TTL and the server's ``maxmemory``.
 
-    Approvals fail closed: when Redis is unavailable ``consume`` and ``resolve`` answer False
-    (the core then refuses the call with ``PERMISSION_DENIED``) and ``create`` raises
-    :class:`RedisUnavailable`, which names Redis and its URL.
+    Approvals fail closed: when Redis is unavailable ``create``, ``resolve`` and ``consume``
+    raise :class:`RedisUnavailable`, which names Redis and its URL. The core then refuses the
+    call with ``PLUGIN_ERROR``, and, a failure not being a refusal, keeps a resumed call pending
+    so that the user can resume it again once Redis is back.
 
     :param connection: the Redis connection.
     :param settings: the parsed ``[tool.tooldeck.redis]`` table.
@@ -58,7 +62,7 @@ class RedisApprovalStore:
         self._prefix = f"{settings.namespace}:approval:"
         self._resolve = connection.script(_RESOLVE)
         self._consume = connection.script(_CONSUME)
-        #: Redis failures answered by refusing (fail closed).
+        #: Redis failures of ``resolve`` and ``consume`` (each raised; the call did not run).
         self.errors = 0
 
     async def create(self, *, session_id: str, tool: str, arguments_hash: str, ttl_s: float) -> str:
@@ -90,8 +94,12 @@ class RedisApprovalStore:
     async def resolve(
         self, approval_id: str, approved: bool, *, session_id: str | None = None
     ) -> bool:
-        """Approve or deny; False when unknown, expired, already decided, another session's
-        (with ``session_id``), or Redis failed."""
+        """Approve or deny; False when unknown, expired, already decided, or another
+        session's (with ``session_id``). An approval given but not yet used can still be
+        denied: its call is then refused by every worker.
+
+        :raises RedisUnavailable: Redis failed (nothing was decided).
+        """
         key = self._prefix + approval_id
         state = "approved" if approved else "denied"
         try:
@@ -101,7 +109,7 @@ class RedisApprovalStore:
         except RedisUnavailable as exc:
             self.errors += 1
             logger.error("approval %s not decided: %s", approval_id, exc)
-            return False
+            raise
         return _is_one(done, approval_id, "decided")
 
     async def consume(
@@ -109,7 +117,11 @@ class RedisApprovalStore:
     ) -> bool:
         """Use an approved approval once, for exactly this session, tool and arguments.
 
-        False when it is not approved, expired, for another call, already used, or Redis failed.
+        False when it is not approved (or was denied), expired, for another call, or already
+        used.
+
+        :raises RedisUnavailable: Redis failed (the call must not run; after a timeout the
+            script may have run, so a retry may find the approval used).
         """
         key = self._prefix + approval_id
         try:
@@ -119,7 +131,7 @@ class RedisApprovalStore:
         except RedisUnavailable as exc:
             self.errors += 1
             logger.error("approval %s refused: %s", approval_id, exc)
-            return False
+            raise
         return _is_one(done, approval_id, "used")
 
     async def get(self, approval_id: str) -> dict[str, str] | None:
