@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -93,15 +93,21 @@ class ConfirmRequest:
     reasons: tuple[str, ...]
 
 
-#: An async callback: True approves this call, "always" approves the tool for the session,
-#: False (or raising, or timing out) denies.
+#: An async callback: True approves this call, "always" approves the tool for the session (the
+#: definition shown in the request: registered again differently, it asks again), False (or
+#: raising, or timing out) denies.
 ConfirmCallback = Callable[[ConfirmRequest], Awaitable[bool | Literal["always"]]]
 
 
 @attrs.frozen(kw_only=True)
 class Hand:
-    """The tools dealt to the model for one task, with why each is there and what was removed."""
+    """The tools dealt to the model for one task, with why each is there and what was removed.
 
+    Its texts (query, reasons, exclusions' reasons, problems) passed :meth:`Deck.redact`: a
+    hand is printed, served over MCP and observed, so a secret in the task stays out of it.
+    """
+
+    #: The task, secrets redacted.
     query: str
     tools: tuple[ToolDefinition, ...]
     scores: Mapping[str, float]
@@ -168,11 +174,43 @@ def repr_safe(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
+_V = TypeVar("_V")
+#: What a withheld text reads (its redactor failed): nothing of the value is left.
+WITHHELD_TEXT = "[withheld: redaction failed]"
+
+
+def _same_kind(value: object, changed: object) -> bool:
+    """Whether a redactor's answer can stand for ``value`` (text for text, and so on)."""
+    for kind in (str, ToolResult, Mapping, list | tuple):
+        if isinstance(value, kind):
+            return isinstance(changed, kind)
+    return True
+
+
+def _withheld(value: Any, plugin: str) -> Any:
+    """What goes out instead of ``value`` when its redaction failed: nothing of it."""
+    if isinstance(value, str):
+        return WITHHELD_TEXT
+    if isinstance(value, ToolResult):
+        return ToolResult.fail(
+            ErrorCode.PLUGIN_ERROR,
+            f"redaction by plugin {plugin!r} failed; the result was withheld",
+        )
+    if isinstance(value, Mapping):
+        return {}
+    if isinstance(value, list | tuple):
+        return type(value)() if type(value) in (list, tuple) else []
+    return None
+
+
 #: Argument problems listed in an INVALID_ARGUMENTS answer's details (the rest counted).
 _MAX_LISTED_PROBLEMS = 100
 
 #: Worker threads each session's blocking policy hooks may use at once.
 _POLICY_THREADS_PER_SESSION = 8
+
+#: How long resume() waits for the approval store when the call's tool is gone.
+_RESUME_STORE_TIMEOUT_S = 30.0
 
 #: Session attributes its SessionInfo snapshot is built from: assigning one rebuilds it.
 _SNAPSHOT_FIELDS = frozenset(
@@ -195,6 +233,9 @@ _FILTER_TIMEOUT_S = 10.0
 DEFAULT_REGISTER_TIMEOUT_S = 120.0
 #: How long a selection waits for the retriever's answer (the first one may load a model).
 _RECALL_TIMEOUT_S = 60.0
+#: Characters of outward text (a hand's task and reasons) redacted on the event loop at most;
+#: more go to a worker thread (about 1.5 ms of the policy's redaction).
+_INLINE_REDACT_CHARS = 16 * 1024
 
 
 def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
@@ -217,7 +258,7 @@ def _must_propagate(exc: BaseException) -> bool:
 
 
 # Result data of these exact types is plain JSON and small: _normalised has nothing to do.
-_LEAF_RESULTS = frozenset({bool, type(None)})  # not float (NaN), not int (10**5000)
+_LEAF_RESULTS = frozenset({bool, type(None)})  # not float (NaN); ints within 64 bits: see _run
 
 
 def _normalised(result: ToolResult, max_output_bytes: int) -> ToolResult:
@@ -274,18 +315,26 @@ def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
 _CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
 
 
-def _approval_hash(call: ToolCall, tool: ToolDefinition, workdir: str) -> str:
-    """What an approval is bound to besides the session and the tool's name: the exact
-    arguments, the tool as the user saw it (version, plugin, description, parameters, security)
-    and the working directory that relative paths resolve against. The same name registered
-    again with another definition, or the same session id opened on another directory, needs
-    a new approval."""
-    seen = {
-        "arguments": call.arguments,
-        "workdir": workdir,
+def _tool_identity(tool: ToolDefinition) -> dict[str, Any]:
+    """The tool as the user saw it when approving: version, plugin, description, parameters and
+    security. The same name registered again with any of them changed is another tool."""
+    return {
         "tool": [tool.version, tool.plugin, tool.description, tool.parameters],
         "security": attrs.asdict(tool.security),
     }
+
+
+def _tool_fingerprint(tool: ToolDefinition) -> str:
+    """What an "always allow" is bound to: the tool's identity, not its arguments."""
+    return hashlib.sha256(canonical_json(_tool_identity(tool)).encode("utf-8")).hexdigest()
+
+
+def _approval_hash(call: ToolCall, tool: ToolDefinition, workdir: str) -> str:
+    """What an approval is bound to besides the session and the tool's name: the exact
+    arguments, the tool as the user saw it (:func:`_tool_identity`) and the working directory
+    that relative paths resolve against. The same name registered again with another
+    definition, or the same session id opened on another directory, needs a new approval."""
+    seen = {"arguments": call.arguments, "workdir": workdir, **_tool_identity(tool)}
     return hashlib.sha256(canonical_json(seen).encode("utf-8")).hexdigest()
 
 
@@ -528,6 +577,52 @@ class Deck:
     def _observer_split(self, kind: str) -> tuple[list[HookImpl], list[HookImpl]]:
         """Observers of ``kind``: (``@nonblocking``: on the loop, the others: observer thread)."""
         return self._split_impls("event:" + kind, lambda: self._observers(kind))
+
+    def redact(self, value: _V) -> _V:
+        """``value`` as it may leave the deck: through the ``tooldeck_redact`` chain (the
+        policy plugin's secret redaction).
+
+        For what goes out without being a known tool's result, which the result processors
+        see: a name no tool has, a hand, events, and what a server or command words itself
+        (an approval question, a search answer). ``value`` is a ``str``, a JSON-like structure
+        or a :class:`ToolResult`; the same object comes back when nothing changed (or no
+        plugin redacts). Linear in its size and run where it is called: pass long texts from
+        a worker thread. A redactor that raises or answers another kind of value withholds
+        it (an empty or ``[withheld]`` value, a ``PLUGIN_ERROR`` result), never lets it out
+        unredacted.
+        """
+        for impl in self._impls("tooldeck_redact"):
+            try:
+                changed = impl.call_in_order(value)
+            except Exception:
+                log.exception("plugin %r: tooldeck_redact raised; the value was withheld",
+                              impl.plugin)
+                return _withheld(value, impl.plugin)  # type: ignore[no-any-return]
+            if changed is None or changed is value:
+                continue
+            if not _same_kind(value, changed):
+                log.error("plugin %r: tooldeck_redact answered %s for %s; the value was "
+                          "withheld", impl.plugin, type(changed).__name__, type(value).__name__)
+                return _withheld(value, impl.plugin)  # type: ignore[no-any-return]
+            value = changed
+        return value
+
+    def _outward_event(self, event: Event) -> Event:
+        """``event`` as observers may see it: a tool name nobody registered and the data
+        through :meth:`redact` (the same object when nothing changed, or nobody redacts)."""
+        if not self._impls("tooldeck_redact"):
+            return event
+        changes: dict[str, Any] = {}
+        name = event.tool
+        if name is not None and (type(name) is not str or name not in self.catalog):
+            shown = self.redact(name)
+            if shown is not name:
+                changes["tool"] = shown
+        if event.data:
+            data = self.redact(event.data)
+            if data is not event.data:
+                changes["data"] = data
+        return attrs.evolve(event, **changes) if changes else event
 
     def _resolve_providers(self) -> None:
         settings = self.config.settings
@@ -1003,6 +1098,13 @@ _PROGRESS: contextvars.ContextVar[Callable[[Mapping[str, Any]], None] | None] = 
     contextvars.ContextVar("tooldeck_progress", default=None)
 )
 
+# Set by Session.resume around the call it runs: the approval check records there that the
+# store gave no answer (it raised, timed out or answered nonsense), so that resume keeps the
+# pending call for a retry. Per task, so concurrent calls with the same id do not mix.
+_STORE_FAILED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "tooldeck_approval_store_failed", default=None
+)
+
 
 def _emitter(
     listener: Callable[[Mapping[str, Any]], None],
@@ -1083,6 +1185,9 @@ class Session:
         self.attributes = attributes
         self.environment = environment
         self.always_allowed: set[str] = set()
+        # Tool name -> (definition, fingerprint) an "always allow" was given for: a name
+        # registered again with another definition asks again.
+        self._always_bound: dict[str, tuple[ToolDefinition, str]] = {}
         self.hand: Hand | None = None
         self._offered: set[str] = set()
         self._turn = 0
@@ -1090,6 +1195,9 @@ class Session:
         # Approval id -> (call, monotonic expiry): pruned when expired, so a flood of unanswered
         # requests does not grow the session without bound.
         self._pending: dict[str, tuple[ToolCall, float]] = {}
+        # Approval id -> monotonic expiry: approvals this session denied. Refused here even when
+        # the store could not record the denial (it raised), as long as the approval may live.
+        self._revoked: dict[str, float] = {}
         self._scopes: set[trio.CancelScope] = set()
         # Threads of policy hooks that may block: a pool per session, apart from the threads
         # sync tools use. An abandoned thread (its hook outlived the deadline) keeps its slot
@@ -1158,9 +1266,52 @@ class Session:
         self._changed()
 
     def always_allow(self, tool_name: str) -> None:
-        """The user said: never ask again for this tool in this session."""
+        """The user said: never ask again for this tool in this session.
+
+        Bound to the tool as registered now (version, plugin, description, parameters and
+        security, as an approval is), not to arguments: when the name is registered again with
+        another definition (another plugin, a reloaded MCP server, :meth:`Deck.add_tools`), the
+        session asks again and the name leaves :attr:`always_allowed`. A name not registered
+        yet, or put in :attr:`always_allowed` directly, is bound to the first definition it runs
+        as.
+        """
+        tool = self.deck.catalog.get(tool_name)
+        if tool is not None:
+            self._always_bound[tool_name] = (tool, _tool_fingerprint(tool))
+        else:
+            self._always_bound.pop(tool_name, None)
         self.always_allowed.add(tool_name)
         self._changed()
+
+    def is_always_allowed(self, tool_name: str) -> bool:
+        """Whether the user always-allowed ``tool_name`` as it is registered now (False for a
+        tool not registered, or registered again differently since)."""
+        tool = self.deck.catalog.get(tool_name)
+        if tool is None or tool_name not in self.always_allowed:
+            return False
+        bound = self._always_bound.get(tool_name)
+        return bound is None or bound[0] is tool or bound[1] == _tool_fingerprint(tool)
+
+    def _always_allows(self, tool: ToolDefinition) -> bool:
+        """Whether the always-allow of ``tool.name`` covers this very definition. One that no
+        longer does (the name was registered again differently) is dropped: asked again."""
+        bound = self._always_bound.get(tool.name)
+        if bound is not None and bound[0] is tool:
+            return True
+        fingerprint = _tool_fingerprint(tool)
+        if bound is None or bound[1] == fingerprint:
+            self._always_bound[tool.name] = (tool, fingerprint)
+            return True
+        del self._always_bound[tool.name]
+        self.always_allowed.discard(tool.name)
+        self._changed()
+        log.warning(
+            "session %s: %r was registered again with another definition; its always-allow "
+            "no longer applies",
+            self.id,
+            tool.name,
+        )
+        return False
 
     def cancel(self) -> None:
         """Cancel every queued and running call of this session; each returns ``CANCELLED``.
@@ -1186,6 +1337,7 @@ class Session:
         self._closed = True
         self.cancel()
         self._pending.clear()
+        self._revoked.clear()
         self._observe(Event(kind="session.closed", session_id=self.id))
 
     # ------------------------------------------------------------------ the hand
@@ -1280,6 +1432,7 @@ class Session:
             over_budget=tuple(over_budget),
             problems=tuple(problems),
         )
+        hand = await self._outward_hand(hand)
         self.hand = hand
         self._offered = set(hand.names)
         if deck._observers("select"):
@@ -1288,15 +1441,45 @@ class Session:
                     kind="select",
                     session_id=self.id,
                     data={
-                        "query": task,
+                        "query": hand.query,
                         "tools": hand.names,
                         "excluded": sorted({e.name for e in hand.exclusions}),
                         "candidates": len(candidates),
                         "duration_s": time.perf_counter() - started,
                     },
-                )
+                ),
+                outward=True,  # the hand's texts were just redacted; names are registered
             )
         return hand
+
+    async def _outward_hand(self, hand: Hand) -> Hand:
+        """``hand`` with its texts (the task, the reasons, the exclusions' reasons and the
+        problems) through the deck's outward redaction: a hand is printed (``tooldeck
+        select``), answered over MCP (``search_tools``), recorded in the selection history
+        and observed. Texts longer than :data:`_INLINE_REDACT_CHARS` in all are redacted in
+        a worker thread (redaction is linear in their size)."""
+        deck = self.deck
+        if not deck._impls("tooldeck_redact"):
+            return hand
+        names = list(hand.reasons)
+        texts = [hand.query, *(r for n in names for r in hand.reasons[n]),
+                 *(e.reason for e in hand.exclusions), *hand.problems]
+        if sum(map(len, texts)) > _INLINE_REDACT_CHARS:
+            shown = await trio.to_thread.run_sync(
+                deck.redact, texts, abandon_on_cancel=True, limiter=self._policy_threads
+            )
+        else:
+            shown = deck.redact(texts)
+        if shown is texts:
+            return hand
+        if len(shown) != len(texts) or not all(isinstance(t, str) for t in shown):
+            shown = [WITHHELD_TEXT] * len(texts)  # a redactor answered another shape
+        parts = iter(shown)
+        query = next(parts)
+        reasons = {n: tuple(next(parts) for _ in hand.reasons[n]) for n in names}
+        exclusions = tuple(attrs.evolve(e, reason=next(parts)) for e in hand.exclusions)
+        return attrs.evolve(hand, query=query, reasons=reasons, exclusions=exclusions,
+                            problems=tuple(parts))
 
     async def _recall(
         self, task: str, k: int, timeout: float | None = None
@@ -1454,12 +1637,13 @@ class Session:
                 id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
         if self._closed:
-            return ToolResult.fail(
+            closed = ToolResult.fail(
                 ErrorCode.CANCELLED,
                 f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did "
                 "not run",
                 suggestion="Open a new session.",
             )
+            return closed if self._registered(call) else self.deck.redact(closed)
         generation = self._generation
         started = time.perf_counter()
         # Each call is a cancellation point, and every 16th call yields to the scheduler: a
@@ -1483,31 +1667,42 @@ class Session:
         finally:
             if token is not None:
                 _PROGRESS.reset(token)
-        if result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
+        shown = call.name
+        if not self._registered(call):
+            # A name no tool has is the model's own text (an "AKIA..." it made up): it goes
+            # out in TOOL_NOT_FOUND, the metadata and the events, so all of them pass the
+            # deck's outward redaction. Registered names are the developer's: nothing to do.
+            result = self.deck.redact(result)
+            shown = self.deck.redact(call.name)
+        elif result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
             # A plugin's failure quotes its exception (a Redis URL, a validator's message):
             # output like any other, so it passes the result processors (redaction) too. Some
             # paths processed it already; redaction is idempotent.
-            tool = self.deck.catalog.get(call.name) if isinstance(call.name, str) else None
+            tool = self.deck.catalog.get(call.name)
             if tool is not None:
                 result = await self._finish(call, tool, result)
         if "cached" in result.metadata:
             result = result.with_metadata(
-                duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=call.name
+                duration_s=round(time.perf_counter() - started, 6), call_id=call.id, tool=shown
             )
         else:
             result = result.with_metadata(
                 duration_s=round(time.perf_counter() - started, 6),
                 call_id=call.id,
-                tool=call.name,
+                tool=shown,
                 cached=False,
             )
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "call %s %s -> %s", call.id, call.name, result.error.code if result.error else "ok"
+                "call %s %s -> %s", call.id, shown, result.error.code if result.error else "ok"
             )
         if self.deck._observers("call.end"):
-            self._event("call.end", call, result)
+            self._event("call.end", call, result, shown)
         return result
+
+    def _registered(self, call: ToolCall) -> bool:
+        """Whether ``call`` names a registered tool (a dict probe: the hot path's case)."""
+        return type(call.name) is str and call.name in self.deck.catalog
 
     async def call_many(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Run several calls concurrently (a model's parallel tool calls); results in call order."""
@@ -1534,29 +1729,42 @@ class Session:
         runnable = [p.call for p in parsed if p.error is None]
         ran = iter(await self.call_many(runnable))
         pairs = [
-            (p.call, ToolResult(success=False, error=p.error) if p.error is not None else next(ran))
+            # A call that could not be parsed quotes the model's name for it: outward text.
+            (p.call, self.deck.redact(ToolResult(success=False, error=p.error))
+             if p.error is not None else next(ran))
             for p in parsed
         ]
         return result_messages(format, pairs)
 
-    def _event(self, kind: str, call: ToolCall, result: ToolResult) -> None:
+    def _event(self, kind: str, call: ToolCall, result: ToolResult, tool_name: Any) -> None:
+        """A call's event. ``tool_name`` is the name as it went out (redacted when no tool has
+        it); the data is the core's own (an ErrorCode, flags, numbers, a registered tool's
+        category), so the event skips a second redaction on every call's path."""
+        category = self.deck.catalog.get(call.name) if self._registered(call) else None
         self._observe(
             Event(
                 kind=kind,
                 session_id=self.id,
                 call_id=call.id,
-                tool=call.name,
+                tool=tool_name,
                 data={
                     "success": result.success,
                     "code": str(result.error.code) if result.error else None,
                     "cached": result.metadata.get("cached", False),
                     "duration_s": result.metadata.get("duration_s"),
-                    "category": getattr(self.deck.catalog.get(call.name), "category", None),
+                    "category": getattr(category, "category", None),
                 },
-            )
+            ),
+            outward=True,
         )
 
-    def _observe(self, event: Event) -> None:
+    def _observe(self, event: Event, *, outward: bool = False) -> None:
+        """Deliver ``event`` to its observers, through the deck's outward redaction first
+        (:meth:`Deck._outward_event`) unless the caller built it from outward values only
+        (``outward``: a hand's redacted query, a call's redacted name and the core's own data,
+        which are not scanned twice)."""
+        if not outward:
+            event = self.deck._outward_event(event)
         inline, threaded = self.deck._observer_split(event.kind)
         for impl in inline:
             try:
@@ -1638,6 +1846,10 @@ class Session:
             if problems:
                 return await self._finish(call, tool, self._invalid(problems))
         info = self.info()
+        if tool.name in info.always_allow and not self._always_allows(tool):
+            # The user allowed the tool they saw, not whatever is registered under its name now:
+            # policy (and the baseline below) judge without it.
+            info = self.info()
         security = tool.security
         inline, threaded = deck._authorize_impls()
         if security.url_params:
@@ -1744,7 +1956,8 @@ class Session:
         data = result.data
         if result.error is not None or not (type(data) in _LEAF_RESULTS or (
             type(data) is str and len(data) * 4 <= tool.execution.max_output_bytes
-        )):  # a successful bool/None or short text is plain JSON within the cap already
+        ) or (type(data) is int and data.bit_length() < 64)):
+            # A successful bool/None, 64-bit int or short text is plain JSON within the cap.
             if _bulky(data) or (result.error is not None and _bulky(result.error.details)):
                 result = await self._normalised_in_thread(tool, result)
             else:
@@ -2039,6 +2252,13 @@ class Session:
         reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
         arguments_hash = _approval_hash(call, tool, self.workdir)
         if approval_id is not None:
+            if self._is_revoked(approval_id):
+                return ToolResult.fail(
+                    ErrorCode.PERMISSION_DENIED,
+                    f"the user denied approval {approval_id!r}",
+                    suggestion="Do not retry this call; ask the user how to proceed.",
+                )
+            failed = _STORE_FAILED.get()
             try:
                 valid = None
                 with trio.move_on_after(tool.execution.timeout_s) as late:
@@ -2049,6 +2269,8 @@ class Session:
                         arguments_hash=arguments_hash,
                     )
                 if late.cancelled_caught:
+                    if failed is not None:
+                        failed.append(approval_id)
                     return self._provider_timeout("approval store", tool)
                 if type(valid) is not bool:
                     # Only True lets the call run: a store answering "no", 1 or a dict is
@@ -2057,6 +2279,8 @@ class Session:
                         f"consume() answered {shorten(repr_safe(valid), 80)}, not a bool"
                     )
             except Exception as exc:  # fail closed: no store, no approval
+                if failed is not None:
+                    failed.append(approval_id)
                 return self._plugin_error("approval store", exc)
             if valid:
                 self._pending.pop(approval_id, None)
@@ -2095,7 +2319,10 @@ class Session:
                     details={"reasons": list(reasons)},
                 )
             if answer == "always":
-                self.always_allow(tool.name)
+                # Bound to the definition the user was shown, not to what the name means later.
+                self._always_bound[tool.name] = (tool, _tool_fingerprint(tool))
+                self.always_allowed.add(tool.name)
+                self._changed()
                 return None
             if answer is True:
                 return None
@@ -2166,9 +2393,38 @@ class Session:
         return await self._resolve(approval_id, True)
 
     async def deny(self, approval_id: str) -> bool:
-        """Deny a pending call (False for an unknown one or another session's)."""
-        self._pending.pop(approval_id, None)
-        return await self._resolve(approval_id, False)
+        """Deny a pending call, or take back an approval given but not used yet: a call with
+        it is then refused (``PERMISSION_DENIED``), here and in any process sharing the store.
+
+        Returns False for an unknown, expired or already used approval (too late: it ran), and
+        for another session's. An error of the approval store propagates to the application;
+        this session refuses the approval all the same.
+        """
+        # Recorded before the store is asked: a call of this session that reaches its approval
+        # check meanwhile (a resume in flight) is refused whatever the store answers.
+        now = time.monotonic()
+        revoked = self._revoked
+        for key in [k for k, expires in revoked.items() if expires <= now]:
+            del revoked[key]
+        while len(revoked) >= _MAX_PENDING:
+            del revoked[next(iter(revoked))]
+        revoked.pop(approval_id, None)
+        revoked[approval_id] = now + self.deck._approval_ttl_s
+        try:
+            # Asked while the pending call is still known: a store without session_id checks
+            # the session against it.
+            return await self._resolve(approval_id, False)
+        finally:
+            self._pending.pop(approval_id, None)
+
+    def _is_revoked(self, approval_id: str) -> bool:
+        expires = self._revoked.get(approval_id)
+        if expires is None:
+            return False
+        if expires <= time.monotonic():
+            del self._revoked[approval_id]
+            return False
+        return True
 
     async def _resolve(self, approval_id: str, approved: bool) -> bool:
         store = self.deck._approvals
@@ -2184,7 +2440,12 @@ class Session:
         return bool(await store.resolve(approval_id, approved))
 
     async def resume(self, approval_id: str, *, approved: bool = True) -> ToolResult:
-        """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once."""
+        """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once.
+
+        The pending call is used up once the approval store answered (the call ran, or was
+        refused). When the store failed instead (it raised or did not answer in time:
+        ``PLUGIN_ERROR`` or ``TIMEOUT``), the call did not run and stays pending: resume again.
+        """
         self._prune_pending()
         entry = self._pending.get(approval_id)
         call = entry[0] if entry is not None else None
@@ -2204,20 +2465,50 @@ class Session:
                 f"the user denied this call of {call.name!r}",
                 suggestion="Do not retry this call; ask the user how to proceed.",
             )
+        tool = self.deck.catalog.get(call.name)
         try:
-            await self.approve(approval_id)
+            # Bounded like the store's other answers on a call's path: a hung store must not
+            # hang the resume (the entry stays pending: the call did not run).
+            with trio.move_on_after(
+                tool.execution.timeout_s if tool is not None else _RESUME_STORE_TIMEOUT_S
+            ) as late:
+                await self.approve(approval_id)
         except Exception as exc:
             return self._plugin_error("approval store", exc)
+        if late.cancelled_caught:
+            if tool is None:
+                return ToolResult.fail(
+                    ErrorCode.TIMEOUT,
+                    f"the approval store did not answer within {_RESUME_STORE_TIMEOUT_S:g} s",
+                    retryable=True,
+                )
+            return self._provider_timeout("approval store", tool)
         # One resume runs the call: the store's single use does not cover a call that no
         # longer needs the approval (the tool became always-allowed meanwhile), so a second
         # or concurrent resume of the same id must find the entry gone.
-        if self._pending.pop(approval_id, None) is None:
+        entry = self._pending.pop(approval_id, None)
+        if entry is None:
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
                 f"approval {approval_id!r} was already resumed",
                 suggestion="Call the tool again to get a new approval request.",
             )
-        return await self.call(call, approval_id=approval_id)
+        failed: list[str] = []
+        token = _STORE_FAILED.set(failed)
+        try:
+            result = await self.call(call, approval_id=approval_id)
+        finally:
+            _STORE_FAILED.reset(token)
+        if (
+            failed
+            and not self._closed
+            and not self._is_revoked(approval_id)
+            and entry[1] > time.monotonic()
+        ):
+            # The store gave no answer: the approval was neither used nor refused and the call
+            # did not run. A transient failure must not cost the user their approval.
+            self._pending.setdefault(approval_id, entry)
+        return result
 
     def _context(self, call: ToolCall, tool: ToolDefinition) -> ToolContext:
         # What the context takes from the tool is the same on every call: looked up once per

@@ -279,7 +279,8 @@ class SessionInfo:
 
     ``grants`` are the categories where ``moderate`` tools may run; ``max_level`` is the highest
     security level the session may use at all; ``always_allow`` names tools the user approved for
-    the whole session; ``recent_tools`` are tools used in earlier turns (most recent first);
+    the whole session (the core leaves out a tool registered again with another definition since
+    the user allowed it); ``recent_tools`` are tools used in earlier turns (most recent first);
     ``attributes`` is free for the application (a user name, a tenant, ...).
     """
 

@@ -38,3 +38,21 @@ def tooldeck_process_result(
     :param tool: the tool's definition.
     :param result: the result so far.
     """
+
+
+@hookspec
+def tooldeck_redact(value: Any) -> Any | None:
+    """Redact secrets from something the deck sends out that is not a known tool's result:
+    the name of a tool nobody registered and its answer, a selection's task and the reasons
+    dealt with it, the events observers get; servers and commands pass what they word
+    themselves (an approval question, a search answer) through ``Deck.redact`` too.
+
+    Called for every implementation in turn, each receiving the previous one's output (a
+    chain); return None to leave the value unchanged, or a value of the same kind. ``value``
+    is a ``str``, a JSON-like structure (mappings, lists, tuples: redact the strings inside,
+    keys too) or a :class:`ToolResult` (its data, error and metadata). Called on the deck's
+    event loop for short values, so it must be cheap and never block (long texts are passed
+    from a worker thread). One that raises makes the deck withhold the value.
+
+    :param value: what is about to leave the deck.
+    """

@@ -406,6 +406,9 @@ def _content_block(block: dict[str, Any]) -> Any:
 #: Progress events queued for one call's client beyond this are dropped (a slow client must not
 #: hold a fast tool's events in memory).
 _PROGRESS_BACKLOG = 256
+#: Characters of a text a tool sends its client (a sampling prompt, a question) redacted on the
+#: event loop at most; longer ones are redacted in a worker thread.
+_INLINE_REDACT_CHARS = 16 * 1024
 
 
 async def _call_reporting_progress(
@@ -461,7 +464,7 @@ async def _call_reporting_progress(
             nursery.start_soon(_forward_logs, ctx, log_receive)
             sink = _log_sink(log_send, log_level)
         log_token = _call_log.set(sink)
-        client_token = _current_client.set(McpClient(ctx))
+        client_token = _current_client.set(McpClient(ctx, session.deck.redact))
         try:
             result = await session.call(
                 call.name, call.arguments, call_id=call.id or None, on_progress=on_progress
@@ -672,8 +675,22 @@ class McpClient:
         answer = await client.sample("Summarize: ...", max_tokens=200)
     """
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    def __init__(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         self._ctx = ctx
+        # What a tool sends the client itself (a prompt quoting a file, a question) leaves
+        # the deck like its result does: through the deck's redaction (Deck.redact).
+        self._redact = redact
+
+    async def _outward(self, text: str) -> str:
+        if self._redact is None:
+            return text
+        if len(text) > _INLINE_REDACT_CHARS:  # linear in the text: off the loop when long
+            return await trio.to_thread.run_sync(self._redact, text, abandon_on_cancel=True)
+        return self._redact(text)
 
     def _capabilities(self) -> Any:
         return getattr(self._ctx.session, "client_capabilities", None)
@@ -704,8 +721,10 @@ class McpClient:
         if not self.can_sample:
             raise McpClientError("the MCP client does not support sampling")
         message = types.SamplingMessage(
-            role="user", content=types.TextContent(type="text", text=prompt)
+            role="user", content=types.TextContent(type="text", text=await self._outward(prompt))
         )
+        if system_prompt is not None:
+            system_prompt = await self._outward(system_prompt)
         try:
             reply = await self._ctx.session.create_message(
                 [message], max_tokens=max_tokens, system_prompt=system_prompt,
@@ -732,7 +751,7 @@ class McpClient:
             raise McpClientError("the MCP client does not support elicitation")
         try:
             answer = await self._ctx.session.elicit_form(
-                message, dict(schema), related_request_id=self._ctx.request_id
+                await self._outward(message), dict(schema), related_request_id=self._ctx.request_id
             )
         except Exception as exc:
             raise McpClientError(f"elicitation failed: {type(exc).__name__}: {exc}") from exc
@@ -1181,10 +1200,12 @@ class DeckMcpServer:
                 found = await self._search(session, call.arguments)
                 if found.success and self._hand_mode and ctx is not None:
                     await _notify_tools_changed(ctx)
-                return _call_result(call, found)
+                return _call_result(call, self.deck.redact(found))
         if name == APPROVE_TOOL and APPROVE_TOOL not in self.deck.catalog:
             if self.settings.allow_approvals:
-                return _call_result(call, await self._approve(session, call.arguments))
+                # The answer may quote the model's approval id: outward text.
+                approved = await self._approve(session, call.arguments)
+                return _call_result(call, self.deck.redact(approved))
         if ctx is None:
             result = await session.call(call.name, call.arguments, call_id=call.id or None)
         else:
@@ -1217,7 +1238,9 @@ class DeckMcpServer:
         reasons = asked.error.details.get("reasons") or [asked.error.message]
         message = (
             f"The assistant wants to run the tool {call.name!r} with these arguments:\n"
-            f"{_shown_arguments(call.arguments)}\n\nWhy approval is needed: "
+            # Redacted before they are cut to what is shown (a cut secret is harder to find);
+            # the reasons passed the result processors with the rest of the answer.
+            f"{_shown_arguments(self.deck.redact(call.arguments))}\n\nWhy approval is needed: "
             + _visible("; ".join(map(str, reasons)))
             + "\n\nAllow this call?"
         )
@@ -1242,7 +1265,12 @@ class DeckMcpServer:
                         type(exc).__name__, exc)
             return asked
         if answer is None or answer.action != "accept":
-            await session.deny(approval_id)
+            try:
+                await session.deny(approval_id)
+            except Exception as exc:  # the session refuses the id all the same; the store
+                # could not record the denial (Redis down): the call still did not run.
+                log.warning("could not record the denial of %s (%s)", approval_id,
+                            type(exc).__name__)
             what = "no answer" if answer is None else answer.action
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
@@ -1353,7 +1381,8 @@ class DeckMcpServer:
                 }
             )
         excluded = [{"name": e.name, "reason": e.reason} for e in hand.exclusions]
-        return ToolResult.ok({"task": task, "tools": tools, "excluded": excluded})
+        # The hand's query and reasons are redacted (Session.select); the raw task is not.
+        return ToolResult.ok({"task": hand.query, "tools": tools, "excluded": excluded})
 
     async def _approve(self, session: Session, arguments: Mapping[str, Any]) -> ToolResult:
         approval_id = arguments.get("approval_id")

@@ -11,7 +11,9 @@ start is the event's end minus the call's ``duration_s``.
 
 Selection gets a ``tooldeck.select`` span (hand size, candidates, the names dealt; the task
 text only when content capture is on: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``,
-the switch GenAI instrumentations share, or ``[otel] capture_content = true``).
+the switch GenAI instrumentations share, or ``[otel] capture_content = true``). Events reach
+observers redacted by the deck (``Deck.redact``): the task and a made-up tool's name carry no
+secret here.
 
 Metrics: ``tooldeck.tool.duration`` (histogram, s) and ``tooldeck.tool.calls`` (counter), both with
 ``gen_ai.tool.name``, ``gen_ai.operation.name`` and, on failure, ``error.type``; and

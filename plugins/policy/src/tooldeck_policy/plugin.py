@@ -2,8 +2,9 @@
 
 Three hooks: authorization of each call (tiers, grants, path, shell and URL guards), rule filters
 on the hand (excluded categories, maximum level, workdir and environment boosts) and redaction of
-results. A fourth, ``tooldeck_register_tools``, registers no tool: it is the start-up hook that
-sees the configuration, and reads the ``[policy]`` table's known secrets from it.
+results, with its twin ``tooldeck_redact`` for everything else that leaves the deck. A fourth,
+``tooldeck_register_tools``, registers no tool: it is the start-up hook that sees the
+configuration, and reads the ``[policy]`` table's known secrets from it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .redact import (
     install_log_redaction,
     needs_offload,
     redact_result,
+    redact_value,
     settings_secrets,
 )
 
@@ -38,6 +40,7 @@ __all__ = [
     "tooldeck_authorize_call",
     "tooldeck_filter_tools",
     "tooldeck_process_result",
+    "tooldeck_redact",
     "tooldeck_register_tools",
 ]
 
@@ -98,3 +101,17 @@ def tooldeck_process_result(
 
 # Read by the core: results for which this hook should run off the event loop.
 tooldeck_process_result.tooldeck_offload = needs_offload  # type: ignore[attr-defined]
+
+
+@hookimpl
+def tooldeck_redact(value: Any) -> Any | None:
+    """Redact secrets from what the deck sends out besides a tool's result (a name no tool
+    has, a hand's task, events, a server's own answers): a :class:`ToolResult` as
+    :func:`tooldeck_process_result` does, text and JSON-like values with ``redact_value``.
+
+    None when nothing changed. Linear in the value's size and thread-safe.
+    """
+    if isinstance(value, ToolResult):
+        return redact_result(value)
+    redacted = redact_value(value)
+    return None if redacted is value else redacted

@@ -1324,7 +1324,10 @@ def _own_rules() -> list[_Rule]:
         ),
         _RegexRule(
             "url-credentials",
-            r"""\b[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/?#@'"<>]{1,256}:([^\s/?#@'"<>]{1,256})@""",
+            # Not \b: a scheme glued to an identifier ("fetch_http://u:p@h", a made-up tool
+            # name) has no word boundary, and still carries the password.
+            r"""(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{1,30}://"""
+            r"""[^\s:/?#@'"<>]{1,256}:([^\s/?#@'"<>]{1,256})@""",
             ("://",),
             group=1,
             priority=20,
