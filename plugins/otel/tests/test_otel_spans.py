@@ -89,7 +89,9 @@ async def test_a_failed_call_has_error_type_and_error_status(name, arguments, co
     async with _deck() as deck:
         result = await deck.session().call(name, arguments)
     assert not result.success
-    (span,) = _spans(f"execute_tool {name}")
+    # A name no tool has is no span name (see the cardinality test below): "_OTHER".
+    (span,) = _spans(f"execute_tool {name if code != 'TOOL_NOT_FOUND' else '_OTHER'}")
+    assert span.attributes["gen_ai.tool.name"] == name
     assert span.attributes["error.type"] == code
     assert span.status.status_code is StatusCode.ERROR
 
@@ -144,3 +146,23 @@ async def test_the_otel_table_is_validated_and_read():
     with pytest.raises(Exception, match="capture_content"):
         async with _deck(config={"otel": {"capture_content": "yes"}}):
             pass
+
+
+async def test_invented_tool_names_add_no_metric_series_nor_span_names():
+    """A prompt-injected model calling a new made-up name each time must not grow the
+    backend's series: those calls share the label "_OTHER" (the span keeps the name)."""
+    invented = [f"exfiltrate_{i}" for i in range(40)]
+    async with _deck() as deck:
+        session = deck.session()
+        for name in invented:
+            assert not (await session.call(name, {})).success
+        await session.call("shout", {"text": "a"})
+    labels = {p.attributes["gen_ai.tool.name"] for p in _points("tooldeck.tool.calls")}
+    assert "_OTHER" in labels and "shout" in labels
+    assert not labels & set(invented)
+    span_names = {s.name for s in _EXPORTER.get_finished_spans()}
+    assert span_names >= {"execute_tool _OTHER", "execute_tool shout"}
+    assert not any(n.removeprefix("execute_tool ") in invented for n in span_names)
+    recorded = {s.attributes["gen_ai.tool.name"] for s in _EXPORTER.get_finished_spans()
+                if s.name == "execute_tool _OTHER"}
+    assert recorded == set(invented)

@@ -17,7 +17,9 @@ secret here.
 
 Metrics: ``tooldeck.tool.duration`` (histogram, s) and ``tooldeck.tool.calls`` (counter), both with
 ``gen_ai.tool.name``, ``gen_ai.operation.name`` and, on failure, ``error.type``; and
-``tooldeck.select.duration`` (histogram, s).
+``tooldeck.select.duration`` (histogram, s). A call of a name no tool has is named ``_OTHER``
+in span names and metric labels (its span's ``gen_ai.tool.name`` attribute keeps the redacted
+name): the model's inventions must not grow the number of series.
 """
 
 from __future__ import annotations
@@ -193,14 +195,22 @@ def _call_span(event: Event) -> None:
     failed = not data.get("success", True)
     if failed:
         attributes["error.type"] = str(code or "_OTHER")
+    # A name no tool has (the model made it up; the core redacted it) stays an attribute of
+    # its span, but never becomes a span name or a metric label: a model inventing a new name
+    # per call would otherwise grow the backend's series without bound.
+    # The core's call events carry the tool's category, None for a name no tool has.
+    unregistered = ("category" in data and data["category"] is None) or (
+        data.get("code") == "TOOL_NOT_FOUND"
+    )
+    known = "_OTHER" if unregistered else name
     span = otel.tracer.start_span(
-        f"execute_tool {name}", kind=otel.SpanKind.INTERNAL, start_time=start,
+        f"execute_tool {known}", kind=otel.SpanKind.INTERNAL, start_time=start,
         attributes=attributes,
     )
     if failed:
         span.set_status(otel.Status(otel.StatusCode.ERROR, str(code or "")))
     span.end(end_time=end)
-    labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+    labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": known}
     if failed:
         labels["error.type"] = str(code or "_OTHER")
     otel.tool_calls.add(1, labels)
