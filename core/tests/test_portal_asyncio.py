@@ -158,7 +158,9 @@ def test_the_session_api_as_awaitables(portal):
             )
             assert ran.data == "wiped v"
 
+            assert not await session.ais_always_allowed("wipe")
             await session.aalways_allow("wipe")
+            assert await session.ais_always_allowed("wipe")
             assert (await session.acall("wipe", {"target": "w"})).data == "wiped w"
             inner = session
         closed = await inner.acall("touch", {"name": "b"})

@@ -490,6 +490,14 @@ class PortalSession:
         """:meth:`Session.always_allow` awaited from asyncio."""
         await self.portal.arun(_on_loop(self.session.always_allow, tool_name))
 
+    def is_always_allowed(self, tool_name: str) -> bool:
+        """Blocking :meth:`Session.is_always_allowed`."""
+        return self.portal.run(_on_loop(self.session.is_always_allowed, tool_name))
+
+    async def ais_always_allowed(self, tool_name: str) -> bool:
+        """:meth:`Session.is_always_allowed` awaited from asyncio."""
+        return await self.portal.arun(_on_loop(self.session.is_always_allowed, tool_name))
+
     def info(self) -> SessionInfo:
         """Blocking :meth:`Session.info`."""
         return self.portal.run(_on_loop(self.session.info))

@@ -234,6 +234,10 @@ async def answer_flow(
         assert first.error is not None
         approval_id = str(first.error.details["approval_id"])
     result = await session.resume(approval_id, approved=approved)
+    if approved and approval_id in session.pending_approvals():
+        # The approval store failed (the deck kept the call pending for a retry): the
+        # framework's re-run of this call must find the same approval, not ask anew.
+        book.remember(call.id, approval_id)
     if not approved and message:
         return rejected(call, message)
     return result
