@@ -63,6 +63,10 @@ PLANTED = [
     (".bash_aliases", ".bash_aliases"),
     ("ipython_config.py", "ipython_config.py"),
     ("sub/HEAD", "HEAD"),
+    # Python's start-up modules as a package or an extension module, not only as a .py file.
+    ("sitecustomize/__init__.py", "sitecustomize"),
+    ("usercustomize.cpython-311-x86_64-linux-gnu.so", "usercustomize.*"),
+    ("site.py", "site.py"),
 ]
 
 

@@ -180,8 +180,18 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "site-packages/",
     "dist-packages/",
     "*.pth",
-    "sitecustomize.py",
-    "usercustomize.py",
+    # ... in every form the import system takes: a module, a package folder, bytecode or an
+    # extension module (sitecustomize/__init__.py and sitecustomize.cpython-311-*.so run as
+    # surely as sitecustomize.py). site itself too: a folder on PYTHONPATH comes before the
+    # standard library, so its site.py replaces Python's own at start-up.
+    "sitecustomize",
+    "sitecustomize.*",
+    "usercustomize",
+    "usercustomize.*",
+    "site.py",
+    "site.*.so",
+    "site.so",
+    "**/site/__init__.py",
     # Compiled bytecode: Python imports __pycache__/m.cpython-311.pyc instead of m.py when the
     # stamp in its header (the source's mtime and size, both readable) matches, and a lone m.pyc
     # on sys.path is imported where no m.py exists. Either runs code no reviewer sees in the
