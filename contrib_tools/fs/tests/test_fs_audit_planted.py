@@ -82,6 +82,18 @@ PLANTED = [
     (".sqliterc", "/.sqliterc"),
     (".emacs.d/init.el", "/.emacs.d/"),
     (".xprofile", "/.xprofile"),
+    # More start-up code of a home folder, and R's .Renviron (read from the start folder too).
+    (".ipython/profile_default/startup/00-x.py", "/.ipython/"),
+    (".bashrc.d/x.sh", "/.bashrc.d/"),
+    (".gradle/init.d/x.gradle", "/.gradle/init.d/"),
+    (".logout", "/.logout"),
+    (".screenrc", "/.screenrc"),
+    (".wezterm.lua", "/.wezterm.lua"),
+    (".wgetrc", "/.wgetrc"),
+    (".mozilla/firefox/p/user.js", "/.mozilla/"),
+    ("Library/LaunchAgents/x.plist", "/Library/LaunchAgents/"),
+    (".Renviron", ".Renviron"),
+    ("analysis/.Renviron", ".Renviron"),
 ]
 
 
@@ -105,6 +117,7 @@ ORDINARY = [
     ".tool-versions", "src/app.py", "config/settings.toml", "docs/config.md",
     "src/site_packages.py", "venv_notes.txt", "src/local/bin/tool.sh", "mise.md",
     ".github/workflows/ci.yml", "sub/.local/x.txt", "notes/.config/todo.txt", "mise/notes.md",
+    "sub/.ipython/notes.txt", "src/Library/LaunchAgents.md", "docs/.gradle/init.d/x.md",
 ]
 
 

@@ -158,6 +158,9 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     # 'exrc' reads .vimrc; IPython and Jupyter load *_config.py, Python code).
     ".pdbrc",
     ".Rprofile",
+    # R reads .Renviron from the folder it starts in too, and its R_PROFILE_USER names a file
+    # of R code to run.
+    ".Renviron",
     ".irbrc",
     ".pryrc",
     ".exrc",
@@ -244,6 +247,26 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "/.xsession",
     "/.xsessionrc",
     "/.pam_environment",
+    # More start-up code of a home folder: IPython's startup/*.py, the folders Fedora's
+    # .bashrc (and others' .profile) source, Gradle's init scripts (every build on the
+    # machine), csh's logout script, screen's and wezterm's configuration (commands, Lua),
+    # wget's use_askpass program, ptpython's config.py, browser and mail profiles
+    # (extensions, user.js), xbindkeys' key commands and macOS login agents.
+    "/.ipython/",
+    "/.bashrc.d/",
+    "/.profile.d/",
+    "/.gradle/init.d/",
+    "/.gradle/init.gradle",
+    "/.gradle/init.gradle.kts",
+    "/.logout",
+    "/.screenrc",
+    "/.wezterm.lua",
+    "/.wgetrc",
+    "/.ptpython/",
+    "/.mozilla/",
+    "/.thunderbird/",
+    "/.xbindkeysrc",
+    "/Library/LaunchAgents/",
 )
 
 #: File names (compared folded) that make their folder a git repository, protected as *files*
