@@ -1277,10 +1277,16 @@ class Session:
         """
         tool = self.deck.catalog.get(tool_name)
         if tool is not None:
-            self._always_bound[tool_name] = (tool, _tool_fingerprint(tool))
-        else:
-            self._always_bound.pop(tool_name, None)
+            self._allow_always(tool)
+            return
+        self._always_bound.pop(tool_name, None)
         self.always_allowed.add(tool_name)
+        self._changed()
+
+    def _allow_always(self, tool: ToolDefinition) -> None:
+        """Always allow ``tool.name``, bound to this very definition (see :meth:`always_allow`)."""
+        self._always_bound[tool.name] = (tool, _tool_fingerprint(tool))
+        self.always_allowed.add(tool.name)
         self._changed()
 
     def is_always_allowed(self, tool_name: str) -> bool:
@@ -2320,9 +2326,7 @@ class Session:
                 )
             if answer == "always":
                 # Bound to the definition the user was shown, not to what the name means later.
-                self._always_bound[tool.name] = (tool, _tool_fingerprint(tool))
-                self.always_allowed.add(tool.name)
-                self._changed()
+                self._allow_always(tool)
                 return None
             if answer is True:
                 return None

@@ -24,6 +24,7 @@ from tooldeck_hookspecs import (
     ToolDefinition,
     ToolError,
     ToolResult,
+    local_ref_target,
 )
 from tooldeck_hookspecs.content import CONTENT_KEY
 
@@ -124,17 +125,7 @@ def _json_kind(value: Any) -> str | None:
 
 def _resolve_ref(root: Any, ref: Any) -> Mapping[str, Any] | None:
     """The schema a local ``$ref`` (``#``, ``#/$defs/X``, any JSON pointer) names in ``root``."""
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        return None  # remote references are never fetched
-    target: Any = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, Mapping) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            return None
+    target = local_ref_target(root, ref)  # remote references are never fetched
     return target if isinstance(target, Mapping) else None
 
 

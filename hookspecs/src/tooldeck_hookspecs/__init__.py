@@ -12,6 +12,7 @@ from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._futures import wait_future
 from ._lazy import lazy_exports
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
+from ._pointer import local_ref_target
 from ._suspends import NONBLOCKING_ATTR, is_nonblocking, never_suspends, nonblocking
 from ._text import shorten
 from .errors import DEFAULT_SUGGESTIONS, RETRYABLE_CODES, ErrorCode
@@ -79,6 +80,7 @@ __all__ = [
     "shorten",
     "NONBLOCKING_ATTR",
     "is_nonblocking",
+    "local_ref_target",
     "never_suspends",
     "nonblocking",
     "DEFAULT_PROTECTED_PATHS",

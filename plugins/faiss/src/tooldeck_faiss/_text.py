@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_hookspecs import ToolDefinition
+from tooldeck_hookspecs import ToolDefinition, local_ref_target
 
 # camelCase / PascalCase / acronym boundaries: "getHTTPStatus2" -> get HTTP Status 2
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])")
@@ -71,16 +71,6 @@ MAX_DEPTH = 3
 _REF_HOPS = 8
 
 
-def _pointer(root: Mapping[str, Any], ref: str) -> Any:
-    """The target of a local JSON pointer (``#/$defs/Filters``), or None."""
-    node: Any = root
-    for part in ref[2:].split("/") if ref.startswith("#/") else [None]:
-        if part is None or not isinstance(node, Mapping):
-            return None
-        node = node.get(part.replace("~1", "/").replace("~0", "~"))
-    return node
-
-
 def _resolve(spec: Any, root: Mapping[str, Any], budget: list[int] | None = None) -> Any:
     """``spec`` with local ``$ref``s followed, ``allOf`` members merged (their properties
     too: OpenAPI's composition) and an ``anyOf``/``oneOf`` narrowed to its first non-null
@@ -95,7 +85,7 @@ def _resolve(spec: Any, root: Mapping[str, Any], budget: list[int] | None = None
         ref, every = spec.get("$ref"), spec.get("allOf")
         target: Any
         if isinstance(ref, str):
-            target = _pointer(root, ref)
+            target = local_ref_target(root, ref)
         elif isinstance(every, list):
             target, props = {}, {}
             for member in every:

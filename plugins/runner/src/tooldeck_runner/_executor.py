@@ -83,7 +83,7 @@ from ._outcomes import (
     host_owned,
     not_a_value_result,
 )
-from ._unwind import bounded
+from ._unwind import bounded, holds, passes_for_the_callers
 
 if TYPE_CHECKING:
     from ._sandbox import SandboxPool, SandboxStatistics
@@ -276,9 +276,7 @@ def _late_result(
     if late is not None:
         # Read, not unwrapped: an outcome unwraps once, and this may be asked twice.
         if isinstance(late, outcome.Value):
-            result = as_result(late.value)
-            if isinstance(late.value, ToolResult):
-                result = _bounded(tool, result)  # as _invoke bounds one in time
+            result = _tool_result(tool, late.value)  # as _invoke makes one in time
         elif isinstance(late.error, ToolFailure):
             result = _bounded(tool, failure_result(late.error))
         else:
@@ -300,9 +298,6 @@ def _late_result(
         },
     )
 
-
-#: Generators, async generators and coroutines (a result never awaited): see as_result.
-_GENERATORS = NOT_VALUES
 
 #: A worker thread with nothing to do for this long ends (a tool used once keeps no threads).
 _IDLE_THREAD_S = 30.0
@@ -621,7 +616,7 @@ class _Worker:
                     result: outcome.Outcome[Any] = outcome.Value(None)
                 else:
                     result = outcome.capture(job.context.run, job.function)
-                    if isinstance(result, outcome.Error) and _passes_for_the_callers(
+                    if isinstance(result, outcome.Error) and passes_for_the_callers(
                         result.error
                     ):
                         # Ctrl-C reaches the main thread only, and trio never cancels code in
@@ -639,23 +634,6 @@ class _Worker:
         finally:
             os.close(wake)
             os.close(self._wake_w)
-
-
-def _holds(
-    exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]
-) -> bool:
-    """Whether ``exc`` is one of ``kinds``, or an exception group holding one (at any depth)."""
-    if isinstance(exc, kinds):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_holds(e, kinds) for e in exc.exceptions)
-    return False
-
-
-def _passes_for_the_callers(exc: BaseException) -> bool:
-    """Whether ``exc`` (a tool's) would be taken for the caller's own Ctrl-C or cancellation:
-    a ``KeyboardInterrupt`` or ``trio.Cancelled``, or an exception group holding one."""
-    return _holds(exc, (KeyboardInterrupt, trio.Cancelled))
 
 
 def _bounded(tool: ToolDefinition, result: ToolResult) -> ToolResult:
@@ -692,6 +670,13 @@ def _bounded(tool: ToolDefinition, result: ToolResult) -> ToolResult:
         if fixed:
             changes["error"] = attrs.evolve(error, **fixed)
     return attrs.evolve(result, **changes) if changes else result
+
+
+def _tool_result(tool: ToolDefinition, value: Any) -> ToolResult:
+    """What an in-process tool returned, as its result: a value as the data, a
+    :class:`ToolResult` it built made consistent and :func:`_bounded`."""
+    result = as_result(value)
+    return _bounded(tool, result) if isinstance(value, ToolResult) else result
 
 
 def _forged_cancellation(tool: ToolDefinition, exc: BaseException) -> ToolResult:
@@ -929,11 +914,11 @@ class RunnerExecutor:
             # Nothing here ever yields to trio: no real cancellation can arrive, so a Cancelled
             # (alone or in a group) is the tool's own raise. Anything else (a Ctrl-C, another
             # BaseException) goes on as on the queued path.
-            if _holds(exc, KeyboardInterrupt) or not _holds(exc, trio.Cancelled):
+            if holds(exc, KeyboardInterrupt) or not holds(exc, trio.Cancelled):
                 raise
             result = _forged_cancellation(tool, exc)
         else:
-            if type(value) in _GENERATORS:  # a `yield`, or a coroutine never awaited
+            if type(value) in NOT_VALUES:  # a `yield`, or a coroutine never awaited
                 result = not_a_value_result(value)
             elif not isinstance(value, ToolResult):
                 # The common case, built in one go (no intermediate result to merge).
@@ -1156,7 +1141,7 @@ class RunnerExecutor:
         except BaseException as exc:
             if isinstance(exc, Exception | SystemExit):
                 pass
-            elif _holds(exc, trio.Cancelled) and not _holds(exc, KeyboardInterrupt):
+            elif holds(exc, trio.Cancelled) and not holds(exc, KeyboardInterrupt):
                 # trio's own cancellation (the timeout, the caller's scope) raises again here
                 # and goes on; a Cancelled the tool made up does not, and is its failure.
                 await trio.lowlevel.checkpoint_if_cancelled()
@@ -1168,5 +1153,4 @@ class RunnerExecutor:
             if context.logger is not None:
                 context.logger.warning("tool %r raised", tool.name, exc_info=exc)
             return exception_result(exc)
-        result = as_result(value)
-        return _bounded(tool, result) if isinstance(value, ToolResult) else result
+        return _tool_result(tool, value)

@@ -37,7 +37,7 @@ from typing import Any
 import outcome
 import trio
 
-__all__ = ["UNWIND_GRACE_S", "bounded"]
+__all__ = ["UNWIND_GRACE_S", "bounded", "holds", "passes_for_the_callers"]
 
 log = logging.getLogger("tooldeck.runner")
 
@@ -73,13 +73,22 @@ def bounded(awaitable: Any, control: Any) -> Any:
     return awaitable
 
 
-def _passes_through(exc: BaseException) -> bool:
-    """The call's own cancellation, or the user's Ctrl-C (alone or in a group): never replaced."""
-    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+def holds(
+    exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]
+) -> bool:
+    """Whether ``exc`` is one of ``kinds``, or an exception group holding one (at any depth)."""
+    if isinstance(exc, kinds):
         return True
     if isinstance(exc, BaseExceptionGroup):
-        return any(_passes_through(e) for e in exc.exceptions)
+        return any(holds(e, kinds) for e in exc.exceptions)
     return False
+
+
+def passes_for_the_callers(exc: BaseException) -> bool:
+    """Whether ``exc`` would be taken for the caller's own Ctrl-C or cancellation: a
+    ``KeyboardInterrupt`` or ``trio.Cancelled``, or an exception group holding one. Raised by
+    a tool, it is replaced by the tool's failure; raised by trio or the user, it goes on."""
+    return holds(exc, (KeyboardInterrupt, trio.Cancelled))
 
 
 def _cancel_status(task: Any) -> Any:
@@ -149,7 +158,7 @@ def _drive(coro: types.CoroutineType[Any, Any, Any], control: Any) -> Generator[
                 return stop.value
             ended: outcome.Outcome[Any] = outcome.Value(stop.value)
         except BaseException as exc:
-            if since is None or _passes_through(exc):
+            if since is None or passes_for_the_callers(exc):
                 raise
             ended = outcome.Error(exc)
         else:

@@ -143,8 +143,6 @@ def _plain_result(result: ToolResult) -> ToolResult:
 _MAX_DEPTH = 200
 
 
-
-
 def _text(value: object) -> str:
     try:
         text = str(value)

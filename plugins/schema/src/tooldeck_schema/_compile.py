@@ -20,6 +20,8 @@ from typing import Any
 
 import fastjsonschema
 
+from tooldeck_hookspecs import local_ref_target
+
 from ._metaschema import DRAFT7_METASCHEMA
 from ._regex import UnsafePatternError, safe_regex
 
@@ -165,26 +167,6 @@ _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_ONE = ("not", "if", "then", "else")
 
 
-def _pointer_target(root: Any, ref: str) -> Any:
-    """The node a local ``$ref`` (``#`` or ``#/a/b``) points at, or None."""
-    from urllib.parse import unquote
-
-    if ref == "#":
-        return root
-    if not ref.startswith("#/"):
-        return None  # an anchor or an $id-relative reference: left to the compiler
-    node = root
-    for part in ref[2:].split("/"):
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
-
-
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -193,7 +175,7 @@ def _in_place(node: Mapping[str, Any], root: Any) -> Iterator[tuple[str, Any]]:
     """``(how, subschema)`` for each subschema that applies to the same value as ``node``."""
     ref = node.get("$ref")
     if isinstance(ref, str):
-        target = _pointer_target(root, ref)
+        target = local_ref_target(root, ref)
         if isinstance(target, Mapping):
             yield ref, target
     for key in _IN_PLACE_LISTS:
