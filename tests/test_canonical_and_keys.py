@@ -92,3 +92,15 @@ def test_with_metadata_merges_into_a_copy() -> None:
     assert merged.metadata == {"a": 3, "b": 2}
     assert original.metadata == {"a": 1}
     assert merged.error is error and merged.success is False
+
+
+def test_canonical_json_writes_integers_too_long_to_print() -> None:
+    # str() of an int past 4,300 digits raises ValueError, and json.dumps with it: a key of
+    # such arguments must still be made, exact (two such numbers differ), and never raise.
+    big = 10**5000
+    one, other = canonical_json({"n": big}), canonical_json({"n": big + 1})
+    assert one != other
+    assert hex(big) in one
+    assert canonical_json([big, "\ud800"]) != canonical_json([big + 1, "\ud800"])
+    assert hex(big) in canonical_json({big: 1})  # as a key, too
+    assert canonical_json({"n": 2**70}) == f'{{"n":{2**70}}}'  # printable ones stay numbers

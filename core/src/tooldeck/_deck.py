@@ -67,7 +67,6 @@ from ._normalise import (
     json_safe_sized,
     json_size,
     shorten,
-    too_deep,
 )
 from ._plugins import FailedPlugin, HookImpl, PluginInfo, TooldeckPluginManager
 
@@ -313,6 +312,98 @@ def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
 
 
 _CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
+
+
+#: Arguments are refused with INVALID_ARGUMENTS beyond these totals, counted over every nested
+#: dict and list (items) and over every string, keys included (characters). Everything that
+#: runs before the tool (schema validation, the policy's guards, the cache key and approval
+#: hashes) is linear in them, and no model writes that much in one call: 16 MiB of text leaves
+#: room for the fs pack's 10 MiB ``file_write`` sent as base64.
+MAX_ARGUMENT_ITEMS = 100_000
+MAX_ARGUMENT_CHARS = 16 * 1024 * 1024
+#: Wider integers are refused: Python cannot write them as JSON (``str()`` stops at 4,300
+#: digits by default), so the cache key, the approval hash and the sandbox's wire format would
+#: fail on them, and no tool argument means such a number. 12,900 bits is ~3,880 digits.
+MAX_ARGUMENT_INT_BITS = 12_900
+#: Arguments beyond either budget are validated, authorized and hashed in a worker thread under
+#: the call's deadline: the loop's share of a call stays ~1 ms whatever the model sends (a path
+#: list costs the policy an lstat per item, a long string a format regex per character).
+_INLINE_ARGUMENT_ITEMS = 256
+_INLINE_ARGUMENT_CHARS = 64 * 1024
+
+_ARGUMENT_LEAVES = frozenset({float, bool, type(None)})
+
+
+def _argument_excess(value: Any, max_items: int, max_chars: int) -> str | None:
+    """What makes ``value`` (a call's arguments) too big, or None: ``"depth"`` (nested deeper
+    than ``MAX_ARGUMENT_DEPTH``, as :func:`too_deep` counts), ``"int"`` (an integer over
+    ``MAX_ARGUMENT_INT_BITS``), ``"items"`` or ``"chars"`` (over ``max_items`` / ``max_chars``).
+
+    Iterative, and it stops at the first excess: with the inline budgets it visits at most
+    ~``max_items`` values, so it costs the loop a bounded time however big the arguments are.
+    """
+    if type(value) is dict and len(value) <= max_items:
+        # The usual arguments: a flat dict of JSON scalars, in one pass by exact type.
+        chars = 0
+        for key, child in value.items():
+            kind = type(child)
+            if kind is str:
+                chars += len(child)
+            elif kind is int:
+                if child.bit_length() > MAX_ARGUMENT_INT_BITS:
+                    return "int"
+            elif kind not in _ARGUMENT_LEAVES:
+                break
+            if type(key) is str:
+                chars += len(key)
+        else:
+            return "chars" if chars > max_chars else None
+    items = chars = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return "depth"
+        items += len(node)
+        if items > max_items:
+            return "items"
+        if isinstance(node, Mapping):
+            children: Iterable[Any] = node.values()
+            for key in node:
+                if isinstance(key, str):
+                    chars += len(key)
+        else:
+            children = node
+        for child in children:
+            # Exact types first: JSON's own, the only ones a model's arguments hold.
+            kind = type(child)
+            if kind is str:
+                chars += len(child)
+            elif kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is int:
+                if child.bit_length() > MAX_ARGUMENT_INT_BITS:
+                    return "int"
+            elif kind in _ARGUMENT_LEAVES:
+                pass
+            elif isinstance(child, str):
+                chars += len(child)
+            elif isinstance(child, int):
+                if child.bit_length() > MAX_ARGUMENT_INT_BITS:
+                    return "int"
+            elif isinstance(child, Mapping | list | tuple):
+                stack.append((child, depth + 1))
+        if chars > max_chars:
+            return "chars"
+    return None
+
+
+_EXCESS_MESSAGES = {
+    "depth": f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels",
+    "int": f"an integer argument is wider than {MAX_ARGUMENT_INT_BITS} bits (~3,880 digits)",
+    "items": f"arguments hold more than {MAX_ARGUMENT_ITEMS:,} items in their lists and objects",
+    "chars": f"arguments hold more than {MAX_ARGUMENT_CHARS:,} characters of text",
+}
 
 
 def _tool_identity(tool: ToolDefinition) -> dict[str, Any]:
@@ -1829,44 +1920,45 @@ class Session:
                     [ArgumentProblem(path="$", message="arguments must be a JSON object")]
                 ),
             )
-        if too_deep(call.arguments):
-            return await self._finish(
-                call,
-                tool,
-                self._invalid(
-                    [
-                        ArgumentProblem(
-                            path="$",
-                            message=f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} "
-                            "levels",
-                        )
-                    ]
-                ),
-            )
-        validator = deck.catalog.validator(tool.name)
-        if validator is not None:
-            try:
-                problems = validator(call.arguments)
-            except Exception as exc:
-                return self._plugin_error("argument validator", exc)
-            if problems:
-                return await self._finish(call, tool, self._invalid(problems))
-        info = self.info()
-        if tool.name in info.always_allow and not self._always_allows(tool):
-            # The user allowed the tool they saw, not whatever is registered under its name now:
-            # policy (and the baseline below) judge without it.
-            info = self.info()
-        security = tool.security
-        inline, threaded = deck._authorize_impls()
-        if security.url_params:
-            # URL guards resolve host names; DNS must not stall every other call on the loop.
-            inline, threaded = [], [*inline, *threaded]
-        decisions = self._decisions(call, tool, info, inline) if inline else []
-        if threaded:
-            more = await self._decisions_in_thread(call, tool, info, threaded, generation)
-            if more is None:
+        # A bounded look (~256 values at most): deep nesting and unprintable integers are
+        # refused here; arguments over the inline budget are checked in a worker thread.
+        excess = _argument_excess(
+            call.arguments, _INLINE_ARGUMENT_ITEMS, _INLINE_ARGUMENT_CHARS
+        )
+        if excess == "depth" or excess == "int":
+            return await self._finish(call, tool, self._excess(excess))
+        key: str | None = None
+        if excess is not None:
+            checked = await self._check_big_arguments(call, tool, generation)
+            if checked is None:
                 return self._cancelled_before_start(call)
-            decisions += more
+            if isinstance(checked, ToolResult):
+                if checked.error is not None and checked.error.code is ErrorCode.PLUGIN_ERROR:
+                    return checked  # as a failing validator's answer always was
+                return await self._finish(call, tool, checked)
+            info, decisions, key = checked
+            security = tool.security
+        else:
+            validator = deck.catalog.validator(tool.name)
+            if validator is not None:
+                try:
+                    problems = validator(call.arguments)
+                except Exception as exc:
+                    return self._plugin_error("argument validator", exc)
+                if problems:
+                    return await self._finish(call, tool, self._invalid(problems))
+            info = self._call_info(tool)
+            security = tool.security
+            inline, threaded = deck._authorize_impls()
+            if security.url_params:
+                # URL guards resolve host names; DNS must not stall every other call on the loop.
+                inline, threaded = [], [*inline, *threaded]
+            decisions = self._decisions(call, tool, info, inline) if inline else []
+            if threaded:
+                more = await self._decisions_in_thread(call, tool, info, threaded, generation)
+                if more is None:
+                    return self._cancelled_before_start(call)
+                decisions += more
         if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
             refusal = await self._combine(call, tool, info, decisions, approval_id)
         else:
@@ -1876,11 +1968,11 @@ class Session:
         if self._generation != generation:
             # cancel() came while policy or the user's confirmation was being asked.
             return self._cancelled_before_start(call)
-        key = None
         outcome = None
         limited = deck._limiter is not None and tool.security.rate_limit is not None
         if deck._cache is not None and tool.execution.cacheable:
-            key = cache_key(tool, call.arguments, info)
+            if key is None:
+                key = cache_key(tool, call.arguments, info)
             if limited and deck._cache_and_limit is not None:
                 # The cache probe and, on a miss, the limit in one round trip (a cache that
                 # shares the limiter's store, e.g. tooldeck-redis): under the deadline, and
@@ -2107,6 +2199,84 @@ class Session:
         if hand is not None:
             self._offered.add(tool.name)
         return None, metadata
+
+    def _call_info(self, tool: ToolDefinition) -> SessionInfo:
+        """The session as policy judges a call of ``tool``."""
+        info = self.info()
+        if tool.name in info.always_allow and not self._always_allows(tool):
+            # The user allowed the tool they saw, not whatever is registered under its name now:
+            # policy (and the baseline below) judge without it.
+            info = self.info()
+        return info
+
+    def _excess(self, excess: str) -> ToolResult:
+        """INVALID_ARGUMENTS for arguments :func:`_argument_excess` found too big."""
+        return self._invalid([ArgumentProblem(path="$", message=_EXCESS_MESSAGES[excess])])
+
+    async def _check_big_arguments(
+        self, call: ToolCall, tool: ToolDefinition, generation: int
+    ) -> tuple[SessionInfo, list[Decision], str | None] | ToolResult | None:
+        """Everything before the tool whose cost grows with the arguments, for arguments over
+        the inline budget: the size caps, validation, every policy hook and the cache key, in
+        a worker thread under the call's deadline (one model's megabytes never stall the other
+        sessions' calls). ``(info, decisions, cache key or None)``; a ToolResult when the
+        arguments are refused; None when the session cancelled the call meanwhile."""
+        deck = self.deck
+        info = self._call_info(tool)  # on the loop: it may update the session
+        inline, threaded = deck._authorize_impls()
+        impls = [*inline, *threaded]
+        keyed = deck._cache is not None and tool.execution.cacheable
+        running: list[str] = []
+
+        def check() -> tuple[SessionInfo, list[Decision], str | None] | ToolResult:
+            excess = _argument_excess(call.arguments, MAX_ARGUMENT_ITEMS, MAX_ARGUMENT_CHARS)
+            if excess is not None:
+                return self._excess(excess)
+            validator = deck.catalog.validator(tool.name)
+            if validator is not None:
+                try:
+                    problems = validator(call.arguments)
+                except Exception as exc:
+                    return self._plugin_error("argument validator", exc)
+                if problems:
+                    return self._invalid(problems)
+            decisions = self._decisions(call, tool, info, impls, running) if impls else []
+            key = cache_key(tool, call.arguments, info) if keyed else None
+            return info, decisions, key
+
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        checked = None
+        try:
+            with scope:
+                checked = await trio.to_thread.run_sync(
+                    check, abandon_on_cancel=True, limiter=self._policy_threads
+                )
+        finally:
+            self._scopes.discard(scope)
+        if checked is not None:
+            return checked
+        if self._generation != generation:
+            return None
+        if running:
+            # As _decisions_in_thread: the hook still running is the one to blame; fail closed.
+            plugin = running[-1]
+            log.error(
+                "plugin %r: tooldeck_authorize_call did not answer within %g s", plugin, timeout
+            )
+            return ToolResult.fail(
+                ErrorCode.PLUGIN_ERROR,
+                f"policy plugin {plugin!r} did not answer within the call's {timeout:g} s "
+                "deadline; the call was refused",
+                suggestion="Try again later; if it persists, tell the user.",
+            )
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"checking the arguments took longer than the call's {timeout:g} s deadline "
+            "(or no worker thread was free); the call did not run",
+            suggestion="Send smaller arguments.",
+        )
 
     async def _decisions_in_thread(
         self,

@@ -449,7 +449,8 @@ def canonical_json_bytes(value: Any) -> bytes:
 
     orjson does the work (this runs on every cacheable call). What orjson refuses, a lone
     surrogate a model sent or an integer over 64 bits, goes through ``json.dumps`` with ASCII
-    escapes instead, so hashing arguments never raises. Values JSON cannot hold count as
+    escapes instead, and an integer too long to print as hex, so hashing arguments never
+    raises. Values JSON cannot hold count as
     their ``str()``.
     """
     try:
@@ -460,9 +461,36 @@ def canonical_json_bytes(value: Any) -> bytes:
     # output holding a null pays for the look (the validator refuses such arguments anyway).
     if out is not None and (b"null" not in out or not _has_non_finite(value)):
         return out
+    try:
+        return _ascii_json(value)
+    except ValueError:
+        # An integer too long to print (str() stops at 4,300 digits): written exactly, in hex,
+        # under a key no JSON number has, so it still differs from every other argument.
+        return _ascii_json(_printable_ints(value))
+
+
+def _ascii_json(value: Any) -> bytes:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
     ).encode("ascii")
+
+
+def _printable_ints(value: Any, depth: int = 0) -> Any:
+    """``value`` with each integer ``str()`` refuses replaced by ``{"\\u0000int": hex}``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if printable_int(value) is value else {"\x00int": hex(value)}
+    if depth > 1_000:
+        return value  # deeper than json.dumps goes: it raises RecursionError there anyway
+    if isinstance(value, Mapping):
+        return {
+            (hex(k) if type(k) is int and printable_int(k) is not k else k): _printable_ints(
+                v, depth + 1
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_printable_ints(v, depth + 1) for v in value]
+    return value
 
 
 def _has_non_finite(value: Any) -> bool:

@@ -185,6 +185,10 @@ def _analyze(
     workdir: tuple[str, ...] | None,
 ) -> CommandVerdict:
     if isinstance(command, str):
+        if len(command) > MAX_COMMAND_CHARS and len(command.rstrip(" \t\n")) > MAX_COMMAND_CHARS:
+            # Refused unread, and before the cache: its 2,048 entries would otherwise keep up
+            # to 2,048 such lines alive (gigabytes, one model's megabyte at a time).
+            return _too_long()
         return _analyze_string(command, allow_pipes, workdir)
     findings = _Findings()
     try:
@@ -192,15 +196,26 @@ def _analyze(
     except TypeError:
         findings.inject("a command must be a string or a list of strings")
         return findings.verdict()
+    # An argv list is bounded like a command line (its elements joined by spaces), before any
+    # per-element work: a list of a million words would otherwise be walked in full, and pass.
+    if len(argv) > MAX_COMMAND_CHARS:
+        return _too_long()
     if not all(isinstance(a, str) for a in argv):
         findings.inject("every argument of an argv list must be a string")
         return findings.verdict()
+    if sum(map(len, argv)) + len(argv) - 1 > MAX_COMMAND_CHARS:
+        return _too_long()
     if through_shell:
         return _analyze_string(" ".join(argv), allow_pipes, workdir)
     if any("\x00" in a for a in argv):
         findings.inject("an argument contains a NUL byte")
     _check_command([_Word.literal(a) for a in argv], findings, allow_pipes, 0)
     return findings.verdict()
+
+
+def _too_long() -> CommandVerdict:
+    """The verdict on a command longer than :data:`MAX_COMMAND_CHARS`: refused unread."""
+    return CommandVerdict(injection=(f"the command is longer than {MAX_COMMAND_CHARS} characters",))
 
 
 @functools.lru_cache(maxsize=2048)

@@ -14,6 +14,7 @@ hostile value cannot stall validation (see :mod:`tooldeck_schema._regex`).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -121,6 +122,72 @@ def _make_time_safe(validator: Validator, schema: Any = None) -> None:
     for key in list(table):
         if (key in own) if own is not None else key not in _FORMAT_KEYS:
             table[key] = safe_regex(key)
+        elif key in _FORMAT_MAX_CHARS and not isinstance(table[key], _LengthBounded):
+            table[key] = _LengthBounded(table[key], _FORMAT_MAX_CHARS[key])
+
+
+#: The longest value each of fastjsonschema's format regexes is run on; longer ones are not of
+#: the format. Those regexes are Python's ``re``, which holds the GIL while it matches: the
+#: ``email`` and ``idn-email`` ones backtrack quadratically (``"a.." * 20_000``: seconds), the
+#: others cost up to ~250 ns a character, so a model's megabytes would freeze every session
+#: even from a worker thread. The bounds are the formats' own (RFC 5321's 320-character
+#: address, RFC 1035's 253-character name, an IP or a timestamp's few dozen characters), or
+#: far beyond any real value of it.
+_FORMAT_MAX_CHARS = {
+    "email_re_pattern": 320,
+    "idn-email_re_pattern": 320,
+    "hostname_re_pattern": 253,
+    "idn-hostname_re_pattern": 253,
+    "ipv4_re_pattern": 64,
+    "ipv6_re_pattern": 64,
+    "date-time_re_pattern": 128,
+    "date_re_pattern": 128,
+    "time_re_pattern": 128,
+    "json-pointer_re_pattern": 65_536,
+    "relative-json-pointer_re_pattern": 65_536,
+    "uri-template_re_pattern": 65_536,
+    "uri-reference_re_pattern": 1_048_576,
+    "iri-reference_re_pattern": 1_048_576,
+    "uri_re_pattern": 4_194_304,
+    "iri_re_pattern": 4_194_304,
+}
+
+
+#: The longest value of ``format: regex`` compiled to check it. fastjsonschema's own check is
+#: ``re.compile(value)``, whose pure-Python parser takes ~1.2 s per MB of a model's text; no
+#: real pattern is this long.
+MAX_REGEX_FORMAT_CHARS = 16_384
+
+
+def _is_regex(value: str) -> bool:
+    """``format: regex``: ``value`` compiles as a Python regular expression, within
+    :data:`MAX_REGEX_FORMAT_CHARS` (longer ones are refused unread)."""
+    if len(value) > MAX_REGEX_FORMAT_CHARS:
+        return False
+    try:
+        re.compile(value)
+    except Exception:  # re.error, and RecursionError / OverflowError on pathological nesting
+        return False
+    return True
+
+
+_REGEX_FORMAT = {"regex": _is_regex}
+
+
+class _LengthBounded:
+    """A format regex whose ``match`` refuses values longer than ``limit`` unread."""
+
+    __slots__ = ("limit", "regex")
+
+    def __init__(self, regex: Any, limit: int) -> None:
+        self.regex = regex
+        self.limit = limit
+
+    def match(self, value: str) -> Any:
+        """``regex.match(value)``, or None when ``value`` is longer than the format allows."""
+        if len(value) > self.limit:
+            return None
+        return self.regex.match(value)
 
 
 def schema_patterns(schema: Any) -> set[str]:
@@ -317,10 +384,19 @@ def compile_schema(
         raise SchemaCompileError(f"remote $ref {refs[0]!r} is not allowed (use '#/...' refs)")
     if not detailed:
         _const_as_enum(plain)
+    # Only a schema that uses the format pays for the custom-format indirection. The metaschema
+    # keeps fastjsonschema's own check: it judges packs' schemas, not a model's arguments, and
+    # its shipped copy (_metaschema_code) must give the same messages.
+    formats = (
+        _REGEX_FORMAT
+        if '"format":"regex"' in key[0] and plain != DRAFT7_METASCHEMA
+        else {}
+    )
     try:
         validator = fastjsonschema.compile(
             plain,
             handlers=_HANDLERS,
+            formats=formats,
             use_default=False,
             use_formats=True,
             detailed_exceptions=detailed,

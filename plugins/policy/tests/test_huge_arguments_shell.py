@@ -1,0 +1,70 @@
+"""The shell guard against huge commands: refused unread (fail closed), and never retained."""
+
+from __future__ import annotations
+
+import pytest
+from tooldeck_policy import _shell
+from tooldeck_policy._shell import MAX_COMMAND_CHARS, analyze_command
+
+TOO_LONG = f"the command is longer than {MAX_COMMAND_CHARS} characters"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls " + "a " * MAX_COMMAND_CHARS,
+        "a;" * MAX_COMMAND_CHARS,
+        "echo " + "$(" * MAX_COMMAND_CHARS,
+        "echo '" + "a" * MAX_COMMAND_CHARS,
+        "cat <<EOF\n" + "line\n" * MAX_COMMAND_CHARS + "EOF",
+    ],
+)
+def test_an_oversized_command_line_is_refused_and_not_kept_in_the_cache(command: str) -> None:
+    _shell._analyze_string.cache_clear()
+    for variant in range(3):
+        verdict = analyze_command(command + str(variant))
+        assert verdict.injection == (TOO_LONG,)
+    # The analyzer's cache (2,048 entries) would keep every such line alive: gigabytes.
+    assert _shell._analyze_string.cache_info().currsize == 0
+
+
+def test_trailing_blanks_do_not_make_a_short_command_too_long() -> None:
+    assert analyze_command("ls -l" + " " * MAX_COMMAND_CHARS + "\n").clean
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"] + ["a"] * MAX_COMMAND_CHARS,  # many words
+        ["ls", "a" * MAX_COMMAND_CHARS],  # one long word
+        ["ls"] + ["x" * 100] * (MAX_COMMAND_CHARS // 100),  # long once joined
+        ["ls"] + [""] * (MAX_COMMAND_CHARS + 1),  # empty words still separate
+    ],
+)
+def test_an_oversized_argv_list_is_refused_like_a_command_line(argv: list[str]) -> None:
+    verdict = analyze_command(argv)
+    assert verdict.injection == (TOO_LONG,)
+    assert analyze_command(argv, through_shell=True).injection == (TOO_LONG,)
+
+
+def test_an_argv_list_just_within_the_limit_is_judged_as_before() -> None:
+    argv = ["ls"] + ["x" * 99] * ((MAX_COMMAND_CHARS - 3) // 100)
+    assert len(" ".join(argv)) <= MAX_COMMAND_CHARS
+    assert analyze_command(argv).clean
+    assert analyze_command(["rm", "-rf", "/"] + ["x"] * 100).destructive
+
+
+def test_a_huge_argv_list_is_refused_before_its_words_are_read() -> None:
+    class Word(str):
+        """A word that counts how often the guard looks at it."""
+
+        looked = 0
+
+        def __len__(self) -> int:
+            Word.looked += 1
+            return super().__len__()
+
+    word = Word("a")
+    verdict = analyze_command(["ls", *([word] * 1_000_000)])
+    assert verdict.injection == (TOO_LONG,)
+    assert Word.looked == 0  # bounded work: the list's length alone decided
