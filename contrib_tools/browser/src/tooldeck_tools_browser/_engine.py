@@ -62,7 +62,10 @@ ENV_EXECUTABLE = "TOOLDECK_CHROMIUM"
 DEFAULT_EXECUTABLES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 #: Headless flags. The background-networking, component-update and sync switches stop Chromium
 #: from calling Google on its own; QUIC is off because UDP would not go through the proxy, and
-#: WebRTC may not use non-proxied UDP for the same reason.
+#: WebRTC may not use non-proxied UDP for the same reason (STUN/TURN over UDP goes straight to any
+#: address a page names). Chromium ignores a switch it does not know without a word: the name
+#: is ``--webrtc-ip-handling-policy`` (a ``--force-`` prefix made it a no-op), and a test sends
+#: STUN at a UDP canary to prove it holds.
 LAUNCH_ARGS = (
     "--disable-gpu",
     "--disable-quic",
@@ -74,7 +77,7 @@ LAUNCH_ARGS = (
     "--disable-extensions",
     "--metrics-recording-only",
     "--no-default-browser-check",
-    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--proxy-bypass-list=<-loopback>",
 )
 

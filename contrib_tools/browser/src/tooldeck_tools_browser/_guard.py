@@ -18,6 +18,7 @@ the connection goes to (the proxy's ``CONNECT host:port`` or the request's URL).
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import os
 import socket
@@ -27,8 +28,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from tooldeck_policy import ENV_DNS_TIMEOUT, parse_allow_list
 from tooldeck_policy import check_url as _policy_check_url
-from tooldeck_policy import parse_allow_list
 
 __all__ = [
     "ENV_ALLOW",
@@ -104,6 +105,36 @@ def _name_allowed(host: str, allow: Iterable[str], port: int) -> bool:
     return host in names or any(n.startswith("*.") and host.endswith(n[1:]) for n in names)
 
 
+_LOOKUPS: concurrent.futures.ThreadPoolExecutor | None = None
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _dns_timeout() -> float:
+    try:
+        return max(0.05, float(os.environ.get(ENV_DNS_TIMEOUT, "2")))
+    except ValueError:
+        return 2.0
+
+
+def _lookup(host: str, port: int) -> list[Any]:
+    """``getaddrinfo`` within ``TOOLDECK_DNS_TIMEOUT`` seconds (default 2), as the policy's.
+
+    getaddrinfo has no time limit of its own, and a DNS server the page's author runs can hold
+    every answer: the proxy's checks would then queue behind stuck look-ups in asyncio's small
+    default pool, for every session's browser. They run in a pool of their own and are given
+    up on (the connection refused) past the time limit.
+    """
+    global _LOOKUPS
+    with _LOOKUPS_LOCK:
+        if _LOOKUPS is None:
+            _LOOKUPS = concurrent.futures.ThreadPoolExecutor(
+                max_workers=8, thread_name_prefix="tooldeck-proxy-dns"
+            )
+        pool = _LOOKUPS
+    future = pool.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    return future.result(timeout=_dns_timeout())
+
+
 def allowed_addresses(scheme: str, host: str, port: int, allow: Iterable[str]) -> list[str] | str:
     """The addresses the proxy may connect to for ``host:port``, or the reason it may not.
 
@@ -125,7 +156,9 @@ def allowed_addresses(scheme: str, host: str, port: int, allow: Iterable[str]) -
     if literal is not None:
         return [str(literal)]
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _lookup(host, port)
+    except concurrent.futures.TimeoutError:
+        return f"host {host!r} took longer than {_dns_timeout():g} s to resolve"
     except (OSError, UnicodeError) as exc:
         return f"host {host!r} does not resolve ({exc})"
     explicitly_allowed = _name_allowed(host, allow, port)

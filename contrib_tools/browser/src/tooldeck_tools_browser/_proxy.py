@@ -24,6 +24,7 @@ BLOCKED_HEADER = "X-Tooldeck-Blocked"
 UNREACHABLE_HEADER = "X-Tooldeck-Unreachable"
 
 _MAX_HEAD = 64 * 1024
+_MAX_RESPONSE_HEAD = 256 * 1024
 _HEAD_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10.0
 _HOP_BY_HOP = {
@@ -132,10 +133,11 @@ class GuardProxy:
             if method.upper() == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 await writer.drain()
+                await _pipe_both(reader, writer, up_reader, up_writer)
             else:
                 up_writer.write(_origin_form(method, target, version, lines[1:]))
                 await up_writer.drain()
-            await _pipe_both(reader, writer, up_reader, up_writer)
+                await _pipe_both(reader, writer, up_reader, up_writer, closing_head=True)
         finally:
             self._writers.discard(up_writer)
             with contextlib.suppress(OSError, RuntimeError):
@@ -144,7 +146,8 @@ class GuardProxy:
 
 def _origin_form(method: str, target: str, version: str, header_lines: list[str]) -> bytes:
     """The request as the origin server expects it: path only, no proxy headers, one request
-    per connection (so that a reused client connection cannot reach a host never checked)."""
+    per connection (so that a reused client connection cannot reach a host never checked; the
+    response is marked ``Connection: close`` for the browser too, see :func:`_relay_closing`)."""
     parts = urllib.parse.urlsplit(target)
     path = parts.path or "/"
     if parts.query:
@@ -164,7 +167,9 @@ async def _connect(
     for address in addresses:
         try:
             return await asyncio.wait_for(
-                asyncio.open_connection(address, port), _CONNECT_TIMEOUT_S
+                # Chromium accepts response heads up to 256 KiB: _relay_closing reads them whole.
+                asyncio.open_connection(address, port, limit=_MAX_RESPONSE_HEAD),
+                _CONNECT_TIMEOUT_S,
             )
         except (TimeoutError, OSError):
             continue
@@ -211,17 +216,57 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
+_CONNECTION_HEADERS = {"connection", "keep-alive", "proxy-connection"}
+
+
+async def _relay_closing(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy a plain-http response to the browser, its head marked ``Connection: close``.
+
+    The check is made once per client connection, for the host of its first request. An origin
+    that ignores our ``Connection: close`` (any allowed host may) would otherwise leave the browser
+    believing the proxy connection reusable, and the browser's next request on it, for whatever
+    host, would be piped unchecked to that origin. Whether that next request may name another
+    host is the browser's socket-pool policy (Chromium 156 keeps one pool per destination);
+    closing makes it a non-question.
+    """
+    while True:
+        head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
+        lines = head.decode("latin-1").split("\r\n")
+        status = (lines[0].split(" ", 2) + [""])[1]
+        if status.startswith("1"):
+            # 100 Continue, 103 Early Hints: the final head follows. 101 hands the connection
+            # over to another protocol with the same, checked, origin: copy it as it is.
+            writer.write(head)
+            await writer.drain()
+            if status == "101":
+                break
+            continue
+        kept = [
+            line
+            for line in lines[1:]
+            if line and line.split(":", 1)[0].strip().lower() not in _CONNECTION_HEADERS
+        ]
+        kept += ["Connection: close", "Proxy-Connection: close"]
+        writer.write((lines[0] + "\r\n" + "\r\n".join(kept) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        break
+    await _copy(up_reader, writer)
+
+
 async def _pipe_both(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
+    *,
+    closing_head: bool = False,
 ) -> None:
     # The tunnel ends as soon as either side is done: browsers do not half-close, and with one
     # request per connection nothing useful can follow the end of either direction.
+    downstream = _relay_closing(up_reader, writer) if closing_head else _copy(up_reader, writer)
     directions = {
         asyncio.ensure_future(_copy(reader, up_writer)),
-        asyncio.ensure_future(_copy(up_reader, writer)),
+        asyncio.ensure_future(downstream),
     }
     try:
         await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)

@@ -1,7 +1,8 @@
 """The URL guard: http(s) only, no credentials, no address that reaches inside the network.
 
 A host is checked as an IP literal first, in every spelling the C resolver accepts (``2130706433``,
-``0x7f.1``, ``0177.0.0.1``, ``127.1``, ``[::ffff:127.0.0.1]``), then by name: ``localhost`` and
+``0x7f.1``, ``0177.0.0.1``, ``127.1``, ``[::ffff:127.0.0.1]``, percent-encoded
+``%31%32%37.0.0.1``, full-width ``１２７。０。０。１``), then by name: ``localhost`` and
 metadata names are refused without a look-up, other names are resolved (with a short time limit)
 and every address they resolve to must be public. The allow list (hosts, IPs or CIDRs) lets chosen
 internal targets through, e.g. a test server on ``127.0.0.1``. An entry may name a port
@@ -44,7 +45,17 @@ _METADATA_IPS = frozenset(
         "169.254.170.2",  # AWS ECS task metadata
         "100.100.100.200",  # Alibaba Cloud
         "fd00:ec2::254",  # AWS IMDS over IPv6
+        # Both look public to ``ipaddress`` (is_global) yet only answer inside their cloud:
+        "192.0.0.192",  # Oracle Cloud IMDS
+        "168.63.129.16",  # Azure WireServer (VM agent configuration, certificates)
     )
+)
+# Ranges ``ipaddress`` counts as global on some Python versions although they never are:
+# 192.0.0.0/24 (IETF protocol assignments, Python 3.11 knows only 192.0.0.0/29 of it) and the
+# deprecated IPv6 site-local fec0::/10 (still routed inside some older networks).
+_NON_PUBLIC_NETS = (
+    (ipaddress.IPv4Network("192.0.0.0/24"), "a non-public address"),
+    (ipaddress.IPv6Network("fec0::/10"), "a site-local address"),
 )
 _METADATA_NAMES = frozenset(
     {
@@ -138,6 +149,21 @@ def _literal_ip(host: str) -> _IP | None:
     return None
 
 
+# What the WHATWG host parser refuses in a decoded domain: spaces, controls and URL delimiters.
+_FORBIDDEN_IN_HOST = frozenset(" #%/:<>?@[\\]^|\x7f") | {chr(c) for c in range(0x20)}
+
+
+def _percent_decoded_host(host: str) -> str | None:
+    """``host`` with its %XX escapes decoded as UTF-8, or None when a browser would refuse it."""
+    try:
+        decoded = urllib.parse.unquote_to_bytes(host).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not decoded or any(c in _FORBIDDEN_IN_HOST for c in decoded):
+        return None
+    return decoded
+
+
 def _embedded_v4(ip: _IP) -> ipaddress.IPv4Address | None:
     if isinstance(ip, ipaddress.IPv4Address):
         return None
@@ -156,6 +182,9 @@ def _embedded_v4(ip: _IP) -> ipaddress.IPv4Address | None:
 
 def _ip_problem(ip: _IP) -> str | None:
     """What kind of internal address ``ip`` is, or None for a public one."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        # A zone id (fd00:ec2::254%eth0) makes the address compare unequal to the listed one.
+        ip = ipaddress.IPv6Address(int(ip))
     if ip in _METADATA_IPS:
         return "a cloud metadata address"
     inner = _embedded_v4(ip)
@@ -170,6 +199,9 @@ def _ip_problem(ip: _IP) -> str | None:
         return "a link-local address"
     if ip.is_multicast:
         return "a multicast address"
+    for network, what in _NON_PUBLIC_NETS:
+        if ip.version == network.version and ip in network:
+            return what
     if ip.is_private:
         return "a private address"
     if ip.is_reserved:
@@ -181,11 +213,21 @@ def _ip_problem(ip: _IP) -> str | None:
 
 
 def _allowed_ip(ip: _IP, networks: list[_NET]) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        ip = ipaddress.IPv6Address(int(ip))
     candidates = [ip]
     inner = _embedded_v4(ip)
     if inner is not None:
         candidates.append(inner)
-    return any(c.version == n.version and c in n for c in candidates for n in networks)
+    # A metadata service is let through only by an entry naming its very address: allowing an
+    # internal range (fd00::/8 for a ULA network, 169.254.0.0/16 for a link-local device) must
+    # not open the cloud's credentials endpoint that happens to sit inside it.
+    exact = any(c in _METADATA_IPS for c in candidates)
+    return any(
+        c.version == n.version and c in n and (not exact or n.num_addresses == 1)
+        for c in candidates
+        for n in networks
+    )
 
 
 def _name_allowed(host: str, names: set[str]) -> bool:
@@ -238,7 +280,8 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
     """Why ``url`` may not be fetched, or None when it may.
 
     ``allow`` lists hosts (``example.internal``, ``*.corp.example``), IPs or CIDRs that are let
-    through although internal. With ``resolve=False`` names other than the known local and metadata
+    through although internal (a cloud metadata address only by an entry naming that address, not
+    by a range around it). With ``resolve=False`` names other than the known local and metadata
     ones are not looked up (and pass).
     """
     if not isinstance(url, str):
@@ -265,6 +308,13 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
             f"never passed in URLs"
         )
     host = (parts.hostname or "").rstrip(".")
+    if "%" in host and not parts.netloc.rpartition("@")[2].startswith("["):
+        # Browsers (WHATWG URL) percent-decode the host before anything else: '%31%32%37.0.0.1'
+        # is 127.0.0.1 to them, while getaddrinfo would look the escapes up as a name.
+        decoded = _percent_decoded_host(host)
+        if decoded is None:
+            return f"URL {shown!r} has a percent-encoded host that is not valid; {_SUGGESTION}"
+        host = decoded.lower().rstrip(".")
     if not host:
         return f"URL {shown!r} has no host; {_SUGGESTION}"
     if not host.isascii():
