@@ -1933,20 +1933,13 @@ class Session:
             if checked is None:
                 return self._cancelled_before_start(call)
             if isinstance(checked, ToolResult):
-                if checked.error is not None and checked.error.code is ErrorCode.PLUGIN_ERROR:
-                    return checked  # as a failing validator's answer always was
-                return await self._finish(call, tool, checked)
+                return await self._refused_arguments(call, tool, checked)
             info, decisions, key = checked
             security = tool.security
         else:
-            validator = deck.catalog.validator(tool.name)
-            if validator is not None:
-                try:
-                    problems = validator(call.arguments)
-                except Exception as exc:
-                    return self._plugin_error("argument validator", exc)
-                if problems:
-                    return await self._finish(call, tool, self._invalid(problems))
+            invalid = self._validated(tool, call.arguments)
+            if invalid is not None:
+                return await self._refused_arguments(call, tool, invalid)
             info = self._call_info(tool)
             security = tool.security
             inline, threaded = deck._authorize_impls()
@@ -2209,6 +2202,27 @@ class Session:
             info = self.info()
         return info
 
+    def _validated(self, tool: ToolDefinition, arguments: Any) -> ToolResult | None:
+        """None when ``arguments`` satisfy ``tool``'s schema; else INVALID_ARGUMENTS, or
+        PLUGIN_ERROR when the validator itself raised."""
+        validator = self.deck.catalog.validator(tool.name)
+        if validator is None:
+            return None
+        try:
+            problems = validator(arguments)
+        except Exception as exc:
+            return self._plugin_error("argument validator", exc)
+        return self._invalid(problems) if problems else None
+
+    async def _refused_arguments(
+        self, call: ToolCall, tool: ToolDefinition, refused: ToolResult
+    ) -> ToolResult:
+        """The answer to a call whose arguments were refused before policy: the model's mistake
+        goes through :meth:`_finish` (events, redaction); a failing plugin's answer as it is."""
+        if refused.error is not None and refused.error.code is ErrorCode.PLUGIN_ERROR:
+            return refused
+        return await self._finish(call, tool, refused)
+
     def _excess(self, excess: str) -> ToolResult:
         """INVALID_ARGUMENTS for arguments :func:`_argument_excess` found too big."""
         return self._invalid([ArgumentProblem(path="$", message=_EXCESS_MESSAGES[excess])])
@@ -2232,14 +2246,9 @@ class Session:
             excess = _argument_excess(call.arguments, MAX_ARGUMENT_ITEMS, MAX_ARGUMENT_CHARS)
             if excess is not None:
                 return self._excess(excess)
-            validator = deck.catalog.validator(tool.name)
-            if validator is not None:
-                try:
-                    problems = validator(call.arguments)
-                except Exception as exc:
-                    return self._plugin_error("argument validator", exc)
-                if problems:
-                    return self._invalid(problems)
+            invalid = self._validated(tool, call.arguments)
+            if invalid is not None:
+                return invalid
             decisions = self._decisions(call, tool, info, impls, running) if impls else []
             key = cache_key(tool, call.arguments, info) if keyed else None
             return info, decisions, key
