@@ -68,3 +68,25 @@ def test_a_huge_argv_list_is_refused_before_its_words_are_read() -> None:
     verdict = analyze_command(["ls", *([word] * 1_000_000)])
     assert verdict.injection == (TOO_LONG,)
     assert Word.looked == 0  # bounded work: the list's length alone decided
+
+
+def test_a_url_host_longer_than_any_name_is_refused_before_any_regex(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The legacy-IPv4 regex and IDNA ran over the whole host, holding the GIL (a 1 MB host:
+    # ~60 ms of every session's loop). No name or address is longer than 253 characters.
+    from tooldeck_policy import _urls
+
+    seen: list[int] = []
+
+    class Recording:
+        def match(self, text: str) -> None:
+            seen.append(len(text))
+
+    monkeypatch.setattr(_urls, "_LEGACY_V4", Recording())
+    for host in ("1" * 1_000_000, "ａ" * 100_000, "a." * 600 + "com"):
+        reason = _urls.check_url(f"http://{host}/", resolve=False)
+        assert reason is not None and "longer than" in reason
+    assert seen == []
+    assert _urls.check_url("http://" + "a." * 100 + "com/", resolve=False) is None
+    assert seen  # an ordinary host still goes through the literal-address check
