@@ -149,6 +149,8 @@ _checkpoints = itertools.count()
 _ACTIONS = frozenset({"allow", "ask", "deny"})
 #: Pending approvals one session keeps at most (each also expires with the approval's TTL).
 _MAX_PENDING = 10_000
+#: How many times a call is judged again while its session keeps changing before it starts.
+_JUDGE_AGAIN_ROUNDS = 4
 
 
 def _malformed_decision(plugin: str, decision: object) -> Decision:
@@ -516,6 +518,15 @@ class Deck:
         self._cache: Any = None
         self._limiter: Any = None
         self._cache_and_limit: Any = None
+        # Tool name -> invalidations of its cached results so far (one key per tool that some
+        # tool invalidates: bounded by the catalog). See Session._run.
+        self._invalidations: dict[str, int] = {}
+        # The trio run serving calls now, and how many: a deck's limiters, locks and executor
+        # belong to one run at a time (Session.call refuses a second run meanwhile).
+        self._calls_run: object = None
+        self._calls_running = 0
+        # Taken only to check and count: two runs racing must not both pass, nor lose a count.
+        self._calls_lock = threading.Lock()
         self._executor: Any = None
         self._approvals: Any = None
         self.providers: dict[str, str | None] = {}
@@ -1248,8 +1259,15 @@ class Session:
     """One conversation: grants, the current hand, sticky tools, approvals, in-flight calls.
 
     Create with :meth:`Deck.session`. All methods are safe to call concurrently from one trio
-    run; results never raise for a failure a model can cause.
+    run; results never raise for a failure a model can cause. A deck serves one trio run at a
+    time: :meth:`call` from another run (another thread) while calls are in flight raises
+    ``RuntimeError``; other threads go through :mod:`tooldeck.portal`.
     """
+
+    #: Bumped by every change of what the session allows (grants, level, always-allow, any
+    #: snapshot field): a call compares it before its tool starts. A class default, because
+    #: __setattr__ reads it while __init__ assigns the snapshot fields.
+    _authority: int = 0
 
     def __init__(
         self,
@@ -1335,6 +1353,9 @@ class Session:
 
     def _changed(self) -> None:
         self._info = None
+        # What the session allows changed (a grant, a revoke, an always-allow): calls that
+        # were authorized before and have not started yet are judged again (see _run).
+        self._authority += 1
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Policy judges calls by the snapshot info() caches: an application that assigns a
@@ -1345,6 +1366,7 @@ class Session:
         object.__setattr__(self, name, value)
         if name in _SNAPSHOT_FIELDS:
             object.__setattr__(self, "_info", None)
+            object.__setattr__(self, "_authority", self._authority + 1)
 
     def grant(self, *categories: str) -> None:
         """Let ``moderate`` tools of these categories run."""
@@ -1751,6 +1773,19 @@ class Session:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
             await trio.lowlevel.checkpoint()
+        deck = self.deck
+        run = trio.lowlevel.current_trio_token()
+        with deck._calls_lock:
+            if deck._calls_running and deck._calls_run is not run:
+                # Another thread's trio run: trio's limiters, locks and events cannot be shared
+                # across runs, and sharing them corrupts the executor's queues for both runs.
+                raise RuntimeError(
+                    "this deck is serving calls in another trio run (another thread): a Deck "
+                    "and its sessions belong to one trio run at a time; from other threads, "
+                    "use tooldeck.portal (a thread-safe facade)"
+                )
+            deck._calls_run = run
+            deck._calls_running += 1
         token = _PROGRESS.set(on_progress) if on_progress is not None else None
         try:
             result = await self._run(call, approval_id, generation)
@@ -1762,6 +1797,8 @@ class Session:
             log.exception("call %s %s: a plugin broke the pipeline", call.id, call.name)
             result = self._plugin_error("a stage of the pipeline", exc)
         finally:
+            with deck._calls_lock:
+                deck._calls_running -= 1
             if token is not None:
                 _PROGRESS.reset(token)
         shown = call.name
@@ -1872,6 +1909,21 @@ class Session:
             # Observers that may block (I/O) get the event on the deck's observer thread.
             self.deck._events.post(threaded, event)
 
+    @staticmethod
+    def _tool_changed(tool: ToolDefinition, removed: bool) -> ToolResult:
+        if removed:
+            return ToolResult.fail(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"tool {tool.name!r} was removed while this call waited; it did not run",
+                suggestion="Choose another tool.",
+            )
+        return ToolResult.fail(
+            ErrorCode.PERMISSION_DENIED,
+            f"tool {tool.name!r} was registered again with another definition while this call "
+            "waited; it did not run",
+            suggestion="Call the tool again (it may need a new approval).",
+        )
+
     def _cancelled_before_start(self, call: ToolCall) -> ToolResult:
         return ToolResult.fail(
             ErrorCode.CANCELLED,
@@ -1883,6 +1935,7 @@ class Session:
         deck = self.deck
         if self._generation != generation:
             return self._cancelled_before_start(call)
+        authority = self._authority
         tool = deck.catalog.get(call.name) if type(call.name) is str else None
         if tool is None and type(call.name) is str:
             # A name lenient registration replaced (the catalog's original spelling): the
@@ -1961,6 +2014,17 @@ class Session:
         if self._generation != generation:
             # cancel() came while policy or the user's confirmation was being asked.
             return self._cancelled_before_start(call)
+        # Asks that a confirmation or an approval satisfied: not asked again if judged again.
+        confirmed = bool(decisions) and any(d.action == "ask" for d in decisions)
+        offload = excess is not None
+        if self._authority != authority:
+            # A revoke, a lower max_level... while policy, the user or the store was asked.
+            judged = await self._judge_again(
+                call, tool, approval_id, generation, confirmed, offload
+            )
+            if isinstance(judged, ToolResult):
+                return judged
+            info, authority, confirmed = judged
         outcome = None
         limited = deck._limiter is not None and tool.security.rate_limit is not None
         if deck._cache is not None and tool.execution.cacheable:
@@ -1991,6 +2055,12 @@ class Session:
                     log.exception("cache get failed")
                     hit = None
             if isinstance(hit, ToolResult):
+                if self._authority != authority:  # the session changed during the probe
+                    judged = await self._judge_again(
+                        call, tool, approval_id, generation, confirmed, offload
+                    )
+                    if isinstance(judged, ToolResult):
+                        return judged
                 self._used(tool.name)
                 # A stored result was processed with the secrets known when it was stored (by
                 # this process, or another one sharing the cache with other settings): it is
@@ -2026,6 +2096,23 @@ class Session:
                 )
         if self._generation != generation:
             return self._cancelled_before_start(call)
+        if self._authority != authority:  # the session changed during the cache or limiter
+            judged = await self._judge_again(
+                call, tool, approval_id, generation, confirmed, offload
+            )
+            if isinstance(judged, ToolResult):
+                return judged
+        registered = deck.catalog.get(tool.name)
+        if registered is not tool and (
+            registered is None or _tool_fingerprint(registered) != _tool_fingerprint(tool)
+        ):
+            # Removed or registered again differently (remove_tools + add_tools, a reloaded
+            # MCP server) while the call waited for policy or the user: what was judged and
+            # approved is no longer the deck's tool, and a removed tool must not run.
+            return await self._finish(call, tool, self._tool_changed(tool, registered is None))
+        # What this call's result may be cached against: a write that invalidates this tool
+        # while it runs (it read the old state) makes its result stale before it is stored.
+        invalidations = deck._invalidations.get(tool.name, 0) if key is not None else 0
         if deck._executor_cancels:
             # The executor keeps a cancel scope per call already (Session.cancel asks it to
             # cancel this session's calls): a second scope here would only cost time. Nothing
@@ -2054,6 +2141,8 @@ class Session:
             else:
                 result = _normalised(result, tool.execution.max_output_bytes)
         result = await self._finish(call, tool, result)
+        if key is not None and deck._invalidations.get(tool.name, 0) != invalidations:
+            key = None  # invalidated while it ran: storing it would serve the old state
         if deck._cache is not None and result.success and (
             key is not None or tool.execution.invalidates
         ):
@@ -2070,6 +2159,56 @@ class Session:
                 log.exception("cache update failed")
         return result.with_metadata(**metadata) if metadata else result
 
+    async def _judge_again(
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        approval_id: str | None,
+        generation: int,
+        confirmed: bool,
+        offload: bool,
+    ) -> ToolResult | tuple[SessionInfo, int, bool]:
+        """Authorize an authorized call again: the session changed (a revoke, a lower
+        ``max_level``, an always-allow taken back) while the call waited for policy, the user
+        or a store, and its tool has not started. A refusal now refuses it; a confirmation or
+        approval it already got stands (``confirmed``: the user is not asked twice). Repeated
+        until the session holds still; ``(info, authority, confirmed)`` when the call may go
+        on."""
+        for _ in range(_JUDGE_AGAIN_ROUNDS):
+            authority = self._authority
+            info = self._call_info(tool)
+            inline, threaded = self.deck._authorize_impls()
+            if offload or tool.security.url_params:
+                # As on the first pass: hooks whose cost grows with the arguments (or that
+                # resolve host names) stay off the loop.
+                inline, threaded = [], [*inline, *threaded]
+            decisions = self._decisions(call, tool, info, inline) if inline else []
+            if threaded:
+                more = await self._decisions_in_thread(call, tool, info, threaded, generation)
+                if more is None:
+                    return self._cancelled_before_start(call)
+                decisions += more
+            refusal = await self._combine(
+                call, tool, info, decisions, approval_id, confirmed=confirmed
+            )
+            if refusal is not None:
+                return await self._finish(call, tool, refusal)
+            confirmed = confirmed or any(d.action == "ask" for d in decisions)
+            if self._generation != generation:
+                return self._cancelled_before_start(call)
+            if self._authority == authority:
+                return info, authority, confirmed
+        return await self._finish(
+            call,
+            tool,
+            ToolResult.fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"the session's permissions kept changing while this call of {tool.name!r} "
+                "waited; it did not run",
+                suggestion="Call the tool again.",
+            ),
+        )
+
     async def _cache_update(
         self, tool: ToolDefinition, key: str | None, result: ToolResult
     ) -> None:
@@ -2077,12 +2216,19 @@ class Session:
         if key is not None:
             await cache.put(key, result, tool.execution.cache_ttl_s)
         if tool.execution.invalidates:
+            # Counted before the cache is asked (a remote invalidate takes round trips): a call
+            # of these tools running now does not store what it read before this write.
+            counts = self.deck._invalidations
+            for name in tool.execution.invalidates:
+                counts[name] = counts.get(name, 0) + 1
             await cache.invalidate(tool.execution.invalidates)
 
     def _used(self, name: str) -> None:
         if self._last_used.get(name) != self._turn:
             self._last_used[name] = self._turn
-            self._changed()
+            # Only the snapshot's recent tools changed, not what the session allows: calls in
+            # flight need not be judged again (every parallel call would re-run policy).
+            self._info = None
             if self.hand is not None and name in self._offered:
                 # Learning from use: a retriever that keeps history lifts this tool for
                 # similar tasks later. Keyed by the task of the hand it was dealt in.
@@ -2383,7 +2529,12 @@ class Session:
         info: SessionInfo,
         decisions: list[Decision],
         approval_id: str | None,
+        *,
+        confirmed: bool = False,
     ) -> ToolResult | None:
+        """None when the call may run; its refusal, or the confirmation it needs, otherwise.
+        ``confirmed``: the call was judged before and its asks were answered (only a denial
+        counts now)."""
         # Baseline when no policy plugin has an opinion: a level above the session's is refused
         # and a tool that asks for confirmation gets it, so disabling the policy plugin never
         # opens everything up.
@@ -2397,7 +2548,7 @@ class Session:
             )
         if (
             tool.security.require_confirm or tool.security.level is SecurityLevel.DANGEROUS
-        ) and tool.name not in info.always_allow:
+        ) and tool.name not in info.always_allow and not confirmed:
             if not any(d.action == "ask" for d in decisions):
                 decisions.append(
                     Decision.ask(f"tool {tool.name!r} needs confirmation", plugin="tooldeck")
@@ -2422,7 +2573,7 @@ class Session:
                 ),
             )
         asks = [d for d in decisions if d.action == "ask"]
-        if not asks:
+        if not asks or confirmed:
             return None
         return await self._confirm(call, tool, asks, approval_id)
 
