@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 from tooldeck_policy import _shell
-from tooldeck_policy._shell import MAX_COMMAND_CHARS, analyze_command
+from tooldeck_policy._shell import (
+    MAX_ARGV_CHARS,
+    MAX_ARGV_ITEMS,
+    MAX_COMMAND_CHARS,
+    analyze_command,
+)
 
 TOO_LONG = f"the command is longer than {MAX_COMMAND_CHARS} characters"
+TOO_LONG_ARGV = (
+    f"the argument list holds more than {MAX_ARGV_ITEMS} items or {MAX_ARGV_CHARS} characters"
+)
 
 
 @pytest.mark.parametrize(
@@ -41,16 +49,35 @@ def test_trailing_blanks_do_not_make_a_short_command_too_long() -> None:
         ["ls"] + [""] * (MAX_COMMAND_CHARS + 1),  # empty words still separate
     ],
 )
-def test_an_oversized_argv_list_is_refused_like_a_command_line(argv: list[str]) -> None:
-    verdict = analyze_command(argv)
-    assert verdict.injection == (TOO_LONG,)
+def test_an_oversized_argv_list_through_a_shell_is_refused_like_a_command_line(
+    argv: list[str],
+) -> None:
     assert analyze_command(argv, through_shell=True).injection == (TOO_LONG,)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"] + ["a"] * MAX_ARGV_ITEMS,  # many words
+        ["ls", "a" * MAX_ARGV_CHARS],  # one long word
+        ["ls"] + ["x" * 1000] * (MAX_ARGV_CHARS // 1000),  # long once joined
+    ],
+)
+def test_an_oversized_argv_list_run_directly_is_refused(argv: list[str]) -> None:
+    assert analyze_command(argv).injection == (TOO_LONG_ARGV,)
+
+
+def test_long_arguments_run_directly_are_judged_not_refused() -> None:
+    # A commit message or a JSON body over the command-line bound is an argument, not shell.
+    assert analyze_command(["git", "commit", "-m", "x" * (4 * MAX_COMMAND_CHARS)]).clean
+    assert analyze_command(["rm", "-rf", "/", "x" * (4 * MAX_COMMAND_CHARS)]).destructive
 
 
 def test_an_argv_list_just_within_the_limit_is_judged_as_before() -> None:
     argv = ["ls"] + ["x" * 99] * ((MAX_COMMAND_CHARS - 3) // 100)
     assert len(" ".join(argv)) <= MAX_COMMAND_CHARS
     assert analyze_command(argv).clean
+    assert analyze_command(argv, through_shell=True).clean
     assert analyze_command(["rm", "-rf", "/"] + ["x"] * 100).destructive
 
 
@@ -66,7 +93,7 @@ def test_a_huge_argv_list_is_refused_before_its_words_are_read() -> None:
 
     word = Word("a")
     verdict = analyze_command(["ls", *([word] * 1_000_000)])
-    assert verdict.injection == (TOO_LONG,)
+    assert verdict.injection == (TOO_LONG_ARGV,)
     assert Word.looked == 0  # bounded work: the list's length alone decided
 
 

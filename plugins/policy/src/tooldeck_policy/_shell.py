@@ -87,6 +87,11 @@ __all__ = [
 
 #: Longer command lines are refused unread (keep the guard cheap and bounded).
 MAX_COMMAND_CHARS = 16_384
+#: An argv list run without a shell is judged word by word (linear): refused unread past these.
+#: Above any real program's argument list, and above the shell pack's own limits (4,096 items,
+#: 512 KiB), which then answer TOO_LARGE themselves.
+MAX_ARGV_ITEMS = 16_384
+MAX_ARGV_CHARS = 1024 * 1024
 #: Wrappers and nested scripts are followed this deep; deeper nesting is refused.
 MAX_DEPTH = 6
 
@@ -196,25 +201,35 @@ def _analyze(
     except TypeError:
         findings.inject("a command must be a string or a list of strings")
         return findings.verdict()
-    # An argv list is bounded like a command line (its elements joined by spaces), before any
-    # per-element work: a list of a million words would otherwise be walked in full, and pass.
-    if len(argv) > MAX_COMMAND_CHARS:
-        return _too_long()
+    # Bounded before any per-element work (a list of a million words was walked in full, and
+    # passed). Through a shell the words are one command line, bounded as one; run directly
+    # they are arguments, which may be long (a commit message, a JSON body) without being a
+    # shell's to parse, so their bounds are larger: still refused unread past them.
+    if len(argv) > (MAX_COMMAND_CHARS if through_shell else MAX_ARGV_ITEMS):
+        return _too_long(argv=not through_shell)
     if not all(isinstance(a, str) for a in argv):
         findings.inject("every argument of an argv list must be a string")
         return findings.verdict()
-    if sum(map(len, argv)) + len(argv) - 1 > MAX_COMMAND_CHARS:
-        return _too_long()
+    chars = sum(map(len, argv)) + len(argv) - 1
     if through_shell:
+        if chars > MAX_COMMAND_CHARS:
+            return _too_long()
         return _analyze_string(" ".join(argv), allow_pipes, workdir)
+    if chars > MAX_ARGV_CHARS:
+        return _too_long(argv=True)
     if any("\x00" in a for a in argv):
         findings.inject("an argument contains a NUL byte")
     _check_command([_Word.literal(a) for a in argv], findings, allow_pipes, 0)
     return findings.verdict()
 
 
-def _too_long() -> CommandVerdict:
-    """The verdict on a command longer than :data:`MAX_COMMAND_CHARS`: refused unread."""
+def _too_long(*, argv: bool = False) -> CommandVerdict:
+    """The verdict on a command over the guard's bounds: refused unread."""
+    if argv:
+        return CommandVerdict(injection=(
+            f"the argument list holds more than {MAX_ARGV_ITEMS} items or "
+            f"{MAX_ARGV_CHARS} characters",
+        ))
     return CommandVerdict(injection=(f"the command is longer than {MAX_COMMAND_CHARS} characters",))
 
 
