@@ -160,6 +160,9 @@ class BrowserEngine:
         self._launch_lock: asyncio.Lock | None = None
         self._sessions: collections.OrderedDict[str, _SessionState] = collections.OrderedDict()
         self._proxies: dict[tuple[str, ...], GuardProxy] = {}
+        # Allow-lists a context is being created for right now: their proxy is in use even
+        # though no session holds it yet.
+        self._opening: collections.Counter[tuple[str, ...]] = collections.Counter()
         self.launches = 0
         #: The boundary of the running browser (see :mod:`._sandbox`); None before a launch.
         self.sandbox: BrowserSandbox | None = None
@@ -307,14 +310,20 @@ class BrowserEngine:
             state.last_used = now
             return state
         browser = await self._get_browser()
-        proxy = await self._proxy_for(allow)
-        context = await browser.new_context(
-            proxy={"server": f"http://127.0.0.1:{proxy.port}", "bypass": "<-loopback>"},
-            service_workers="block",  # their requests would escape the page's view
-            accept_downloads=False,
-            java_script_enabled=True,
-            viewport={"width": 1280, "height": 900},
-        )
+        self._opening[allow] += 1
+        try:
+            proxy = await self._proxy_for(allow)
+            context = await browser.new_context(
+                proxy={"server": f"http://127.0.0.1:{proxy.port}", "bypass": "<-loopback>"},
+                service_workers="block",  # their requests would escape the page's view
+                accept_downloads=False,
+                java_script_enabled=True,
+                viewport={"width": 1280, "height": 900},
+            )
+        finally:
+            self._opening[allow] -= 1
+            if not self._opening[allow]:
+                del self._opening[allow]
         state = _SessionState(context=context, proxy=proxy)
         self._sessions[session_id] = state
         while len(self._sessions) > self.max_sessions:
@@ -374,6 +383,24 @@ class BrowserEngine:
         state = self._sessions.pop(session_id, None)
         if state is not None:
             await _quietly(state.context.close())
+            await self._close_unused_proxy(state.proxy)
+
+    async def _close_unused_proxy(self, proxy: GuardProxy) -> None:
+        """Stop ``proxy`` when no session's context goes through it any more.
+
+        A proxy serves one allow-list (the environment's plus a session's ``url_allow``): an
+        application giving its sessions allow-lists of their own got a listening proxy per
+        distinct list, kept until the process ended.
+        """
+        allow = proxy.allow
+        if (
+            self._proxies.get(allow) is not proxy
+            or allow in self._opening
+            or any(state.proxy is proxy for state in self._sessions.values())
+        ):
+            return
+        del self._proxies[allow]  # checked and dropped without a suspension in between
+        await _quietly(proxy.aclose())
 
     async def close_session(self, session_id: str) -> int:
         """Close every page of a session; returns how many were open."""

@@ -36,6 +36,7 @@ __all__ = [
     "allowed_addresses",
     "allow_list_for",
     "check_url",
+    "forget_session_allow",
     "remember_session_allow",
     "scheme_problem",
 ]
@@ -68,6 +69,12 @@ def remember_session_allow(session_id: str, raw: Any) -> None:
                 _SESSION_ALLOW.popitem(last=False)
         else:
             _SESSION_ALLOW.pop(session_id, None)
+
+
+def forget_session_allow(session_id: str) -> None:
+    """Drop a closed session's ``url_allow`` (kept otherwise until 4,096 newer ones came)."""
+    with _SESSION_ALLOW_LOCK:
+        _SESSION_ALLOW.pop(session_id, None)
 
 
 def allow_list_for(session_id: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from tooldeck_hookspecs import Event, RegisterFn, hookimpl, nonblocking, observe
 
 from ._definitions import definitions
 from ._engine import release_session
+from ._guard import forget_session_allow
 from ._sandbox import SANDBOX_MODES
 
 
@@ -24,6 +25,7 @@ def tooldeck_register_tools(register: RegisterFn) -> None:
 def tooldeck_event(event: Event) -> None:
     """Close a session's pages and browser context when the deck closes the session."""
     if event.kind == "session.closed" and event.session_id:
+        forget_session_allow(event.session_id)
         release_session(event.session_id)
 
 

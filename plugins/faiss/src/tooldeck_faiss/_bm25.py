@@ -65,6 +65,10 @@ class BM25Index:
                     del self._postings[term]
             self._arrays.pop(term, None)
 
+    def document(self, slot: int) -> Mapping[str, float]:
+        """The weighted term counts indexed under ``slot`` (empty when none)."""
+        return self._doc_terms.get(slot, {})
+
     def _array(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         arrays = self._arrays.get(term)
         if arrays is None:

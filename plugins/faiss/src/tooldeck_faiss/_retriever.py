@@ -68,6 +68,9 @@ def _default_cache_dir() -> str:
 
 #: Longest request part quoted in a reason; longer ones end in "...".
 _REASON_QUOTE = 48
+#: Dead slots (tools removed, or registered again under their name) left in place before the
+#: live ones are moved to fresh slots: at least this many, and more than there are live ones.
+_COMPACT_MIN_DEAD = 64
 
 
 def _reason(signals: Mapping[str, float], intent: str | None) -> str:
@@ -626,7 +629,45 @@ class FaissRetriever:
         else:
             self._index.remove_ids(np.asarray(slots, dtype=np.int64))
 
+    def _compact_if_sparse(self) -> None:
+        """Move the live tools to slots 0..n-1 once dead slots outnumber them (lock held).
+
+        A removed or replaced tool's slot is never reused: its row of ``_vectors``, its entry
+        of ``_names`` and of the BM25 lengths stayed, and every search scored all slots ever
+        made. A long-lived deck that registers tools at run time (``Deck.add_tools``,
+        reloaded MCP servers) grew both without bound. Rebuilding from the live rows costs
+        O(live tools) and happens after as many removals, so it is amortised.
+        """
+        live = len(self._slot_of)
+        if len(self._names) - live <= max(_COMPACT_MIN_DEAD, live):
+            return
+        slots = [slot for slot, name in enumerate(self._names) if name is not None]
+        names = [self._names[slot] for slot in slots]
+        vectors = np.ascontiguousarray(self._vectors[slots], dtype=np.float32).reshape(
+            len(slots), self._dim
+        )
+        approx = len(slots) > self.settings.approx_threshold
+        with faiss_threads(os.cpu_count() or 1):
+            index = self._new_index(vectors, approx)
+            if slots:
+                index.add_with_ids(vectors, np.arange(len(slots), dtype=np.int64))
+        bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
+        for new_slot, old_slot in enumerate(slots):
+            bm25.add(new_slot, self._bm25.document(old_slot))
+        self._index = index
+        self._approx = approx
+        self._names = list(names)
+        self._slot_of = {name: slot for slot, name in enumerate(names) if name is not None}
+        self._vectors = vectors
+        self._bm25 = bm25
+        self._tombstones = set()
+
     def _add(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+        with self._lock:
+            self._add_slots(tools, vectors)
+            self._compact_if_sparse()
+
+    def _add_slots(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
         with self._lock:
             if self._index is None:
                 self._rebuild(tools, vectors)
@@ -994,6 +1035,7 @@ class FaissRetriever:
         def run() -> None:
             with self._lock:
                 self._remove_slots([self._slot_of[n] for n in names if n in self._slot_of])
+                self._compact_if_sparse()
             if self._dense2 is not None:
                 self._dense2.remove(names)
 

@@ -784,6 +784,12 @@ def _mcp_tool(spec: Mapping[str, Any]) -> types.Tool:
     return types.Tool.model_validate(dict(spec))
 
 
+def _connection_exit_stack(ctx: ServerRequestContext[Any, Any] | None) -> Any:
+    """The SDK's per-connection exit stack, unwound however the MCP session ends; or None."""
+    connection = getattr(getattr(ctx, "session", None), "_connection", None)
+    return getattr(connection, "exit_stack", None)
+
+
 class DeckMcpServer:
     """An MCP server over a loaded :class:`Deck`.
 
@@ -975,8 +981,7 @@ class DeckMcpServer:
         context reaches it through the server session. Without it (another SDK layout), a
         DELETE still ends the deck session (:meth:`end_session`, called by the HTTP layer).
         """
-        connection = getattr(getattr(ctx, "session", None), "_connection", None)
-        stack = getattr(connection, "exit_stack", None)
+        stack = _connection_exit_stack(ctx)
         if stack is None:
             log.debug("no per-connection exit stack: deck session %s ends on DELETE", session.id)
             return
@@ -993,7 +998,12 @@ class DeckMcpServer:
             for an evicted session must not close its successor).
         """
         current = self._sessions.get(key)
-        if current is None or (session is not None and current is not session):
+        if current is None:
+            # Evicted (or never opened): the MCP session itself ended all the same, and its
+            # logging level with it.
+            self._log_levels.pop(key, None)
+            return
+        if session is not None and current is not session:
             return
         del self._sessions[key]
         self._busy.pop(key, None)
@@ -1313,7 +1323,19 @@ class DeckMcpServer:
         """``logging/setLevel``: from now on, this MCP session's calls send it their tools'
         log records (``ToolContext.logger``) at or above ``level`` as ``notifications/message``.
         """
-        self._log_levels[self._key(ctx)] = str(params.level)
+        key = self._key(ctx)
+        if key != _DEFAULT_KEY and key not in self._log_levels:
+            # Forgotten when the MCP session ends, whether or not it ever got a deck session
+            # (a client may set its level and leave without a call): one entry per MCP
+            # session ever seen, otherwise.
+            stack = _connection_exit_stack(ctx)
+            if stack is not None:
+
+                async def ended() -> None:
+                    self._log_levels.pop(key, None)
+
+                stack.push_async_callback(ended)
+        self._log_levels[key] = str(params.level)
         self._hold_log_handler()
         return types.EmptyResult()
 

@@ -43,6 +43,7 @@ import collections
 import contextvars
 import inspect
 import json
+import logging
 import math
 import os
 import select
@@ -299,9 +300,17 @@ def _late_result(
     )
 
 
+logger = logging.getLogger("tooldeck.runner")
+
 #: A worker thread with nothing to do for this long ends (a tool used once keeps no threads).
 _IDLE_THREAD_S = 30.0
 _IDLE_THREAD_MS = int(_IDLE_THREAD_S * 1000)
+#: Execute functions whose verdict "may run inline" is remembered; past it they are judged
+#: again (a bytecode scan each). Tools registered at run time bring new functions for weeks.
+_MAX_JUDGED = 4096
+#: Per-tool thread pools kept; past it, pools with no thread and no call are dropped when a new
+#: one is made (a pool is made again at its tool's next call).
+_MAX_POOLS = 256
 #: At most this long the idle event loop waits on a lock for a sync tool's result (quick tools
 #: take a few tens of µs) before waiting through trio; a tool that ran out of it is not waited
 #: for directly for its next _DIRECT_SKIP_CALLS calls.
@@ -547,6 +556,10 @@ class _ToolThreads:
         else:
             self.busy -= 1
 
+    def waiting(self) -> bool:
+        """Whether callers are parked for a slot."""
+        return bool(self._parked)
+
     def retire(self, worker: _Worker) -> bool:
         """In an idle worker's thread: may it end? False when a job was just handed to it."""
         with self._lock:
@@ -724,6 +737,9 @@ class RunnerExecutor:
     # Per sync tool (by name): its thread pool. trio's shared default pool (40 threads) would let
     # one tool's abandoned threads (timed out, still sleeping) starve every other sync tool.
     _threads: dict[str, _ToolThreads] = attrs.field(factory=dict, init=False)
+    # The loop the sandbox pool lives on (its processes and sockets are that loop's): where
+    # session_closed, called from any thread, hands its work.
+    _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
@@ -746,6 +762,10 @@ class RunnerExecutor:
         try:
             inline = self._inline.get(tool.execute)
             if inline is None:
+                if len(self._inline) >= _MAX_JUDGED:
+                    # Functions of tools since removed or registered again would stay here
+                    # (and keep what their closures hold) for the life of the deck.
+                    self._inline.clear()
                 inline = self._inline[tool.execute] = self._can_inline(tool)
         except TypeError:  # an unhashable callable object: not judged, so never inline
             inline = False
@@ -823,6 +843,30 @@ class RunnerExecutor:
             entry.cancel()
         return len(calls)
 
+    def session_closed(self, session_id: str) -> None:
+        """The deck closed ``session_id``: release what the sandbox pool keeps for it (its
+        zygotes). From any thread; the work is done on this executor's loop, in the background.
+        """
+        token = self._token
+        if self._sandbox is None or token is None:
+            return  # no sandboxed call ever ran: nothing kept per session
+        try:
+            token.run_sync_soon(self._release_session, session_id)
+        except trio.RunFinishedError:
+            pass  # the deck's loop is gone, and its pool with it
+
+    def _release_session(self, session_id: str) -> None:
+        pool = self._sandbox
+        if pool is not None and not self._closed and pool.holds_session(session_id):
+            trio.lowlevel.spawn_system_task(self._release_quietly, pool, session_id)
+
+    @staticmethod
+    async def _release_quietly(pool: SandboxPool, session_id: str) -> None:
+        try:
+            await pool.release_session(session_id)
+        except Exception:  # a system task that raises would crash the deck's whole run
+            logger.exception("tooldeck-runner: releasing session %s's zygotes failed", session_id)
+
     def cancel_call(self, session_id: str, call_id: str) -> bool:
         """Cancel one call (by the id in its context); it returns ``CANCELLED``."""
         for entry in list(self._in_flight.get(session_id, ())):
@@ -856,6 +900,11 @@ class RunnerExecutor:
             from ._sandbox import SandboxPool
 
             self._sandbox = SandboxPool(self.settings, isolation=self._isolation_at_start)
+        if self._token is None:
+            try:
+                self._token = trio.lowlevel.current_trio_token()
+            except RuntimeError:
+                pass  # outside trio (statistics, a test): recorded at the first call
         return self._sandbox
 
     async def aclose(self) -> None:
@@ -1090,11 +1139,21 @@ class RunnerExecutor:
     def _tool_threads(self, tool: ToolDefinition) -> _ToolThreads:
         threads = self._threads.get(tool.name)
         if threads is None:
+            if len(self._threads) >= _MAX_POOLS:
+                self._drop_idle_pools()
             size = self._queue(tool.category).limiter.total_tokens
             threads = self._threads[tool.name] = _ToolThreads(
                 tool.name, size, tool.category, self.settings.commit_grace_s
             )
         return threads
+
+    def _drop_idle_pools(self) -> None:
+        """Forget the per-tool pools nobody uses: no thread (idle ones have ended), no call
+        running or waiting, none abandoned. On the loop's thread, which alone hands out slots,
+        so a pool found unused here has no caller holding it."""
+        for name, pool in list(self._threads.items()):
+            if not (pool.busy or pool.threads or pool.abandoned or pool.waiting()):
+                del self._threads[name]
 
     async def _in_thread(
         self, tool: ToolDefinition, call: ToolCall, context: ToolContext, waiting: list[int]

@@ -169,6 +169,9 @@ _ETC_FILES = (
 )
 _WRITE_POLL_S = 0.05
 _SWEEP_MAX_ENTRIES = 50_000
+#: Mount sets whose preload hint (the modules their tools import) is remembered: well above
+#: ``max_warm_keys``, the sets that have workers or zygotes at all.
+_PRELOAD_KEYS = 256
 #: Answers bigger than this are decoded in a worker thread (a few ms of JSON on the loop at most).
 _INLINE_FRAME_BYTES = 256 * 1024
 _PROTECTED_DEPTH = 16
@@ -466,7 +469,10 @@ class SandboxPool:
     settings: RunnerSettings
     isolation: str = ""
     _idle: OrderedDict[PoolKey, list[_Worker]] = attrs.field(factory=OrderedDict)
-    _preload: dict[PoolKey, list[str]] = attrs.field(factory=dict)
+    # Modules to import in the next worker of a mount set: a hint, least recently used first
+    # out past _PRELOAD_KEYS sets (one per workdir a session ever had, otherwise).
+    _preload: OrderedDict[PoolKey, list[str]] = attrs.field(factory=OrderedDict)
+    # Workers being started per mount set; a set starting none has no entry.
     _spawning: dict[PoolKey, int] = attrs.field(factory=dict)
     _served_warm: int = 0
     _served_cold: int = 0
@@ -779,6 +785,26 @@ class SandboxPool:
             zygote.control.close()
             zygote.admin.close()
             await self._kill(zygote.worker)
+
+    def holds_session(self, session_id: str) -> bool:
+        """Whether anything is kept for ``session_id`` (a zygote, or its lock)."""
+        return any(zkey[0] == session_id for zkey in (*self._zygotes, *self._zygote_locks))
+
+    async def release_session(self, session_id: str) -> int:
+        """The session ended: retire its zygotes now (each is killed once its calls are done)
+        rather than when newer sessions' zygotes push them out; returns how many.
+
+        Every session gets zygotes of its own: a closed session's stayed alive (processes, the
+        memory of their imports, mounts of a workdir perhaps already deleted) until
+        ``max_warm_keys`` newer ones took their places, for good on a deck gone quiet.
+        """
+        mine = [(zkey, zygote) for zkey, zygote in self._zygotes.items() if zkey[0] == session_id]
+        for zkey, zygote in mine:
+            await self._retire(zkey, zygote)
+        for zkey in [zkey for zkey in self._zygote_locks if zkey[0] == session_id]:
+            if not self._zygote_locks[zkey].locked():
+                del self._zygote_locks[zkey]
+        return len(mine)
 
     async def _run_in_zygote(
         self,
@@ -1164,7 +1190,13 @@ class SandboxPool:
     # -- pool ---------------------------------------------------------------------------------
 
     def _remember_module(self, key: PoolKey, module: str) -> None:
-        modules = self._preload.setdefault(key, [])
+        modules = self._preload.get(key)
+        if modules is None:
+            modules = self._preload[key] = []
+            while len(self._preload) > _PRELOAD_KEYS:
+                self._preload.popitem(last=False)
+        else:
+            self._preload.move_to_end(key)
         if module in modules:
             return
         modules.append(module)
@@ -1230,7 +1262,11 @@ class SandboxPool:
                 logger.warning("tooldeck-runner: could not start a warm worker: %s", exc)
                 return
             finally:
-                self._spawning[key] -= 1
+                left = self._spawning[key] - 1
+                if left:
+                    self._spawning[key] = left
+                else:
+                    del self._spawning[key]  # else one entry per mount set ever warmed
             worker.warm = True
             if self._closed:
                 await self._kill(worker)

@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_hookspecs import hookimpl
+from tooldeck_hookspecs import Event, hookimpl, nonblocking, observes
 
 # `tooldeck bench`'s figures of this plugin live in their own module.
 from ._bench_figures import tooldeck_bench_descriptions, tooldeck_bench_figures  # noqa: F401
 from ._executor import RunnerExecutor
 
-__all__ = ["tooldeck_config_schema", "tooldeck_executor"]
+__all__ = ["tooldeck_config_schema", "tooldeck_event", "tooldeck_executor"]
+
+# The executors this plugin made (one per deck), told when a session closes. The event does not
+# say which deck closed it: an executor that kept nothing for that session id ignores it.
+_EXECUTORS: weakref.WeakSet[RunnerExecutor] = weakref.WeakSet()
 
 
 @hookimpl
 def tooldeck_executor(settings: Mapping[str, Any]) -> RunnerExecutor:
     """Provide the default executor, configured by the ``runner`` table of ``settings``."""
-    return RunnerExecutor.from_settings(settings)
+    executor = RunnerExecutor.from_settings(settings)
+    _EXECUTORS.add(executor)
+    return executor
+
+
+@hookimpl
+@nonblocking  # hands the work to the executor's loop; returns at once
+@observes("session.closed")
+def tooldeck_event(event: Event) -> None:
+    """Release what the sandbox pool keeps for a closed session (its zygotes)."""
+    if event.session_id:
+        for executor in list(_EXECUTORS):
+            executor.session_closed(event.session_id)
 
 
 @hookimpl

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -61,9 +62,14 @@ _HANDLERS: dict[str, Callable[[str], Any]] = {
     scheme: _refuse_remote for scheme in ("http", "https", "file", "ftp", "data", "urn", "")
 }
 
-# Compiled validators keyed by (canonical schema text, fast_fail). The register stage compiles a
-# schema to check it and the argument validator needs the same function: compile once.
-_cache: dict[tuple[str, bool, bool], Validator] = {}
+# Compiled validators keyed by (canonical schema text, fast_fail, detailed). The register stage
+# compiles a schema to check it and the argument validator needs the same function: compile once.
+# Least recently used first out, at most _CACHE_MAX entries: a long-lived deck that registers
+# tools at run time (Deck.add_tools, an MCP server reloaded with changed schemas) compiles new
+# schemas for weeks, and each entry holds the schema's text and generated code. A validator
+# evicted here stays valid for whoever holds it (the catalog does); only a recompile costs.
+_CACHE_MAX = 1024
+_cache: OrderedDict[tuple[str, bool, bool], Validator] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -376,9 +382,11 @@ def compile_schema(
     """
     plain = plain_json(schema)
     key = (json.dumps(plain, sort_keys=True, separators=(",", ":")), fast_fail, detailed)
-    validator = _cache.get(key)
-    if validator is not None:
-        return validator
+    with _lock:
+        validator = _cache.get(key)
+        if validator is not None:
+            _cache.move_to_end(key)
+            return validator
     refs = remote_refs(plain)
     if refs:
         raise SchemaCompileError(f"remote $ref {refs[0]!r} is not allowed (use '#/...' refs)")
@@ -416,6 +424,8 @@ def compile_schema(
         raise SchemaCompileError(str(exc)) from exc
     with _lock:
         _cache[key] = validator
+        while len(_cache) > _CACHE_MAX:
+            _cache.popitem(last=False)
     return validator
 
 

@@ -1,0 +1,66 @@
+"""A closed session's zygote goes with it, not when newer sessions push it out.
+
+With ``zygote = true`` every session gets a long-lived sandbox of its own per mount set. Closing
+the session left it running (processes, their memory, mounts of the session's workdir) until
+``max_warm_keys`` newer zygotes evicted it: for good on a deck that had gone quiet.
+Real bubblewrap and cgroups; skipped where zygotes cannot run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import trio
+
+from tooldeck_hookspecs import SecurityConfig, ToolDefinition
+
+tooldeck_testing = pytest.importorskip("tooldeck.testing")
+
+TOOLS_DIR = str(Path(__file__).resolve().parent)
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+
+ECHO = ToolDefinition(
+    name="echo", description="Echo the arguments from a sandbox.", category="code",
+    parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+    entrypoint="runner_sandbox_tools:echo", security=SecurityConfig(sandbox=True),
+)
+
+
+async def test_closing_sessions_retires_their_zygotes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(TOOLS_DIR)  # registration imports the entrypoint on the host
+    config = {"runner": {"sandbox": "bubblewrap", "python_path": [TOOLS_DIR], "zygote": True,
+                         "max_warm_keys": 8}}
+    deck = tooldeck_testing.make_deck(
+        config=config, load_entry_points=["schema", "runner"], tools=[ECHO]
+    )
+    async with deck:
+        pool = deck.executor.sandbox_pool()
+        if not pool._zygote_usable():
+            pytest.skip("zygotes need bubblewrap and per-call cgroups here")
+        closed = []
+        for n in range(4):
+            session = deck.session(workdir=str(tmp_path))
+            result = await session.call("echo", {"text": f"hello {n}"})
+            assert result.success, result.error
+            assert pool.holds_session(session.id)
+            await session.aclose()
+            closed.append(session.id)
+        for _ in range(500):  # the release runs in the background: wait for it, not for time
+            if not any(pool.holds_session(sid) for sid in closed):
+                break
+            await trio.sleep(0.01)
+        assert pool.statistics().zygotes == 0
+        assert pool._zygote_locks == {}
+        # A session still open keeps its zygote.
+        live = deck.session(workdir=str(tmp_path))
+        assert (await live.call("echo", {"text": "still here"})).success
+        other = deck.session(workdir=str(tmp_path))
+        await other.aclose()
+        for _ in range(50):
+            await trio.sleep(0.01)
+        assert pool.statistics().zygotes == 1 and pool.holds_session(live.id)
