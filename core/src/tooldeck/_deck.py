@@ -226,6 +226,73 @@ _SNAPSHOT_FIELDS = frozenset(
     }
 )
 
+_WATCHED_SETS = frozenset({"grants", "excluded_categories", "always_allowed"})
+_WATCHED_DICTS = frozenset({"environment", "attributes"})
+
+
+def _notifying(base: type, name: str) -> Any:
+    """``base.name`` that calls ``self._changed()`` once it has changed the container."""
+    method = getattr(base, name)
+
+    def mutate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self._changed()
+        return result
+
+    mutate.__name__ = name
+    return mutate
+
+
+class _WatchedSet(set[str]):
+    """A session's set field (``grants``, ``excluded_categories``, ``always_allowed``) that
+    tells its session when it is changed in place: ``session.grants.discard("shell")`` is a
+    revoke like :meth:`Session.revoke` (the policy snapshot is rebuilt, and calls waiting for
+    the user are judged again), not a change seen whenever the snapshot happens to be rebuilt.
+    """
+
+    def __init__(self, items: Iterable[str], changed: Callable[[], None]) -> None:
+        super().__init__(items)
+        self._changed = changed
+
+    def __reduce__(self) -> Any:
+        return (set, (list(self),))  # a copy or a pickle is a plain set: nobody to tell
+
+    add = _notifying(set, "add")
+    discard = _notifying(set, "discard")
+    remove = _notifying(set, "remove")
+    pop = _notifying(set, "pop")
+    clear = _notifying(set, "clear")
+    update = _notifying(set, "update")
+    difference_update = _notifying(set, "difference_update")
+    intersection_update = _notifying(set, "intersection_update")
+    symmetric_difference_update = _notifying(set, "symmetric_difference_update")
+    __ior__ = _notifying(set, "__ior__")
+    __iand__ = _notifying(set, "__iand__")
+    __isub__ = _notifying(set, "__isub__")
+    __ixor__ = _notifying(set, "__ixor__")
+
+
+class _WatchedDict(dict[str, Any]):
+    """A session's ``environment`` or ``attributes`` that tells its session when it is changed
+    in place (as :class:`_WatchedSet`): policy reads both (``url_allow``, ``VIRTUAL_ENV``)."""
+
+    def __init__(self, items: Mapping[str, Any], changed: Callable[[], None]) -> None:
+        super().__init__(items)
+        self._changed = changed
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self),))
+
+    __setitem__ = _notifying(dict, "__setitem__")
+    __delitem__ = _notifying(dict, "__delitem__")
+    pop = _notifying(dict, "pop")
+    popitem = _notifying(dict, "popitem")
+    clear = _notifying(dict, "clear")
+    update = _notifying(dict, "update")
+    setdefault = _notifying(dict, "setdefault")
+    __ior__ = _notifying(dict, "__ior__")
+
+
 #: How long the rule filters that run in a thread (not ``@nonblocking``) may take per selection.
 _FILTER_TIMEOUT_S = 10.0
 
@@ -1346,8 +1413,10 @@ class Session:
                 max_level=self.max_level,
                 always_allow=self.always_allowed,
                 recent_tools=tuple(recent),
-                environment=self.environment,
-                attributes=self.attributes,
+                # Copies: a snapshot, which a plugin writing into it cannot turn into a change of
+                # the session (and so into calls judged again).
+                environment=dict(self.environment),
+                attributes=dict(self.attributes),
             )
         return self._info
 
@@ -1363,6 +1432,10 @@ class Session:
         # call on, not after the snapshot happens to be rebuilt.
         if name == "max_level":
             value = SecurityLevel(value)  # a plain string would break level comparisons
+        elif name in _WATCHED_SETS:
+            value = _WatchedSet(value, self._changed)
+        elif name in _WATCHED_DICTS:
+            value = _WatchedDict(value, self._changed)
         object.__setattr__(self, name, value)
         if name in _SNAPSHOT_FIELDS:
             object.__setattr__(self, "_info", None)
