@@ -215,3 +215,27 @@ async def test_a_read_overlapping_a_write_does_not_cache_the_old_content_in_redi
         later = await session.call("file_read", {})
     assert written.success
     assert later.data == "new", later
+
+
+async def test_a_read_overlapping_another_processs_write_does_not_cache_the_old_content(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # Two decks on one Redis stand for two worker processes: the invalidation comes from the
+    # other one, so this deck's own count of invalidations cannot see it. The tool's cache
+    # generation in Redis does: the put of a result read before it moved stores nothing.
+    runs: list[str] = []
+    disk: dict[str, Any] = {"file": "old", "inside": trio.Event(), "release": trio.Event()}
+    async with _make(redis_url, runs, disk) as reader, _make(redis_url, runs, disk) as writer:
+        reading = reader.session(workdir=tmp_path)
+        writing = writer.session(workdir=tmp_path)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reading.call, "file_read", {})
+            await disk["inside"].wait()
+            written = await writing.call("file_write", {"text": "new"})
+            disk["release"].set()
+        assert written.success
+        disk["inside"], disk["release"] = trio.Event(), trio.Event()
+        disk["release"].set()
+        for deck_session in (reading, writing):
+            later = await deck_session.call("file_read", {})
+            assert later.data == "new", later

@@ -71,10 +71,11 @@ async def test_a_cacheable_limited_call_costs_one_round_trip_for_cache_and_limit
             result = await session.call("lookup", {"text": f"miss {i}"})
             assert result.success and result.metadata["cached"] is False
         sent = _commands(client)
-        # Per miss: one script (cache probe + both windows) and the SET of the result. The GET
-        # and the window commands run inside the script, on the server.
-        assert sent["evalsha"] == 5 and sent["set"] == 5
-        assert sent["get"] == 5 and sent["zadd"] == 10  # (inside the script)
+        # Per miss: one script (cache probe + both windows) and one storing the result if the
+        # tool's cache generation is still the one the probe saw. The GETs, the SET and the
+        # window commands run inside the scripts, on the server.
+        assert sent["evalsha"] == 10 and sent["set"] == 5, sent
+        assert sent["get"] == 15 and sent["zadd"] == 10, sent  # (inside the scripts)
         assert "eval" not in sent and "multi" not in sent
         client.config_resetstat()
         for i in range(5):

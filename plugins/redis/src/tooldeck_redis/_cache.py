@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import time
@@ -27,6 +28,26 @@ _converter = cattrs.Converter()
 
 #: At most one INFO round trip per this many seconds to follow the server's evicted_keys.
 _EVICTIONS_REFRESH_S = 10.0
+#: Misses whose generation is remembered until their result is stored (a call that never
+#: stores, failed or cancelled, leaves one behind: the oldest go first).
+_GENERATIONS_KEPT = 10_000
+
+# KEYS[1]: the entry, KEYS[2]: its tool's generation. ARGV: the generation the miss saw ('' for
+# a put no miss of this process preceded: stored as it is), the value, the TTL in ms. Stored only
+# if no process invalidated the tool since that miss: a call that read the old state while
+# another process's write landed must not store it.
+_PUT_IF_CURRENT = """
+if ARGV[1] ~= '' and (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+
+def _tool_of(key: str) -> str:
+    """The tool name of a cache key (``name@version:digest``)."""
+    return key.split("@", 1)[0]
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +100,10 @@ class RedisCache:
         self.settings = settings
         self.max_entry_bytes = settings.max_entry_bytes
         self._prefix = f"{settings.namespace}:cache:"
+        # Per tool, a counter every invalidation raises; a miss notes it, and the put of the
+        # result that follows is conditional on it (see _PUT_IF_CURRENT).
+        self._gen_prefix = f"{settings.namespace}:cachegen:"
+        self._seen: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._local: Any = None
         self._pending_invalidations: set[str] = set()
         self._degraded = False
@@ -92,6 +117,18 @@ class RedisCache:
         self._combined = connection.script(cached_or_window(self.max_entry_bytes))
         # Reads are bounded like writes: a value over max_entry_bytes stays on the server.
         self._get = connection.script(bounded_get(self.max_entry_bytes))
+        self._put_if_current = connection.script(_PUT_IF_CURRENT)
+
+    def _gen_key(self, key: str) -> str:
+        return self._gen_prefix + _tool_of(key)
+
+    def _saw(self, key: str, generation: Any) -> None:
+        """Note the generation a miss of ``key`` saw, for the put that follows."""
+        seen = self._seen
+        seen[key] = generation.decode() if isinstance(generation, bytes) else str(generation)
+        seen.move_to_end(key)
+        while len(seen) > _GENERATIONS_KEPT:
+            seen.popitem(last=False)
 
     # ------------------------------------------------------------------ fallback
 
@@ -139,11 +176,16 @@ class RedisCache:
         """The cached result for ``key``, or None (a miss, an expired entry, or Redis down)."""
         await self._after_recovery()
         try:
-            raw = await self._get("cached results cannot be read", [self._prefix + key], [])
+            raw, generation = await self._get(
+                "cached results cannot be read", [self._prefix + key, self._gen_key(key)], []
+            )
         except RedisUnavailable as exc:
             self._failed(exc)
             return await self._local_get(key)
-        return self._decoded(key, raw)
+        result = self._decoded(key, raw)
+        if result is None:
+            self._saw(key, generation)
+        return result
 
     async def _local_get(self, key: str) -> ToolResult | None:
         """The entry of the process-local fallback cache while Redis fails (counted)."""
@@ -195,7 +237,9 @@ class RedisCache:
         windows, keys, args = limiter.script_arguments(tool, session)
         try:
             reply = await self._combined(
-                "cached results and rate limits cannot be read", [self._prefix + key, *keys], args
+                "cached results and rate limits cannot be read",
+                [self._prefix + key, self._gen_key(key), *keys],
+                args,
             )
         except RedisUnavailable as exc:
             self._failed(exc)
@@ -208,8 +252,10 @@ class RedisCache:
             if hit is not None:
                 return hit, None
             # An unreadable entry is a miss, and the script did not count the call: count it.
+            # Its generation is unknown: the result that follows is not stored (see put).
             return None, await limiter.hit(tool, session)
         self._misses += 1
+        self._saw(key, reply[3])
         return None, limiter.outcome(windows, reply)
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
@@ -231,31 +277,44 @@ class RedisCache:
             value = None
         else:
             value = payload
+        # The generation our miss of this key saw; none for a put no probe of ours preceded (a
+        # direct use of the cache, a probe answered locally while Redis failed): stored as is.
+        generation = self._seen.pop(key, "")
         refresh = time.monotonic() - self._evicted_checked > _EVICTIONS_REFRESH_S
-
-        commands: list[list[Any]] = [
-            ["DEL", full_key] if value is None else ["SET", full_key, value, "PX", ttl_ms]
-        ]
-        if refresh:
-            # Rides along in the same write.
-            self._evicted_checked = time.monotonic()
-            commands.append(["INFO", "stats"])
         try:
             # Awaited: once put returns, every process sees the entry. Concurrent callers'
             # puts and probes share the round trip (one pipelined connection).
-            replies = await self.connection.execute("results cannot be cached", *commands)
-            for reply in replies:
-                if isinstance(reply, ReplyError):
-                    raise RedisUnavailable(self.connection.url, "results cannot be cached", reply)
+            if value is None:
+                # Too big to share: drop an older value so that a stale one is not served.
+                replies = await self.connection.execute(
+                    "results cannot be cached", ["DEL", full_key]
+                )
+                if isinstance(replies[0], ReplyError):
+                    raise RedisUnavailable(
+                        self.connection.url, "results cannot be cached", replies[0]
+                    )
+                stored = False
+            else:
+                stored = bool(
+                    await self._put_if_current(
+                        "results cannot be cached",
+                        [full_key, self._gen_key(key)],
+                        [generation, value, ttl_ms],
+                    )
+                )
+            if refresh:
+                self._evicted_checked = time.monotonic()
+                info = await self.connection.call("statistics cannot be read", "INFO", "stats")
+                self._note_evictions(_evicted_keys(info))
         except RedisUnavailable as exc:
             self._failed(exc)
             if self._use_local and value is not None:
                 await self._local_cache().put(key, result, ttl_s)
             return
-        if value is not None:
+        if stored:
             self._stored += 1
-        if refresh:
-            self._note_evictions(_evicted_keys(replies[1]))
+        elif value is not None:
+            self._skipped += 1  # another process invalidated the tool since the miss
 
     async def invalidate(self, tools: Sequence[str]) -> int:
         """Drop every cached result of these tools (SCAN + UNLINK by ``name@`` prefix).
@@ -279,6 +338,14 @@ class RedisCache:
         patterns = [glob_escape(f"{self._prefix}{name}@") + "*" for name in tools]
 
         what = "cached results cannot be invalidated"
+        # First the generations: a call of these tools that missed before this point (and may
+        # have read the old state) no longer stores its result, in any process.
+        replies = await self.connection.execute(
+            what, *(["INCR", self._gen_prefix + name] for name in tools)
+        )
+        for reply in replies:
+            if isinstance(reply, ReplyError):
+                raise RedisUnavailable(self.connection.url, what, reply)
         deleted = 0
         for pattern in patterns:
             deleted += await delete_matching(self.connection, what, pattern)

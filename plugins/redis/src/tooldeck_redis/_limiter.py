@@ -68,28 +68,34 @@ _MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
 # for the cache probe and the limit of a cacheable, rate-limited call. An entry larger than the
 # cache's max_entry_bytes is a miss: this deck never writes one (another deployment or version
 # did), and sending it would move megabytes through the connection every other call shares.
+# KEYS[2] is the tool's cache generation (see tooldeck_redis._cache): a miss also answers it,
+# as the last item, so that the result of the call that follows is stored only if no process
+# invalidated the tool meanwhile.
 _CACHED_OR_WINDOW = (
     """
 local value = redis.call('GET', KEYS[1])
 if value and string.len(value) <= %d then
   return {2, value}
 end
+local gen = redis.call('GET', KEYS[2]) or '0'
 local keys = {}
-for i = 2, #KEYS do
-  keys[i - 1] = KEYS[i]
+for i = 3, #KEYS do
+  keys[i - 2] = KEYS[i]
 end
 """
     + _WINDOWS.replace("%", "%%")
+    .replace("return {0, i, retry}", "return {0, i, retry, gen}")
+    .replace("return {1, 0, 0}", "return {1, 0, 0, gen}")
 )
 
-# KEYS[1]: a cache entry. Its value, nil, or 0 when it is larger than max_entry_bytes (left on
-# the server, as above).
+# KEYS[1]: a cache entry, KEYS[2]: its tool's cache generation. {value, generation}: the value,
+# nil, or 0 when it is larger than max_entry_bytes (left on the server, as above).
 _BOUNDED_GET = """
 local value = redis.call('GET', KEYS[1])
 if value and string.len(value) > %d then
-  return 0
+  value = 0
 end
-return value
+return {value or false, redis.call('GET', KEYS[2]) or '0'}
 """
 
 
