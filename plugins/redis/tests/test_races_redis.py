@@ -239,3 +239,46 @@ async def test_a_read_overlapping_another_processs_write_does_not_cache_the_old_
         for deck_session in (reading, writing):
             later = await deck_session.call("file_read", {})
             assert later.data == "new", later
+
+
+def _direct_cache(url: str) -> Any:
+    from tooldeck_redis._cache import RedisCache
+    from tooldeck_redis._client import RedisConnection
+    from tooldeck_redis._settings import redis_settings
+
+    parsed = redis_settings({"redis": {"url": url, "namespace": "races-direct"}})
+    assert parsed is not None
+    return RedisCache(RedisConnection(parsed), parsed)
+
+
+async def test_puts_of_concurrent_misses_are_judged_by_the_oldest_generation(
+    redis_url: str,
+) -> None:
+    from tooldeck_hookspecs import ToolResult
+
+    cache = _direct_cache(redis_url)
+    key = "file_read@1:abc"
+    try:
+        # Two calls miss; an invalidation lands; whichever puts first, the one that read before
+        # it must not store (nor may its twin's put let it through).
+        assert await cache.get(key) is None
+        assert await cache.get(key) is None
+        await cache.invalidate(["file_read"])
+        await cache.put(key, ToolResult.ok("old"), 60)
+        await cache.put(key, ToolResult.ok("old"), 60)
+        assert await cache.get(key) is None
+        # A miss whose call failed (it never puts) does not stop caching for good: one put is
+        # judged by its older generation, the next stores.
+        await cache.invalidate(["file_read"])
+        assert await cache.get(key) is None
+        await cache.put(key, ToolResult.ok("new"), 60)
+        assert await cache.get(key) is None
+        await cache.put(key, ToolResult.ok("new"), 60)
+        hit = await cache.get(key)
+        assert hit is not None and hit.data == "new"
+        # A put no miss preceded (direct use of the cache) stores as before.
+        await cache.put("other@1:x", ToolResult.ok(1), 60)
+        assert (await cache.get("other@1:x")).data == 1
+    finally:
+        await cache.clear()
+        await cache.aclose()

@@ -28,9 +28,11 @@ _converter = cattrs.Converter()
 
 #: At most one INFO round trip per this many seconds to follow the server's evicted_keys.
 _EVICTIONS_REFRESH_S = 10.0
-#: Misses whose generation is remembered until their result is stored (a call that never
-#: stores, failed or cancelled, leaves one behind: the oldest go first).
+#: Keys whose misses' generations are remembered until their results are stored (a call that
+#: never stores, failed or cancelled, leaves one behind: the least recently missed keys go first).
 _GENERATIONS_KEPT = 10_000
+#: Generations noted per key at most (concurrent misses of one key beyond it forget the oldest).
+_MISSES_KEPT_PER_KEY = 64
 
 # KEYS[1]: the entry, KEYS[2]: its tool's generation. ARGV: the generation the miss saw ('' for
 # a put no miss of this process preceded: stored as it is), the value, the TTL in ms. Stored only
@@ -103,7 +105,10 @@ class RedisCache:
         # Per tool, a counter every invalidation raises; a miss notes it, and the put of the
         # result that follows is conditional on it (see _PUT_IF_CURRENT).
         self._gen_prefix = f"{settings.namespace}:cachegen:"
-        self._seen: collections.OrderedDict[str, str] = collections.OrderedDict()
+        # Per key: the generations its misses saw, oldest first (see _saw).
+        self._seen: collections.OrderedDict[str, collections.deque[str]] = (
+            collections.OrderedDict()
+        )
         self._local: Any = None
         self._pending_invalidations: set[str] = set()
         self._degraded = False
@@ -123,12 +128,32 @@ class RedisCache:
         return self._gen_prefix + _tool_of(key)
 
     def _saw(self, key: str, generation: Any) -> None:
-        """Note the generation a miss of ``key`` saw, for the put that follows."""
-        seen = self._seen
-        seen[key] = generation.decode() if isinstance(generation, bytes) else str(generation)
-        seen.move_to_end(key)
-        while len(seen) > _GENERATIONS_KEPT:
-            seen.popitem(last=False)
+        """Note the generation a miss of ``key`` saw, for the put that follows.
+
+        Misses of one key queue their generations and each put takes the oldest. Puts may
+        come in another order than their misses, and a failed call puts nothing: a put may then
+        be judged by an older miss's generation. Generations only grow, so that is stricter,
+        never looser: it refuses a store only when an invalidation came since that older miss.
+        Taking the newest would let a read from before an invalidation store what it read.
+        """
+        queue = self._seen.get(key)
+        if queue is None:
+            queue = self._seen[key] = collections.deque(maxlen=_MISSES_KEPT_PER_KEY)
+            while len(self._seen) > _GENERATIONS_KEPT:
+                self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(key)
+        queue.append(generation.decode() if isinstance(generation, bytes) else str(generation))
+
+    def _took(self, key: str) -> str:
+        """The generation for a put of ``key`` ('' when no miss of this process preceded it)."""
+        queue = self._seen.get(key)
+        if not queue:
+            return ""
+        generation = queue.popleft()
+        if not queue:
+            del self._seen[key]
+        return generation
 
     # ------------------------------------------------------------------ fallback
 
@@ -279,7 +304,7 @@ class RedisCache:
             value = payload
         # The generation our miss of this key saw; none for a put no probe of ours preceded (a
         # direct use of the cache, a probe answered locally while Redis failed): stored as is.
-        generation = self._seen.pop(key, "")
+        generation = self._took(key)
         refresh = time.monotonic() - self._evicted_checked > _EVICTIONS_REFRESH_S
         try:
             # Awaited: once put returns, every process sees the entry. Concurrent callers'
