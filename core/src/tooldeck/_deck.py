@@ -2068,16 +2068,10 @@ class Session:
                 return await self._refused_arguments(call, tool, invalid)
             info = self._call_info(tool)
             security = tool.security
-            inline, threaded = deck._authorize_impls()
-            if security.url_params:
-                # URL guards resolve host names; DNS must not stall every other call on the loop.
-                inline, threaded = [], [*inline, *threaded]
-            decisions = self._decisions(call, tool, info, inline) if inline else []
-            if threaded:
-                more = await self._decisions_in_thread(call, tool, info, threaded, generation)
-                if more is None:
-                    return self._cancelled_before_start(call)
-                decisions += more
+            policy = await self._policy_decisions(call, tool, info, generation, offload=False)
+            if policy is None:
+                return self._cancelled_before_start(call)
+            decisions = policy
         if decisions or security.level is not SecurityLevel.SAFE or security.require_confirm:
             refusal = await self._combine(call, tool, info, decisions, approval_id)
         else:
@@ -2232,6 +2226,31 @@ class Session:
                 log.exception("cache update failed")
         return result.with_metadata(**metadata) if metadata else result
 
+    async def _policy_decisions(
+        self,
+        call: ToolCall,
+        tool: ToolDefinition,
+        info: SessionInfo,
+        generation: int,
+        *,
+        offload: bool,
+    ) -> list[Decision] | None:
+        """Every policy hook's decision on ``call``: ``@nonblocking`` hooks on the loop, the
+        others in the session's policy threads; all of them in threads when ``offload`` (big
+        arguments: their cost grows with them) or when the tool has URL parameters (guards
+        resolve host names, and DNS must not stall every other call on the loop). None when
+        the session cancelled the call meanwhile."""
+        inline, threaded = self.deck._authorize_impls()
+        if offload or tool.security.url_params:
+            inline, threaded = [], [*inline, *threaded]
+        decisions = self._decisions(call, tool, info, inline) if inline else []
+        if threaded:
+            more = await self._decisions_in_thread(call, tool, info, threaded, generation)
+            if more is None:
+                return None
+            decisions += more
+        return decisions
+
     async def _judge_again(
         self,
         call: ToolCall,
@@ -2250,17 +2269,10 @@ class Session:
         for _ in range(_JUDGE_AGAIN_ROUNDS):
             authority = self._authority
             info = self._call_info(tool)
-            inline, threaded = self.deck._authorize_impls()
-            if offload or tool.security.url_params:
-                # As on the first pass: hooks whose cost grows with the arguments (or that
-                # resolve host names) stay off the loop.
-                inline, threaded = [], [*inline, *threaded]
-            decisions = self._decisions(call, tool, info, inline) if inline else []
-            if threaded:
-                more = await self._decisions_in_thread(call, tool, info, threaded, generation)
-                if more is None:
-                    return self._cancelled_before_start(call)
-                decisions += more
+            policy = await self._policy_decisions(call, tool, info, generation, offload=offload)
+            if policy is None:
+                return self._cancelled_before_start(call)
+            decisions = policy
             refusal = await self._combine(
                 call, tool, info, decisions, approval_id, confirmed=confirmed
             )
