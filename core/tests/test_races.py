@@ -44,6 +44,22 @@ def _code(result: Any) -> Any:
     return result.error.code if result.error is not None else None
 
 
+class _ParkedConfirm:
+    """A ``confirm`` callback that parks on ``answer`` (then approves) once it has set
+    ``asked``: the user is being asked, and the race's other side acts meanwhile."""
+
+    def __init__(self) -> None:
+        self.asked = trio.Event()
+        self.answer = trio.Event()
+        self.questions: list[str] = []
+
+    async def __call__(self, request: Any) -> bool:
+        self.questions.append(request.tool.name)
+        self.asked.set()
+        await self.answer.wait()
+        return True
+
+
 class _GatedStore(InMemoryApprovalStore):
     """The in-memory store, with ``consume`` parked on ``gate`` once ``armed``: a remote store
     (Redis) answers after a round trip, and the session may change meanwhile."""
@@ -87,13 +103,7 @@ async def test_a_session_tightened_while_the_user_is_asked_refuses_the_call(chan
     call was authorized before the wait, but it must be judged by the session as it is when
     its tool would start."""
     runs: list[str] = []
-    asked, answer = trio.Event(), trio.Event()
-
-    async def confirm(request: Any) -> bool:
-        asked.set()
-        await answer.wait()
-        return True
-
+    confirm = _ParkedConfirm()
     async with make_deck(load_entry_points=STAGES, tools=[_tool(runs)]) as deck:
         session = deck.session(grants={"shell"}, confirm=confirm)
 
@@ -104,10 +114,10 @@ async def test_a_session_tightened_while_the_user_is_asked_refuses_the_call(chan
                 session.max_level = "safe"
             else:
                 session.grants = set()  # assigning the field is obeyed as revoke() is
-            answer.set()
+            confirm.answer.set()
 
         result = await _while_parked(
-            lambda: session.call("wipe", {"target": "a"}), asked, tighten
+            lambda: session.call("wipe", {"target": "a"}), confirm.asked, tighten
         )
     assert _code(result) is ErrorCode.PERMISSION_DENIED, result
     assert runs == []
@@ -117,27 +127,19 @@ async def test_a_loosened_session_does_not_ask_the_user_twice() -> None:
     """Judged again after an unrelated change, a call the user already approved runs, without
     a second question."""
     runs: list[str] = []
-    asked, answer = trio.Event(), trio.Event()
-    questions: list[str] = []
-
-    async def confirm(request: Any) -> bool:
-        questions.append(request.tool.name)
-        asked.set()
-        await answer.wait()
-        return True
-
+    confirm = _ParkedConfirm()
     async with make_deck(load_entry_points=STAGES, tools=[_tool(runs)]) as deck:
         session = deck.session(grants={"shell"}, confirm=confirm)
 
         def loosen() -> None:
             session.grant("filesystem")
-            answer.set()
+            confirm.answer.set()
 
         result = await _while_parked(
-            lambda: session.call("wipe", {"target": "a"}), asked, loosen
+            lambda: session.call("wipe", {"target": "a"}), confirm.asked, loosen
         )
     assert result.success, result
-    assert runs == ["a"] and questions == ["wipe"]
+    assert runs == ["a"] and confirm.questions == ["wipe"]
 
 
 # --------------------------------------------- the session changes while the store is asked
@@ -207,13 +209,7 @@ async def test_a_tool_removed_or_replaced_while_the_user_is_asked_does_not_run(h
     (or registered another definition under its name: an MCP server reloaded). The removed
     definition used to run all the same. The same definition registered again still runs."""
     runs: list[str] = []
-    asked, answer = trio.Event(), trio.Event()
-
-    async def confirm(request: Any) -> bool:
-        asked.set()
-        await answer.wait()
-        return True
-
+    confirm = _ParkedConfirm()
     original = _tool(runs, level="dangerous")
     async with make_deck(load_entry_points=STAGES, tools=[original]) as deck:
         session = deck.session(grants={"shell"}, confirm=confirm)
@@ -224,7 +220,7 @@ async def test_a_tool_removed_or_replaced_while_the_user_is_asked_does_not_run(h
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call)
-            await asked.wait()
+            await confirm.asked.wait()
             plugin = deck.catalog.get("wipe").plugin
             await deck.remove_tools(["wipe"])
             if how == "replaced":
@@ -232,7 +228,7 @@ async def test_a_tool_removed_or_replaced_while_the_user_is_asked_does_not_run(h
                 await deck.add_tools([changed], plugin=plugin)
             elif how == "same":
                 await deck.add_tools([attrs.evolve(original)], plugin=plugin)
-            answer.set()
+            confirm.answer.set()
     expected = {
         "removed": ErrorCode.TOOL_NOT_FOUND,
         "replaced": ErrorCode.PERMISSION_DENIED,
