@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import socket
 
@@ -208,3 +209,55 @@ async def test_the_call_not_each_process_is_bounded(workdir):
         )
         if bomb.metadata["limits"]["max_processes"] is not None:
             assert not bomb.success and "limit of 256 processes" in bomb.error.message, bomb
+
+
+# -- threads get the limits they were promised (the "sandboxed calls die early" family): the CPU
+# backstop counts every thread, and the memory limit counts address space.
+BUSY_THREADS = """
+import hashlib, threading, time
+block = b"x" * (1 << 22)
+start = time.monotonic()
+def burn():
+    while time.monotonic() - start < 4.5:
+        hashlib.sha256(block).digest()  # releases the GIL: both threads run at once
+workers = [threading.Thread(target=burn) for _ in range(2)]
+for w in workers: w.start()
+for w in workers: w.join()
+print("done")
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU: threads cannot outrun the clock")
+async def test_two_busy_threads_run_for_their_whole_timeout(workdir):
+    # About 9 CPU seconds in 4.5 s of a 6 s timeout. The old CPU limit (timeout_s + 1) killed
+    # the snippet at about 3.5 s with SIGKILL, returned as a success with exit code 137.
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": BUSY_THREADS, "timeout_s": 6})
+        assert result.success, result.error
+        assert result.data["exit_code"] == 0, result.data
+        assert result.data["stdout"] == "done\n"
+
+
+async def test_a_thread_pool_of_sixteen_starts_under_the_memory_limit(workdir):
+    # RLIMIT_AS counts reservations: each thread's first malloc reserved a 64 MiB arena, so
+    # the sixth thread failed with "can't start new thread" at a few MB of real use.
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "import threading\n"
+        "barrier = threading.Barrier(16)\n"
+        "def work(i):\n"
+        "    barrier.wait(timeout=20)  # all sixteen threads alive at once\n"
+        "    return len(bytes(100_000) * 5)\n"
+        "with ThreadPoolExecutor(16) as pool:\n"
+        "    print(sum(pool.map(work, range(16))))\n"
+    )
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": code, "timeout_s": 30})
+        assert result.success, result.error
+        assert result.data["exit_code"] == 0, result.data["stderr"]
+        assert result.data["stdout"] == f"{16 * 500_000}\n"
+        # The memory limit still holds.
+        hog = await session.call("code_execute", {"code": "x = bytearray(2 * 1024**3)"})
+        assert not hog.success and hog.error.code == "SANDBOX_MEMORY_LIMIT"

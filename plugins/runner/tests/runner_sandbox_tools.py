@@ -90,6 +90,26 @@ def busy_loop(arguments: dict[str, Any], context: Any) -> None:
         pass
 
 
+def busy_threads(arguments: dict[str, Any], context: Any) -> dict[str, float]:
+    """Keep ``threads`` threads busy (hashing releases the GIL) for ``seconds`` of wall time."""
+    import hashlib
+    import threading
+
+    block = b"x" * (1 << 22)
+    start = time.monotonic()
+
+    def burn() -> None:
+        while time.monotonic() - start < arguments["seconds"]:
+            hashlib.sha256(block).digest()
+
+    workers = [threading.Thread(target=burn) for _ in range(arguments["threads"])]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return {"wall_s": time.monotonic() - start, "cpu_s": time.process_time()}
+
+
 def sleep_an_hour(arguments: dict[str, Any], context: Any) -> None:
     time.sleep(3600)
 

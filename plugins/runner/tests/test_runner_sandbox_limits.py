@@ -8,8 +8,10 @@ Where the machine cannot give a mechanism (no writable cgroup), the tests assert
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -31,6 +33,8 @@ from tooldeck_runner import (
     RunnerExecutor,
 )
 from tooldeck_runner._cgroup import detect
+from tooldeck_runner._outcomes import signal_result
+from tooldeck_runner._sandbox import cpu_seconds
 
 from tooldeck_hookspecs import (
     ExecutionConfig,
@@ -227,6 +231,49 @@ async def test_without_cgroups_the_rlimit_fallback_is_reported_and_still_holds(
         assert ex.statistics().sandbox.cgroups.startswith("unavailable")  # type: ignore[union-attr]
     finally:
         await ex.aclose()
+
+
+CPUS = os.cpu_count() or 1
+
+
+@pytest.mark.skipif(CPUS < 2, reason="one CPU: threads cannot spend CPU time faster than the clock")
+@pytest.mark.parametrize("any_mode", MODES, indirect=True)
+async def test_busy_threads_run_until_the_timeout_not_half_of_it(
+    any_mode: RunnerExecutor, tmp_path: Path
+) -> None:
+    # Two busy threads for 4.5 s of a 6 s timeout spend about 9 CPU seconds: more than the
+    # old limit (the timeout + 2 s, which ended such a call at about 4 s with SIGKILL and
+    # SANDBOX_CRASHED), inside the new one (the timeout times the CPUs + 2 s).
+    tool = sandboxed("busy_threads", timeout_s=6)
+    result = await call(any_mode, tmp_path, tool, threads=2, seconds=4.5)
+    assert result.success, result.error
+    assert result.data["wall_s"] >= 4.5
+    limits = result.metadata["limits"]
+    assert limits["cpu_s"] == cpu_seconds(6) == 6 * CPUS + 2
+    assert "threads" in limits["cpu"]
+
+
+def test_the_cpu_limit_sends_sigxcpu_before_it_kills() -> None:
+    # At the soft limit the kernel sends SIGXCPU, which the host reports as running out of
+    # time (TIMEOUT); a hard limit equal to the soft one sent SIGKILL, reported as a crash.
+    code = textwrap.dedent(
+        """
+        from tooldeck_runner._wire import Limits
+        from tooldeck_runner._worker import _apply_limits
+        _apply_limits(Limits(cpu_s=1, memory_rlimit=False, seccomp=False))
+        while True:
+            pass
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)
+    assert done.returncode == -signal.SIGXCPU
+    assert signal_result(signal.SIGXCPU, "", memory_mb=256).error.code == "TIMEOUT"  # type: ignore[union-attr]
+
+
+def test_cpu_seconds_scale_with_the_cpus_and_stay_in_range() -> None:
+    assert cpu_seconds(10) == 10 * CPUS + 2
+    assert cpu_seconds(0.1) == math.ceil(0.1 * CPUS) + 2
+    assert cpu_seconds(float("inf")) == 2**31 - 1  # clamped, not OverflowError
 
 
 # -- 2. root inside is not root outside -------------------------------------------------------

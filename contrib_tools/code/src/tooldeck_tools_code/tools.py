@@ -152,10 +152,13 @@ def _limits(memory_mb: int, cpu_s: int) -> Callable[[], None]:
             (resource.RLIMIT_CORE, 0),
         ):
             soft, hard = resource.getrlimit(which)
+            # CPU: the soft limit sends SIGXCPU, reported as running out of time; at a hard
+            # limit equal to it the kernel sends SIGKILL instead.
+            top = value + 1 if which == resource.RLIMIT_CPU else value
             if hard != resource.RLIM_INFINITY:
-                value = min(value, hard)
+                value, top = min(value, hard), min(top, hard)
             try:
-                resource.setrlimit(which, (value, value))
+                resource.setrlimit(which, (value, top))
             except (ValueError, OSError):
                 pass  # an admin's lower limit stays
 
@@ -262,7 +265,10 @@ def _describe(completed: Completed, language: str) -> dict[str, Any]:
 
 
 def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], Callable[[], None]]:
-    cpu_s = math.ceil(timeout_s) + 1
+    # RLIMIT_CPU counts every thread: a limit of timeout_s killed a snippet running two busy
+    # threads at half its time, with SIGKILL and no word of why. The wall clock (timeout_s)
+    # is the limit; CPU seconds are a backstop, so they allow every CPU for the whole time.
+    cpu_s = math.ceil(timeout_s * (os.cpu_count() or 1)) + 1
     if language == "python":
         # -I: no PYTHON* variables, no user site, no script directory on sys.path; -u: output
         # is not lost in a buffer when the snippet dies; -B: no .pyc files in the results.
@@ -312,6 +318,10 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             "LANG": "C.UTF-8",
             "NO_COLOR": "1",
             "MPLBACKEND": "Agg",
+            # The memory limit counts address space: each thread's first malloc reserved a
+            # 64 MiB arena, so a snippet could start only 6 threads (ThreadPoolExecutor's
+            # default is the CPUs + 4). Two arenas take that to 22, at no cost in memory.
+            "MALLOC_ARENA_MAX": "2",
             # Where the session's files are (read-only), for snippets that analyse them.
             "WORKDIR": context.workdir,
         }

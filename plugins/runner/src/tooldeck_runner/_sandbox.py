@@ -120,6 +120,20 @@ logger = logging.getLogger("tooldeck.runner")
 #: The largest RLIMIT_CPU a call gets (68 years): a timeout beyond it is simply that long.
 _MAX_CPU_S = 2**31 - 3
 
+
+def cpu_seconds(timeout_s: float) -> int:
+    """The CPU time (RLIMIT_CPU, in seconds) a call with this wall-clock timeout may use.
+
+    The wall clock is the real limit; CPU seconds only stop a spinning process whose parent
+    cannot be reached. RLIMIT_CPU counts every thread of a process, so a tool running two busy
+    threads spends two CPU seconds per second: a limit equal to the timeout killed it at half
+    of its time (with SIGKILL, reported as a crash). So the timeout is multiplied by the CPUs
+    the process could ever run on, plus 2 s for importing. Clamped: a huge timeout (or inf,
+    "no deadline") must not overflow the rlimit.
+    """
+    cpus = os.cpu_count() or 1
+    return math.ceil(min(timeout_s * cpus, _MAX_CPU_S)) + 2
+
 #: Metadata of a sandboxed result that only the host writes: what every result's host owns,
 #: and ``output`` (what the process printed, as the host captured it). ``sandbox_seccomp`` is
 #: the worker's own report and stays.
@@ -609,10 +623,7 @@ class SandboxPool:
         workdir = key.workdir
         limits = Limits(
             memory_mb=tool.execution.memory_mb,
-            # The wall clock is the real limit; CPU seconds only stop a spinning process whose
-            # parent cannot be reached (and a few are already spent importing).
-            # Clamped: a huge timeout (or inf, "no deadline") must not overflow the rlimit.
-            cpu_s=math.ceil(min(tool.execution.timeout_s, _MAX_CPU_S)) + 2,
+            cpu_s=cpu_seconds(tool.execution.timeout_s),
             fsize_bytes=self.settings.file_size_mb * 1024 * 1024,
             nofile=self.settings.max_open_files,
             max_output_bytes=tool.execution.max_output_bytes,
@@ -1020,7 +1031,12 @@ class SandboxPool:
         """Set the cgroup's memory for this call; describe every limit as really applied."""
         memory_mb = tool.execution.memory_mb
         group = worker.cgroup
-        applied: dict[str, Any] = {"memory_mb": memory_mb}
+        applied: dict[str, Any] = {
+            "memory_mb": memory_mb,
+            "cpu_s": cpu_seconds(tool.execution.timeout_s),
+            "cpu": "RLIMIT_CPU per process, over all its threads: the timeout times the CPUs "
+            "(a backstop; the wall-clock timeout is the limit)",
+        }
         if group is not None:
             try:
                 group.set_memory(memory_mb * 1024 * 1024)

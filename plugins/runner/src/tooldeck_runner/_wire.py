@@ -81,6 +81,7 @@ class Limits:
     """Resource limits the worker applies to itself before importing the tool."""
 
     memory_mb: int = 256
+    #: RLIMIT_CPU: CPU seconds over all of the process's threads (``_sandbox.cpu_seconds``).
     cpu_s: int = 31
     fsize_bytes: int = 64 * 1024 * 1024
     nofile: int = 256

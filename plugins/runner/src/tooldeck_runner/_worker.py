@@ -67,9 +67,9 @@ def _load(name: str) -> ModuleType:
 def _apply_limits(limits: Any) -> None:
     import resource
 
-    def cap(which: int, value: int) -> None:
+    def cap(which: int, value: int, hard: int | None = None) -> None:
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (value, value if hard is None else hard))
         except (ValueError, OSError, OverflowError):
             # A limit already lower than ours (set by an admin) stays; one too large for the
             # kernel's type is no limit.
@@ -77,7 +77,9 @@ def _apply_limits(limits: Any) -> None:
 
     if limits.memory_rlimit:
         cap(resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024)
-    cap(resource.RLIMIT_CPU, max(1, limits.cpu_s))
+    # The soft limit sends SIGXCPU, which the host reports as the CPU limit (TIMEOUT); with
+    # soft == hard the kernel sends SIGKILL straight away, which reads as a crash.
+    cap(resource.RLIMIT_CPU, max(1, limits.cpu_s), max(1, limits.cpu_s) + 1)
     cap(resource.RLIMIT_FSIZE, limits.fsize_bytes)
     cap(resource.RLIMIT_NOFILE, limits.nofile)
 
