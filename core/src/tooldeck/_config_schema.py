@@ -78,6 +78,8 @@ CORE_SCHEMAS: dict[str, dict[str, Any]] = {
             "pinned": _STRINGS,
             # Schema-token budget of a hand (estimated tokens of the dealt tools' schemas).
             "max_tokens": _POSITIVE_INT,
+            # Characters of a task that selection reads (its beginning and its end).
+            "max_task_chars": {"type": "integer", "minimum": 200},
         },
         "additionalProperties": False,
     },

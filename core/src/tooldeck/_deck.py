@@ -123,7 +123,8 @@ class Hand:
     over_budget: tuple[str, ...] = ()
     #: What went wrong while dealing, if anything: a retriever that raised, did not answer in
     #: time or answered something unusable (the hand then holds pinned and sticky tools only),
-    #: or entries of its answer that were dropped (unknown shape, duplicates).
+    #: entries of its answer that were dropped (unknown shape, duplicates), or a task longer
+    #: than ``hand.max_task_chars`` that was read by its beginning and end only.
     problems: tuple[str, ...] = ()
 
     @property
@@ -301,6 +302,35 @@ _FILTER_TIMEOUT_S = 10.0
 DEFAULT_REGISTER_TIMEOUT_S = 120.0
 #: How long a selection waits for the retriever's answer (the first one may load a model).
 _RECALL_TIMEOUT_S = 60.0
+#: Default ``hand.max_task_chars``: the characters of a task that selection reads. Tasks are a
+#: request or two (the open retrieval sets' longest is 4,737 characters); an agent that passes
+#: a whole transcript or document made every stage pay for all of it: a 1 MB task took about a
+#: minute of a core in the retriever (its second channel reads every token) and was kept, whole,
+#: in the hand, the history and the query caches.
+DEFAULT_MAX_TASK_CHARS = 8_000
+
+
+def _bounded_task(task: str, limit: int) -> tuple[str, str | None]:
+    """``task`` as selection reads it, and a note when it was shortened.
+
+    A longer task keeps its beginning and its end (half of ``limit`` each, cut at a space
+    where one is near): a document's instructions come first, a transcript's latest request
+    last.
+    """
+    if len(task) <= limit:
+        return task, None
+    half = limit // 2
+    head, tail = task[:half], task[len(task) - (limit - half):]
+    # At a word boundary when one is within the last (first) 10% of a half: no half-words.
+    space = head.rfind(" ", half - half // 10)
+    head = head[:space] if space > 0 else head
+    space = tail.find(" ", 0, half // 10)
+    tail = tail[space + 1:] if space >= 0 else tail
+    note = (f"the task has {len(task):,} characters; selection read its first {len(head):,} "
+            f"and its last {len(tail):,} (hand.max_task_chars = {limit:,})")
+    return f"{head}\n…\n{tail}", note
+
+
 #: Characters of outward text (a hand's task and reasons) redacted on the event loop at most;
 #: more go to a worker thread (about 1.5 ms of the policy's redaction).
 _INLINE_REDACT_CHARS = 16 * 1024
@@ -1394,6 +1424,8 @@ class Session:
         self.recall = int(settings.get("recall", 20))
         self.fallback_recall = int(settings.get("fallback_recall", 40))
         self.sticky_turns = int(settings.get("sticky_turns", 3))
+        #: How much of a task selection reads (``hand.max_task_chars``; see :func:`_bounded_task`).
+        self.max_task_chars = int(settings.get("max_task_chars", DEFAULT_MAX_TASK_CHARS))
         #: The schema-token budget of a hand (``hand.max_tokens``); None: only ``limit`` counts.
         self.max_tokens: int | None = (
             int(settings["max_tokens"]) if settings.get("max_tokens") is not None else None
@@ -1545,9 +1577,16 @@ class Session:
             whose schema does not fit what is left is skipped (listed in ``over_budget``),
             never cut. Schema tokens are :func:`tooldeck._catalog.schema_tokens` estimates.
         :raises StageMissingError: when no plugin provides a retriever.
+        :raises TypeError: when ``task`` is not a string.
+
+        A task longer than ``hand.max_task_chars`` is read by its beginning and its end; the
+        hand's ``problems`` say so.
         """
+        if not isinstance(task, str):
+            raise TypeError(f"task must be a string, not {type(task).__name__}")
         deck = self.deck
         started = time.perf_counter()
+        task, shortened = _bounded_task(task, self.max_task_chars)
         index_problems: list[str] = []
         try:
             await deck.ensure_index()
@@ -1568,6 +1607,8 @@ class Session:
             problems = index_problems
         else:
             candidates, problems, _ = await self._recall(task, max(self.recall, limit))
+        if shortened:
+            problems = [shortened, *problems]
         scores = {c.name: c.score for c in candidates}
         reasons: dict[str, list[str]] = {
             c.name: ["retrieved", c.reason] if c.reason else ["retrieved"] for c in candidates

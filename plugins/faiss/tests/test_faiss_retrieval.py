@@ -108,6 +108,15 @@ def test_segmentation():
     assert segment_query("single sentence without a stop") == ["single sentence without a stop"]
     long = segment_query("Do task number %d now please. " * 100, max_segments=5)
     assert len(long) == 5 and all(len(s) <= 1000 for s in long)
+    # A prompt whose request comes last keeps it: a long merged tail starts with its last
+    # sentence (the embedding model reads 256 tokens); a short tail is merged in order.
+    rules = " ".join(f"Rule {i}: keep the persona and answer politely." for i in range(200))
+    prompt = segment_query(f"{rules} Now read the config file in my project.", max_segments=5)
+    assert len(prompt) == 5 and all(len(s) <= 1000 for s in prompt)
+    assert prompt[-1].startswith("Now read the config file in my project. Rule 4:")
+    short = segment_query("Read the notes file. Send the weekly mail. List every folder now.",
+                          max_segments=2)
+    assert short == ["Read the notes file.", "Send the weekly mail. List every folder now."]
 
 
 # ---------------------------------------------------------------- persistence

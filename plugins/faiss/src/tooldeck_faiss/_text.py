@@ -290,9 +290,12 @@ def segment_query(
     Sentences with fewer than three content words ("Thanks.", "Then:") are glued to the
     previous one instead of standing alone. Very long inputs are bounded: at most
     ``max_segments`` segments (the tail is merged into the last) and ``max_chars`` per segment
-    (the embedding model truncates to 256 tokens anyway). With ``verbs``, "and" or a comma
-    followed by one of those verbs also separates two requests ("read the config and list the
-    folder"); short intents there need only two content words each side.
+    (the embedding model truncates to 256 tokens anyway). A merged tail longer than that starts
+    with its last sentence: a prompt that ends with the user's request ("... From now on, act
+    as your persona. What's Shishir's birthday?") lost the request when the tail was cut.
+    With ``verbs``, "and" or a comma followed by one of those verbs also separates two requests
+    ("read the config and list the folder"); short intents there need only two content words
+    each side.
     """
     query = query.strip()
     if not query:
@@ -321,5 +324,10 @@ def segment_query(
         segments[1] = f"{segments[0]} {segments[1]}"
         segments.pop(0)
     if len(segments) > max_segments:
-        segments = segments[: max_segments - 1] + [" ".join(segments[max_segments - 1 :])]
+        tail = " ".join(segments[max_segments - 1 :])
+        if len(tail) > max_chars:
+            # The last sentence first: the embedding model reads the first 256 tokens only.
+            rest = " ".join(segments[max_segments - 1 : -1])
+            tail = f"{segments[-1][: max_chars // 2]} {rest}"
+        segments = [*segments[: max_segments - 1], tail]
     return [s[:max_chars] for s in segments]
