@@ -110,6 +110,22 @@ def busy_threads(arguments: dict[str, Any], context: Any) -> dict[str, float]:
     return {"wall_s": time.monotonic() - start, "cpu_s": time.process_time()}
 
 
+def start_threads(arguments: dict[str, Any], context: Any) -> int:
+    """Start up to ``count`` idle threads at once; how many could be started."""
+    import threading
+
+    release = threading.Event()
+    started = 0
+    try:
+        while started < arguments["count"]:
+            threading.Thread(target=release.wait, daemon=True).start()
+            started += 1
+    except RuntimeError:  # "can't start new thread"
+        pass
+    release.set()
+    return started
+
+
 def sleep_an_hour(arguments: dict[str, Any], context: Any) -> None:
     time.sleep(3600)
 

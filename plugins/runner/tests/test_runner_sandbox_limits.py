@@ -233,6 +233,18 @@ async def test_without_cgroups_the_rlimit_fallback_is_reported_and_still_holds(
         await ex.aclose()
 
 
+async def test_threads_start_under_the_address_space_fallback(tmp_path: Path) -> None:
+    # RLIMIT_AS counts reservations: glibc's 64 MiB malloc arena per thread let a tool start
+    # only 4 threads under the 256 MiB fallback; the worker now allows two arenas.
+    ex = executor("bubblewrap" if HAVE_BWRAP else "process", cgroups=False)
+    try:
+        result = await call(ex, tmp_path, sandboxed("start_threads"), count=16)
+        assert result.metadata["limits"]["memory"] == "rlimit"
+        assert result.success and result.data == 16, result
+    finally:
+        await ex.aclose()
+
+
 CPUS = os.cpu_count() or 1
 
 
