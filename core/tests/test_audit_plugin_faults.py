@@ -4,6 +4,7 @@ is redacted before the model sees it."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import types
 
@@ -206,6 +207,51 @@ async def test_select_survives_a_retriever_that_misbehaves(how: str, monkeypatch
         assert hand.problems and "words" in hand.problems[0]
     assert "Pw9xLq3Zt7Kc2" not in repr(hand)
     assert all(score == score for score in hand.scores.values())  # no NaN reaches the hand
+
+
+class _Overflowing(KeywordRetriever):
+    """A retriever that answers an endless stream, or a million entries, or essays as reasons."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.read = 0
+
+    async def search(self, query: str, k: int):
+        from tooldeck_hookspecs import ScoredTool
+
+        good = await super().search(query, k)
+        if self.how == "long reason":
+            return [ScoredTool(name=t.name, score=t.score, reason="because " * 100_000)
+                    for t in good]
+        count = None if self.how == "endless" else 1_000_000
+
+        def stream():
+            for i in itertools.islice(itertools.count(), count):
+                self.read += 1
+                yield ScoredTool(name=f"unknown_{i}" if i else "echo", score=1.0 / (i + 1))
+
+        return stream()
+
+
+@pytest.mark.parametrize("how", ["endless", "million", "long reason"])
+async def test_select_reads_a_bounded_answer_from_the_retriever(how: str) -> None:
+    """An endless answer hung every session of the deck (it was read on the event loop), a
+    million entries stalled them, and a reason of any length was printed in every hand."""
+    retriever = _Overflowing(how)
+    async with make_deck(inline_plugin(tooldeck_retriever=lambda settings: retriever,
+                                       name="words"),
+                         load_entry_points=["schema", "runner", "policy"], tools=[echo, other],
+                         ) as deck:
+        with trio.fail_after(10):
+            hand = await deck.session().select("echo a number", limit=5)
+    assert hand.names[0] == "echo"
+    if how == "long reason":
+        (why,) = [r for r in hand.reasons["echo"] if r.startswith("because")]
+        assert len(why) <= 300 and why.endswith("…")
+        return
+    assert retriever.read <= 4 * 20 + 64 + 1  # recall is 20 by default
+    assert any("answered more than" in p and "not read" in p for p in hand.problems)
 
 
 async def test_select_survives_a_retriever_whose_index_fails_and_tries_again() -> None:

@@ -331,6 +331,10 @@ def _bounded_task(task: str, limit: int) -> tuple[str, str | None]:
     return f"{head}\n…\n{tail}", note
 
 
+#: Longest ``ScoredTool.reason`` a hand keeps (longer ones are cut, marked with "…").
+_MAX_REASON_CHARS = 300
+
+
 #: Characters of outward text (a hand's task and reasons) redacted on the event loop at most;
 #: more go to a worker thread (about 1.5 ms of the policy's redaction).
 _INLINE_REDACT_CHARS = 16 * 1024
@@ -1746,7 +1750,17 @@ class Session:
         candidates: list[ScoredTool] = []
         seen: set[str] = set()
         dropped = repeated = 0
-        for hit in answer:
+        # Read on the event loop, so bounded: an endless iterator hung every session of the
+        # deck, and a million entries stalled them. Room for repeats and unusable entries.
+        most = 4 * k + 64
+        entries = list(itertools.islice(answer, most + 1))
+        problems = []
+        if len(entries) > most:
+            entries.pop()
+            problems.append(f"retriever {plugin!r} answered more than {most} entries for "
+                            f"{k} wanted; the rest were not read")
+            log.warning("plugin %r: %s", plugin, problems[-1])
+        for hit in entries:
             name, score = getattr(hit, "name", None), getattr(hit, "score", None)
             if not isinstance(name, str) or isinstance(score, bool) or not isinstance(
                 score, int | float
@@ -1757,15 +1771,19 @@ class Session:
                 repeated += 1
                 continue
             seen.add(name)
-            if type(hit) is not ScoredTool or not math.isfinite(score):
+            reason = getattr(hit, "reason", "") or ""
+            if (type(hit) is not ScoredTool or not math.isfinite(score)
+                    or len(str(reason)) > _MAX_REASON_CHARS):
+                reason = str(reason)
                 hit = ScoredTool(
                     name=name,
                     score=float(score) if math.isfinite(score) else 0.0,
                     signals=dict(getattr(hit, "signals", None) or {}),
-                    reason=getattr(hit, "reason", "") or "",
+                    # A reason is a short phrase for people, printed in every hand.
+                    reason=reason if len(reason) <= _MAX_REASON_CHARS
+                    else reason[: _MAX_REASON_CHARS - 1] + "…",
                 )
             candidates.append(hit)
-        problems = []
         if dropped or repeated:
             problems.append(f"retriever {plugin!r}: {dropped} unusable and {repeated} repeated "
                             "entries dropped")
