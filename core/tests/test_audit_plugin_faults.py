@@ -254,6 +254,30 @@ async def test_select_reads_a_bounded_answer_from_the_retriever(how: str) -> Non
     assert any("answered more than" in p and "not read" in p for p in hand.problems)
 
 
+@pytest.mark.parametrize("on_the_loop", [True, False])
+async def test_a_filter_answering_an_endless_stream_is_read_up_to_a_bound(on_the_loop) -> None:
+    """An endless iterator of verdicts hung the loop (a @nonblocking filter) or, from its
+    thread, grew memory until the process died; a verdict per candidate is all that counts."""
+    from tooldeck_hookspecs import Exclusion, nonblocking
+
+    def endless(query, candidates, session):
+        for i in itertools.count():
+            yield Exclusion(name="other" if i == 0 else f"unknown_{i}", reason="not today")
+
+    filter_hook = nonblocking(endless) if on_the_loop else endless
+    async with make_deck(inline_plugin(tooldeck_filter_tools=filter_hook, name="endless"),
+                         inline_plugin(tooldeck_retriever=lambda settings: KeywordRetriever(),
+                                       name="words"),
+                         load_entry_points=["schema", "runner", "policy"], tools=[echo, other],
+                         ) as deck:
+        session = deck.session(pinned=["other"])
+        with trio.fail_after(20):
+            hand = await session.select("echo a number")
+            refused = await session.call("other", {"value": 1})
+    assert hand.names == ["echo"]  # the first verdict was read and applied
+    assert refused.error is not None and "not today" in refused.error.message
+
+
 async def test_select_survives_a_retriever_whose_index_fails_and_tries_again() -> None:
     class _IndexFailsOnce(KeywordRetriever):
         failures = 1

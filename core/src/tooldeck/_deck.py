@@ -1825,7 +1825,16 @@ class Session:
     ) -> Sequence[Any]:
         try:
             verdicts = impl(query=task, candidates=tools, session=info) or []
-            return list(verdicts) if not isinstance(verdicts, list) else verdicts
+            # A verdict per candidate, at most: an endless iterator hung the loop (a
+            # @nonblocking filter) or filled memory from an abandoned thread.
+            most = 4 * len(tools) + 64
+            read = list(itertools.islice(verdicts, most + 1))
+            if len(read) > most:
+                log.warning("plugin %r: tooldeck_filter_tools answered more than %d verdicts "
+                            "for %d candidates; the rest were not read",
+                            impl.plugin, most, len(tools))
+                del read[most:]
+            return read
         except Exception:
             log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
             return []
