@@ -134,6 +134,7 @@ def cpu_seconds(timeout_s: float) -> int:
     cpus = os.cpu_count() or 1
     return math.ceil(min(timeout_s * cpus, _MAX_CPU_S)) + 2
 
+
 #: Metadata of a sandboxed result that only the host writes: what every result's host owns,
 #: and ``output`` (what the process printed, as the host captured it). ``sandbox_seccomp`` is
 #: the worker's own report and stays.
