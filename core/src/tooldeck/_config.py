@@ -24,7 +24,8 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -268,33 +269,124 @@ def config_digest(path: str | os.PathLike[str]) -> str:
         raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
 
 
-def _read_store(store: Path) -> dict[str, str]:
+#: A trust store larger than this is not read: every start reads it, and a planted 2 GB file
+#: must not be loaded whole. Thousands of entries of the longest paths fit.
+_MAX_STORE_BYTES = 16 << 20
+_STORE_VERSION = 1
+
+
+class _StoreUnusable(Exception):
+    def __init__(self, why: str, *, newer: bool = False) -> None:
+        super().__init__(why)
+        self.newer = newer
+
+
+def _parse_store(store: Path) -> dict[str, str]:
+    """The store's entries ({} when there is none); :class:`_StoreUnusable` saying why not."""
     try:
+        size = store.stat().st_size
+        if size > _MAX_STORE_BYTES:
+            raise _StoreUnusable(f"{size:,} bytes, more than {_MAX_STORE_BYTES:,}")
         data = json.loads(store.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
+        raise _StoreUnusable(str(exc)) from exc
+    if not isinstance(data, dict):
+        raise _StoreUnusable("not a JSON object")
+    version = data.get("version", _STORE_VERSION)
+    if version != _STORE_VERSION:
+        newer = isinstance(version, int) and version > _STORE_VERSION
+        raise _StoreUnusable(f"version {version!r}, this tooldeck reads {_STORE_VERSION}",
+                             newer=newer)
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise _StoreUnusable("no table of files")
+    # Only an exact digest string counts: nothing a damaged entry holds can match a file.
+    return {str(k): v for k, v in files.items() if isinstance(v, str)}
+
+
+def _read_store(store: Path) -> dict[str, str]:
+    try:
+        return _parse_store(store)
+    except _StoreUnusable as exc:
         # A broken store trusts nothing; saying so beats a traceback at every start.
         log.warning("tooldeck: the trust store %s is unreadable (%s); trusting nothing", store, exc)
         return {}
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict):
+
+
+def _read_store_for_update(store: Path) -> dict[str, str]:
+    """The entries to update. A damaged store is set aside first (it used to be overwritten,
+    its entries gone for good); a newer tooldeck's store is left alone (ConfigError)."""
+    try:
+        return _parse_store(store)
+    except _StoreUnusable as exc:
+        if exc.newer:
+            raise ConfigError(
+                f"the trust store {store} was written by a newer tooldeck ({exc}); not changing "
+                "it: use that tooldeck, or name another store with " + TRUST_FILE_ENV
+            ) from exc
+        aside = store.with_name(f"{store.name}.corrupt-{time.time_ns()}")
+        try:
+            os.replace(store, aside)
+        except OSError as err:
+            raise ConfigError(
+                f"the trust store {store} is unreadable ({exc}) and cannot be set aside "
+                f"({err.strerror})"
+            ) from err
+        log.warning("tooldeck: the trust store %s is unreadable (%s); set aside as %s, "
+                    "starting a new one", store, exc, aside.name)
         return {}
-    return {str(k): str(v) for k, v in files.items() if isinstance(v, str)}
+
+
+@contextlib.contextmanager
+def _store_locked(store: Path) -> Iterator[None]:
+    """Hold the store's lock file for a read-modify-write.
+
+    Two `tooldeck config trust` at once each read the store, added their file and replaced it:
+    the first one's entry was lost though it said "trusted" (345 of 900 kept by three
+    processes). A lock file beside the store serialises them; where there is no ``fcntl``
+    (Windows) the old behaviour stays.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(store.with_name(store.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot lock the trust store {store}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _write_store(store: Path, files: Mapping[str, str]) -> None:
-    store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    payload = json.dumps({"version": 1, "files": dict(sorted(files.items()))}, indent=2)
-    fd, tmp = tempfile.mkstemp(prefix=".tooldeck-trust-", dir=store.parent)
+    payload = json.dumps(
+        {"version": _STORE_VERSION, "files": dict(sorted(files.items()))}, indent=2
+    )
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(payload + "\n")
-        os.replace(tmp, store)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".tooldeck-trust-", dir=store.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload + "\n")
+                # On disk before it takes the name: after a power loss the store is the old
+                # one or the new one, never an empty file.
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, store)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        # One line (a directory in its place, a full or read-only disk), not a traceback.
+        raise ConfigError(f"cannot write the trust store {store}: {exc}") from exc
 
 
 def is_trusted(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> bool:
@@ -309,9 +401,10 @@ def trust_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None
     real = os.path.realpath(path)
     digest = config_digest(real)
     store = trust_store_path(environ)
-    files = _read_store(store)
-    files[real] = digest
-    _write_store(store, files)
+    with _store_locked(store):
+        files = _read_store_for_update(store)
+        files[real] = digest
+        _write_store(store, files)
     return digest
 
 
@@ -319,10 +412,11 @@ def untrust_config(path: str | os.PathLike[str], environ: Mapping[str, str] | No
     """Forget a file; returns whether it was trusted before."""
     real = os.path.realpath(path)
     store = trust_store_path(environ)
-    files = _read_store(store)
-    if files.pop(real, None) is None:
-        return False
-    _write_store(store, files)
+    with _store_locked(store):
+        files = _read_store_for_update(store)
+        if files.pop(real, None) is None:
+            return False
+        _write_store(store, files)
     return True
 
 

@@ -293,7 +293,7 @@ class SecondChannel:
             self._store = EmbeddingStore(self._cache_dir, self.model_id)
         texts = [dense_text(t) for t in tools]
         keys = [text_key(t) for t in texts]
-        cached = self._store.get_many(keys) if self._store else {}
+        cached = self._store.get_many(keys, dim=_DIM, unit=True) if self._store else {}
         self.cache_hits += len(cached)
         missing = [i for i, key in enumerate(keys) if key not in cached]
         if missing:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -52,6 +53,8 @@ HISTORY_STORES_GROUP = "tooldeck.history_stores"
 #: Environment variable naming the history file; ``off`` (or empty) keeps history in memory.
 HISTORY_FILE_ENV = "TOOLDECK_HISTORY_FILE"
 _FORMAT = 1
+#: A record's use count is capped there (a damaged file can hold any integer).
+_MAX_COUNT = 1 << 31
 
 
 def default_history_path() -> str | None:
@@ -186,6 +189,10 @@ def _unpack(text: str, dim: int | None) -> np.ndarray | None:
         return None
     if dim is not None and vector.size != dim:
         return None
+    if not vector.size or not np.isfinite(vector).all():
+        # A damaged row: an infinite component made the tool's lift infinite for every
+        # query on one side of it. Left without a vector, the task is embedded again.
+        return None
     return vector.astype(np.float32)
 
 
@@ -231,24 +238,74 @@ class SelectionHistory:
         self._down = False
         self._syncs = 0
         self._store_errors = 0
+        self._save_warned = False
         if self.path is not None:
             self._load()
 
     # ------------------------------------------------------------------ persistence
 
+    def _max_file_bytes(self) -> int:
+        # What a full file can hold: every record at its longest (a task of non-ASCII
+        # characters escaped as \\uXXXX pairs, a 4096-d vector in base64) and then some. A
+        # bigger file is not ours to read whole: a planted 2 GB file would be, at every start.
+        return 4096 + self.max_records * (12 * self.max_query_chars + 16_384)
+
+    def _set_aside(self, why: str) -> None:
+        """Move an unusable history file out of the way (never overwrite it), and say so."""
+        path = self.path
+        assert path is not None
+        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        try:
+            os.replace(path, aside)
+            done = f"set aside as {aside.name}, starting afresh"
+        except OSError as exc:
+            # Cannot move it: do not overwrite what we could not read either (memory only).
+            done = f"cannot set it aside ({exc.strerror}), keeping the history in memory only"
+            self.path = None
+        log.warning("tooldeck: selection history file %s is unusable (%s); %s", path, why, done)
+
     def _load(self) -> None:
         assert self.path is not None
+        # A damaged file (a crash mid-write, a full disk, a directory, unreadable, planted or
+        # huge) is set aside with one warning: it used to be ignored silently, then replaced
+        # at the next save, and a huge one was read whole into memory first.
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._set_aside(f"{type(exc).__name__}: {exc.strerror}")
+            return
+        if size > self._max_file_bytes():
+            self._set_aside(f"{size:,} bytes, more than {self._max_file_bytes():,}")
+            return
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return
-        except (OSError, ValueError):
-            return  # unreadable or corrupt: start afresh rather than fail the deck
+        except (OSError, ValueError, RecursionError) as exc:
+            self._set_aside(f"{type(exc).__name__}: {exc}")
+            return
+        if isinstance(data, dict) and isinstance(data.get("format"), int) and (
+            data["format"] > _FORMAT
+        ):
+            # Another (newer) tooldeck's file: its records are valid, just not ours to read.
+            # Left as it is; this process keeps its history in memory.
+            log.warning(
+                "tooldeck: selection history file %s has format %s, newer than this tooldeck "
+                "reads (%s); leaving it as it is and keeping the history in memory only",
+                self.path, data["format"], _FORMAT,
+            )
+            self.path = None
+            return
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            self._set_aside(f"format {found!r}, this tooldeck reads {_FORMAT}")
             return
         same_model = data.get("model") == self.model_id
         rows = data.get("records")
         if not isinstance(rows, list):
+            self._set_aside("no list of records")
             return
         for row in rows[-self.max_records :]:
             if not isinstance(row, dict):
@@ -259,8 +316,10 @@ class SelectionHistory:
             packed = row.get("v")
             vector = _unpack(packed, None) if same_model and isinstance(packed, str) else None
             n, t = row.get("n"), row.get("t")
-            count = n if isinstance(n, int) else 1
-            last = float(t) if isinstance(t, int | float) else 0.0
+            # Bounded: a damaged count of 10**40 became inf in the float32 counts, and an
+            # infinite lift for its tool.
+            count = min(n, _MAX_COUNT) if isinstance(n, int) and not isinstance(n, bool) else 1
+            last = float(t) if isinstance(t, int | float) and math.isfinite(t) else 0.0
             self._records[(query, tool)] = _Record(
                 query[: self.max_query_chars], tool, max(1, count), last, vector
             )
@@ -296,13 +355,21 @@ class SelectionHistory:
                 os.fchmod(fd, 0o600)  # the tasks are the users' words
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(payload)
+                    # On disk before it takes the name: a power loss after the rename must
+                    # not leave an empty file in place of the records.
+                    fh.flush()
+                    os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-        except OSError:
+        except OSError as exc:
             with self._lock:
                 self._dirty = True  # read-only or full disk: keep serving, retry later
+            if not self._save_warned:  # once: retried every few seconds
+                self._save_warned = True
+                log.warning("tooldeck: cannot save the selection history to %s (%s); "
+                            "retrying later", self.path, exc)
 
     def maybe_save(self, every_s: float = 5.0) -> None:
         """Save when something changed and the last save is older than ``every_s``.
@@ -466,20 +533,26 @@ class SelectionHistory:
     def __len__(self) -> int:
         return len(self._records)
 
-    def matrix(self) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """(task vectors, tool of each row, use count of each row) of the embedded records."""
+    def matrix(self, dim: int | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """(task vectors, tool of each row, use count of each row) of the embedded records.
+
+        ``dim``: the queries' dimension (the model's); else the newest record's.
+        """
         with self._lock:
-            if self._matrix is None:
+            if self._matrix is None or (dim is not None and self._matrix[0].shape[1] != dim):
                 recs = [r for r in self._records.values() if r.vector is not None]
                 if recs:
                     # A vector of another size (a store holding another model's under the
-                    # same id, a damaged row) cannot be compared: leave it out.
-                    dim = recs[-1].vector.size  # type: ignore[union-attr]
+                    # same id, a damaged row) cannot be compared: leave it out. The queries'
+                    # size decides when known: one damaged row loaded last used to set the
+                    # size, and every valid record was left out until the next use.
+                    if dim is None:
+                        dim = recs[-1].vector.size  # type: ignore[union-attr]
                     recs = [r for r in recs if r.vector.size == dim]  # type: ignore[union-attr]
                 if recs:
                     vecs = np.stack([r.vector for r in recs]).astype(np.float32)  # type: ignore[misc]
                 else:
-                    vecs = np.zeros((0, 0), dtype=np.float32)
+                    vecs = np.zeros((0, dim or 0), dtype=np.float32)
                 counts = np.array([r.count for r in recs], dtype=np.float32)
                 self._matrix = (vecs, [r.tool for r in recs], counts)
             return self._matrix
@@ -490,7 +563,7 @@ class SelectionHistory:
         Closeness is the best cosine between a query vector and a recorded task, mapped from
         ``[threshold, 1]`` onto ``[0, 1]``; tasks below ``threshold`` say nothing.
         """
-        vecs, tools, counts = self.matrix()
+        vecs, tools, counts = self.matrix(qvecs.shape[1])
         if not tools or vecs.shape[1] != qvecs.shape[1]:
             return {}
         sims = (qvecs @ vecs.T).max(axis=0)

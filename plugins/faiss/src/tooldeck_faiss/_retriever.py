@@ -498,7 +498,8 @@ class FaissRetriever:
         """Vectors for tool texts: from the disk cache when known, else encoded and stored."""
         self._load_model()
         keys = [text_key(t) for t in texts]
-        cached = self._store.get_many(keys) if self._store else {}
+        # The model's dimension: a cached vector of another (a damaged chunk) is not trusted.
+        cached = self._store.get_many(keys, dim=self._dimension(), unit=True) if self._store else {}
         self._cache_hits += len(cached)
         missing = [i for i, k in enumerate(keys) if k not in cached]
         fresh: dict[str, np.ndarray] = {}
