@@ -13,11 +13,29 @@ __all__ = ["RedisApprovalStore"]
 
 logger = logging.getLogger("tooldeck.redis")
 
+# An approval create() wrote is a hash with an expiry (HSET and PEXPIRE in one MULTI). Anything
+# else at its key is damaged or foreign: another key type (HMGET would fail with WRONGTYPE, which
+# read as "Redis unavailable", for ever), or a hash without expiry (PERSIST, a manual HSET),
+# which would otherwise stay usable for ever, past the approval TTL. Fail closed: it decides and
+# approves nothing, and is deleted; -1 tells the client to warn.
+_DAMAGED = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then
+  return 0
+end
+if ttl == -1 or type(redis.pcall('HLEN', KEYS[1])) ~= 'number' then
+  redis.call('UNLINK', KEYS[1])
+  return -1
+end
+"""
+
 # KEYS[1]: the approval's hash. ARGV: new state (approved | denied), session id or "".
 # A pending approval is decided once, by its own session only; an approved one not yet used can
 # still be denied (revoked). In one script with consume's: of a deny and a use racing, exactly
 # one wins.
-_RESOLVE = """
+#
+# _DAMAGED first (both scripts): a key create() did not write answers -1, and is deleted.
+_RESOLVE = _DAMAGED + """
 local a = redis.call('HMGET', KEYS[1], 'state', 'session')
 if not (a[1] == 'pending' or (a[1] == 'approved' and ARGV[1] == 'denied'))
     or (ARGV[2] ~= '' and a[2] ~= ARGV[2]) then
@@ -30,7 +48,7 @@ return 1
 # KEYS[1]: the approval's hash. ARGV: session, tool, arguments hash.
 # Check and delete in one script: of two workers racing with the same approval id, exactly one
 # sees it approved; a call for another session, tool or arguments leaves it in place.
-_CONSUME = """
+_CONSUME = _DAMAGED + """
 local a = redis.call('HMGET', KEYS[1], 'state', 'session', 'tool', 'args')
 if a[1] ~= 'approved' or a[2] ~= ARGV[1] or a[3] ~= ARGV[2] or a[4] ~= ARGV[3] then
   return 0
@@ -152,6 +170,13 @@ def _is_one(reply: object, approval_id: str, what: str) -> bool:
     something that is not our script on a Redis server, and approvals fail closed."""
     if type(reply) is int and reply in (0, 1):
         return reply == 1
+    if type(reply) is int and reply == -1:
+        logger.warning(
+            "approval %s not %s: its state in Redis was damaged (not a hash with an expiry); "
+            "deleted, the approval is refused",
+            approval_id, what,
+        )
+        return False
     logger.error("approval %s not %s: unexpected reply %.80r from Redis", approval_id, what, reply)
     return False
 

@@ -15,7 +15,7 @@ import cattrs
 from tooldeck_hookspecs import RateLimitOutcome, SessionInfo, ToolDefinition, ToolResult
 
 from ._client import RedisConnection, ReplyError, delete_matching, glob_escape, parse_info
-from ._limiter import RedisRateLimiter, bounded_get, cached_or_window
+from ._limiter import GENERATION_LUA, RedisRateLimiter, bounded_get, cached_or_window
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
@@ -38,12 +38,31 @@ _MISSES_KEPT_PER_KEY = 64
 # a put no miss of this process preceded: stored as it is), the value, the TTL in ms. Stored only
 # if no process invalidated the tool since that miss: a call that read the old state while
 # another process's write landed must not store it.
-_PUT_IF_CURRENT = """
-if ARGV[1] ~= '' and (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then
+# A damaged generation (see GENERATION_LUA) is repaired here too, and refuses a put that a miss
+# preceded (that miss cannot have seen the fresh value).
+_PUT_IF_CURRENT = GENERATION_LUA + """
+if ARGV[1] ~= '' and generation(KEYS[2]) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
+"""
+
+# KEYS: generations of the tools to invalidate; each is raised (INCR), or, when damaged,
+# replaced by a fresh value, which invalidates as well (see GENERATION_LUA). Returns how many
+# were repaired. Before, a plain INCR failed on a damaged generation, and the invalidation then
+# deleted no entry: the tool's stale results kept being served.
+_BUMP = GENERATION_LUA + """
+local repaired = 0
+for _, key in ipairs(KEYS) do
+  local _, damaged = generation(key)
+  if damaged == 1 then
+    repaired = repaired + 1
+  else
+    redis.call('INCR', key)
+  end
+end
+return repaired
 """
 
 
@@ -123,6 +142,7 @@ class RedisCache:
         # Reads are bounded like writes: a value over max_entry_bytes stays on the server.
         self._get = connection.script(bounded_get(self.max_entry_bytes))
         self._put_if_current = connection.script(_PUT_IF_CURRENT)
+        self._bump = connection.script(_BUMP)
 
     def _gen_key(self, key: str) -> str:
         return self._gen_prefix + _tool_of(key)
@@ -201,12 +221,14 @@ class RedisCache:
         """The cached result for ``key``, or None (a miss, an expired entry, or Redis down)."""
         await self._after_recovery()
         try:
-            raw, generation = await self._get(
+            raw, generation, repaired = await self._get(
                 "cached results cannot be read", [self._prefix + key, self._gen_key(key)], []
             )
         except RedisUnavailable as exc:
             self._failed(exc)
             return await self._local_get(key)
+        if repaired:
+            self._warn_generation(key)
         result = self._decoded(key, raw)
         if result is None:
             self._saw(key, generation)
@@ -224,9 +246,12 @@ class RedisCache:
         return None
 
     def _decoded(self, key: str, raw: Any) -> ToolResult | None:
-        if type(raw) is not bytes:  # None: no entry; 0: one over max_entry_bytes (not read)
+        # None: no entry; 0: over max_entry_bytes or not a string (not read).
+        if type(raw) is not bytes:
             if raw is not None:
-                logger.warning("cache entry %r over max_entry_bytes ignored", key)
+                logger.warning(
+                    "cache entry %r ignored: over max_entry_bytes, or not a string in Redis", key
+                )
             self._misses += 1
             return None
         try:
@@ -281,7 +306,16 @@ class RedisCache:
             return None, await limiter.hit(tool, session)
         self._misses += 1
         self._saw(key, reply[3])
+        if reply[4]:
+            self._warn_generation(key)
         return None, limiter.outcome(windows, reply)
+
+    def _warn_generation(self, key: str) -> None:
+        logger.warning(
+            "cache generation %r in Redis was not a counter (another key type, text, or a number "
+            "too large); replaced by a fresh one: results cached before are no longer stored",
+            self._gen_key(key),
+        )
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
         """Store a successful result for ``ttl_s`` seconds (``SET ... PX``)."""
@@ -365,12 +399,12 @@ class RedisCache:
         what = "cached results cannot be invalidated"
         # First the generations: a call of these tools that missed before this point (and may
         # have read the old state) no longer stores its result, in any process.
-        replies = await self.connection.execute(
-            what, *(["INCR", self._gen_prefix + name] for name in tools)
-        )
-        for reply in replies:
-            if isinstance(reply, ReplyError):
-                raise RedisUnavailable(self.connection.url, what, reply)
+        repaired = await self._bump(what, [self._gen_prefix + name for name in tools], [])
+        if repaired:
+            logger.warning(
+                "%s cache generation(s) of %s in Redis were not counters; replaced by fresh ones",
+                repaired, ", ".join(tools),
+            )
         deleted = 0
         for pattern in patterns:
             deleted += await delete_matching(self.connection, what, pattern)

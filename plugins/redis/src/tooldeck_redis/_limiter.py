@@ -17,7 +17,7 @@ from ._client import Encoded, RedisConnection, delete_matching, glob_escape
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
 
-__all__ = ["RedisRateLimiter", "bounded_get", "cached_or_window"]
+__all__ = ["GENERATION_LUA", "RedisRateLimiter", "bounded_get", "cached_or_window"]
 
 logger = logging.getLogger("tooldeck.redis")
 
@@ -33,14 +33,27 @@ _ARGUMENTS_KEPT = 4096
 # and the hits are atomic across processes and a refused call uses no slot. The time comes from
 # the server (TIME), so workers on hosts with skewed clocks still share one window. Redis >= 5
 # replicates a script by its effects, which is what allows TIME before writes.
+#
+# A window key holding anything else is foreign or damaged (another version, a manual edit): a
+# key of another type would fail every call of the tool with WRONGTYPE, and members timed more
+# than a window ahead of the server clock (+inf, 1e18: this script only writes `now`) would
+# never leave it, refusing the tool for ever. Both are dropped, so the call gets a fresh window;
+# the last item of the reply counts what was dropped (the client warns).
 _WINDOWS = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
+local repaired = 0
 for i, key in ipairs(keys) do
   local limit = tonumber(ARGV[2 * i])
   local window = tonumber(ARGV[2 * i + 1])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  -- pcall: a key of another type answers an error instead of failing the script (and costs no
+  -- TYPE command on every call).
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now - window)) == 'table' then
+    redis.call('UNLINK', key)
+    repaired = repaired + 1
+  end
+  repaired = repaired + redis.call('ZREMRANGEBYSCORE', key, '(' .. (now + window), '+inf')
   local count = redis.call('ZCARD', key)
   if count >= limit then
     local retry = window
@@ -49,7 +62,7 @@ for i, key in ipairs(keys) do
       local entry = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
       retry = tonumber(entry[2]) + window - now
     end
-    return {0, i, retry}
+    return {0, i, retry, repaired}
   end
 end
 for i, key in ipairs(keys) do
@@ -57,11 +70,35 @@ for i, key in ipairs(keys) do
   redis.call('ZADD', key, now, member)
   redis.call('PEXPIRE', key, window)
 end
-return {1, 0, 0}
+return {1, 0, 0, repaired}
 """
 
 # KEYS: the windows.
 _MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
+
+# A tool's cache generation is a decimal counter only tooldeck_redis._cache writes (INCR). What
+# else may sit there (another key type, text, a number INCR cannot raise, a huge string) came
+# from elsewhere: read as is, it made every probe or invalidation of the tool fail with WRONGTYPE
+# or "not an integer", and a failed invalidation deleted nothing, so stale results kept being
+# served. It is replaced by the server clock in microseconds: a value no earlier miss saw (it is
+# above any counter), so that their puts are refused, as after an invalidation. Returns the
+# generation and whether it was repaired. Needs the server's TIME before writes (Redis >= 5).
+GENERATION_LUA = """
+local function generation(key)
+  local gen = redis.pcall('GET', key)
+  if not gen then
+    return '0', 0
+  end
+  if type(gen) == 'string' and string.len(gen) <= 18 and string.match(gen, '^%d+$') then
+    return gen, 0
+  end
+  local t = redis.call('TIME')
+  local fresh = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('UNLINK', key)
+  redis.call('SET', key, fresh)
+  return fresh, 1
+end
+"""
 
 # KEYS[1]: a cache entry, then the windows. A hit returns {2, value} and counts nothing (a
 # cached answer is not a call); a miss counts the call as _MOVING_WINDOW does. One round trip
@@ -69,33 +106,40 @@ _MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
 # cache's max_entry_bytes is a miss: this deck never writes one (another deployment or version
 # did), and sending it would move megabytes through the connection every other call shares.
 # KEYS[2] is the tool's cache generation (see tooldeck_redis._cache): a miss also answers it,
-# as the last item, so that the result of the call that follows is stored only if no process
-# invalidated the tool meanwhile.
+# so that the result of the call that follows is stored only if no process invalidated the tool
+# meanwhile (a miss's items: allowed, index, retry, generation, whether the generation was
+# repaired, windows repaired).
+# A cache entry of another key type (GET answers WRONGTYPE, caught by pcall) is a miss too: the
+# put that follows overwrites it (SET replaces any type).
 _CACHED_OR_WINDOW = (
-    """
-local value = redis.call('GET', KEYS[1])
-if value and string.len(value) <= %d then
+    GENERATION_LUA.replace("%", "%%")
+    + """
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'string' and string.len(value) <= %d then
   return {2, value}
 end
-local gen = redis.call('GET', KEYS[2]) or '0'
+local gen, gen_repaired = generation(KEYS[2])
 local keys = {}
 for i = 3, #KEYS do
   keys[i - 2] = KEYS[i]
 end
 """
     + _WINDOWS.replace("%", "%%")
-    .replace("return {0, i, retry}", "return {0, i, retry, gen}")
-    .replace("return {1, 0, 0}", "return {1, 0, 0, gen}")
+    .replace("return {0, i, retry, repaired}", "return {0, i, retry, gen, gen_repaired, repaired}")
+    .replace("return {1, 0, 0, repaired}", "return {1, 0, 0, gen, gen_repaired, repaired}")
 )
 
 # KEYS[1]: a cache entry, KEYS[2]: its tool's cache generation. {value, generation}: the value,
 # nil, or 0 when it is larger than max_entry_bytes (left on the server, as above).
-_BOUNDED_GET = """
-local value = redis.call('GET', KEYS[1])
-if value and string.len(value) > %d then
+# (a value of another key type: 0 too, see _CACHED_OR_WINDOW; the third item: whether the
+# generation was repaired, see GENERATION_LUA.)
+_BOUNDED_GET = GENERATION_LUA.replace("%", "%%") + """
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' or (value and string.len(value) > %d) then
   value = 0
 end
-return {value or false, redis.call('GET', KEYS[2]) or '0'}
+local gen, gen_repaired = generation(KEYS[2])
+return {value, gen, gen_repaired}
 """
 
 
@@ -232,8 +276,14 @@ class RedisRateLimiter:
 
     @staticmethod
     def outcome(windows: list[_Window], reply: Any) -> RateLimitOutcome:
-        """The script's reply ``{allowed, index, retry_ms}`` as an outcome."""
+        """The script's reply ``{allowed, index, retry_ms, ..., repaired}`` as an outcome."""
         allowed, index, retry_ms = reply[:3]
+        if len(reply) > 3 and reply[-1]:
+            logger.warning(
+                "rate-limit window %s in Redis held foreign data (another key type, or calls "
+                "timed in the future); dropped %s, the window starts afresh",
+                " and ".join(w.key for w in windows), reply[-1],
+            )
         if allowed:
             return _ALLOWED
         window = windows[int(index) - 1]

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,21 +40,59 @@ from ._settings import mask_url, redis_settings
 
 __all__ = ["RedisHistoryStore", "history_store"]
 
+logger = logging.getLogger("tooldeck.redis")
+
+#: Largest record body and vector an exchange hands back (bytes): a task of max_query_chars
+#: (1000) is a few KB of JSON, a float16 vector of 32768 dimensions 64 KiB. A larger field was
+#: not written by this module (another version, a manual edit): deleted, never sent to the client.
+_MAX_FIELD_BYTES = 65_536
+#: Records evicted at most per exchange beyond the uses it adds: an exchange keeps the bound
+#: (each adds at most its uses), and a foreign LRU of millions of members is trimmed over several
+#: exchanges instead of one script that blocks the server for every client of it.
+_MAX_EVICTIONS = 1_000
+
+# The keys are checked first: one of another type (another version, a manual edit) would fail
+# every exchange with WRONGTYPE, and the history would stay down for good. History is ranking
+# data only, so a damaged key is dropped and rebuilt by the uses that follow; so is a use count
+# that is not a plain integer (HINCRBY would fail on it). The first items of the reply: the
+# server time, and how many keys or fields were repaired (the client warns).
 _EXCHANGE = """
 local rec, cnt, lru, vec, models = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local max_records = tonumber(ARGV[1])
 local since = tonumber(ARGV[2])
 local model = ARGV[3]
 local n_uses = tonumber(ARGV[4])
+local max_field = tonumber(ARGV[5])
+local max_evictions = tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local repaired = 0
+local kinds = {[rec] = 'hash', [cnt] = 'hash', [lru] = 'zset', [vec] = 'hash', [models] = 'set'}
+for key, kind in pairs(kinds) do
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= kind and found ~= 'none' then
+    redis.call('UNLINK', key)
+    repaired = repaired + 1
+  end
+end
+local function count_ok(id)
+  if redis.call('HSTRLEN', cnt, id) > 15 then
+    return false
+  end
+  local c = redis.call('HGET', cnt, id)
+  return c and string.match(c, '^%d+$') and c
+end
 if n_uses > 0 then redis.call('SADD', models, model) end
-local i = 5
+local i = 7
 for _ = 1, n_uses do
   local id, body, inc, v = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   i = i + 4
   if inc > 0 then
     redis.call('HSET', rec, id, body)
+    if redis.call('HEXISTS', cnt, id) == 1 and not count_ok(id) then
+      redis.call('HDEL', cnt, id)
+      repaired = repaired + 1
+    end
     redis.call('HINCRBY', cnt, id, inc)
     redis.call('ZADD', lru, now, id)
   end
@@ -60,7 +100,7 @@ for _ = 1, n_uses do
     redis.call('HSET', vec, model .. '|' .. id, v)
   end
 end
-local over = redis.call('ZCARD', lru) - max_records
+local over = math.min(redis.call('ZCARD', lru) - max_records, n_uses + max_evictions)
 if over > 0 then
   local gone = redis.call('ZRANGE', lru, 0, over - 1)
   local known = redis.call('SMEMBERS', models)
@@ -71,15 +111,25 @@ if over > 0 then
     for _, m in ipairs(known) do redis.call('HDEL', vec, m .. '|' .. id) end
   end
 end
-local out = {tostring(now)}
+local function bounded(key, field)
+  if redis.call('HSTRLEN', key, field) > max_field then
+    redis.call('HDEL', key, field)  -- a record without its body is skipped, then evicted
+    repaired = repaired + 1
+    return ''
+  end
+  return redis.call('HGET', key, field) or ''
+end
+local rows = {}
 local ids = redis.call('ZRANGEBYSCORE', lru, since, '+inf', 'WITHSCORES', 'LIMIT', 0, max_records)
 for k = 1, #ids, 2 do
   local id = ids[k]
-  out[#out + 1] = ids[k + 1]
-  out[#out + 1] = redis.call('HGET', rec, id) or ''
-  out[#out + 1] = redis.call('HGET', cnt, id) or '0'
-  out[#out + 1] = redis.call('HGET', vec, model .. '|' .. id) or ''
+  rows[#rows + 1] = ids[k + 1]
+  rows[#rows + 1] = bounded(rec, id)
+  rows[#rows + 1] = count_ok(id) or '1'
+  rows[#rows + 1] = bounded(vec, model .. '|' .. id)
 end
+local out = {tostring(now), repaired}
+for _, item in ipairs(rows) do out[#out + 1] = item end
 return out
 """
 
@@ -157,15 +207,24 @@ class RedisHistoryStore:
         """Add ``uses`` and return the records used at or after ``since`` (seconds)."""
         from tooldeck_faiss import HistoryRow
 
-        args: list[Any] = [self.max_records, int(since * 1000), self.model_id, len(uses)]
+        args: list[Any] = [
+            self.max_records, int(since * 1000), self.model_id, len(uses), _MAX_FIELD_BYTES,
+            _MAX_EVICTIONS,
+        ]  # fmt: skip
         for use in uses:
             packed = b"" if use.vector is None else np.asarray(use.vector, np.float16).tobytes()
             body = json.dumps({"q": use.query, "tool": use.tool}, ensure_ascii=False)
             args += [_record_id(use.query, use.tool), body, int(use.count), packed]
         reply = self._exchange(keys=self._keys, args=args)
         now = int(reply[0]) / 1000
+        if int(reply[1]):
+            logger.warning(
+                "selection history %s: %s damaged key(s) or field(s) in Redis (another key "
+                "type, a count that is not an integer, a field over %d bytes) dropped or skipped",
+                self.label, int(reply[1]), _MAX_FIELD_BYTES,
+            )
         rows = []
-        for k in range(1, len(reply) - 3, 4):
+        for k in range(2, len(reply) - 3, 4):
             score, body, count, raw = reply[k : k + 4]
             try:
                 row = json.loads(body)
@@ -177,8 +236,13 @@ class RedisHistoryStore:
             vector = None
             if raw and len(raw) % 2 == 0:
                 vector = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+            # +inf or a far-future score (a manual ZADD) would rank the record above every
+            # other for ever: as the file loader does, a non-finite time counts as long ago.
+            last = float(score) / 1000
+            if not math.isfinite(last) or last > now + 86_400:
+                last = 0.0
             rows.append(HistoryRow(
-                query=query, tool=tool, count=int(count), last=float(score) / 1000, vector=vector
+                query=query, tool=tool, count=int(count), last=last, vector=vector
             ))
         return rows, now
 
