@@ -9,6 +9,7 @@ as absolute http(s) URLs, deduplicated and capped.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -18,6 +19,9 @@ __all__ = ["EXTRACT_JS", "MAX_LINKS", "MAX_TEXT_CHARS", "clean_text", "page_snap
 MAX_TEXT_CHARS = 50_000
 #: Cap on the number of links returned.
 MAX_LINKS = 100
+#: Largest snapshot, as JSON: the tools' ``max_output_bytes`` (400 000) less room for the other
+#: fields of a result (page id, status, blocked requests, closed pages).
+MAX_SNAPSHOT_BYTES = 360_000
 
 EXTRACT_JS = r"""
 ([maxChars, maxLinks]) => {
@@ -88,6 +92,35 @@ async def page_snapshot(page: Any, *, max_chars: int = MAX_TEXT_CHARS) -> dict[s
             f"The page text was cut at {max_chars} characters. Use browser_click or a more "
             "specific page (a section link) to read further."
         )
+    _fit(snapshot, MAX_SNAPSHOT_BYTES)
     if snapshot["link_count"] > len(snapshot["links"]):
         snapshot["links_truncated"] = True
     return snapshot
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _fit(snapshot: dict[str, Any], budget: int) -> None:
+    """Shorten ``snapshot`` until its JSON fits in ``budget`` bytes: last links first, then text.
+
+    The caps above count characters and links, not bytes: 50 000 CJK characters (150 kB) and
+    100 links with long tracking URLs made a 456 kB result, over the tools' limit of 400 000
+    bytes, and the whole page was dropped with OUTPUT_TRUNCATED instead of coming back cut.
+    """
+    size = _json_bytes(snapshot)
+    links = snapshot["links"]
+    while links and size > budget:
+        size -= _json_bytes(links.pop()) + 1
+    if size > budget:
+        text = snapshot["text"]
+        # Every character is at least one byte: cutting as many characters as bytes are over
+        # is enough.
+        snapshot["text"] = text[: max(0, len(text) - (size - budget))]
+        snapshot["truncated"] = True
+        snapshot["note"] = (
+            f"The page text was cut at {len(snapshot['text'])} characters to fit the result's "
+            "size limit. Use browser_click or a more specific page (a section link) to read "
+            "further."
+        )

@@ -26,6 +26,12 @@ UNREACHABLE_HEADER = "X-Tooldeck-Unreachable"
 _MAX_HEAD = 64 * 1024
 _MAX_RESPONSE_HEAD = 256 * 1024
 _HEAD_TIMEOUT_S = 30.0
+#: How long an origin may take to start its answer. Not _HEAD_TIMEOUT_S: a page slower than
+#: 30 s was cut by the proxy while its browser_navigate still had time (timeout_s goes up to
+#: 90 s); Chromium then sent the request again and the call failed with TIMEOUT at its full
+#: timeout_s, having never waited for the first answer. The browser's own timeout is the limit
+#: (it closes its side, which ends the relay); this only bounds a connection nobody closes.
+_RESPONSE_HEAD_TIMEOUT_S = 600.0
 _CONNECT_TIMEOUT_S = 10.0
 _HOP_BY_HOP = {
     "connection",
@@ -230,7 +236,9 @@ async def _relay_closing(up_reader: asyncio.StreamReader, writer: asyncio.Stream
     closing makes it a non-question.
     """
     while True:
-        head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
+        head = await asyncio.wait_for(
+            up_reader.readuntil(b"\r\n\r\n"), _RESPONSE_HEAD_TIMEOUT_S
+        )
         lines = head.decode("latin-1").split("\r\n")
         status = (lines[0].split(" ", 2) + [""])[1]
         if status.startswith("1"):

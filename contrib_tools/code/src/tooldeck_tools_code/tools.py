@@ -255,7 +255,11 @@ def _out_of_memory(completed: Completed, stderr: str) -> bool:
     last = lines[-1] if lines else ""
     # Python: the last line of the traceback. Node: V8's fatal error text; both only count when
     # the program died of it (a snippet that catches MemoryError and goes on is not flagged).
-    return last.startswith("MemoryError") or any(
+    # The exception's class, without its module: subclasses of MemoryError count too (numpy's
+    # "numpy._core._exceptions._ArrayMemoryError: Unable to allocate ..." came back as a plain
+    # exit 1, not as the sandbox's memory limit it is).
+    exception = last.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    return (" " not in exception and exception.endswith("MemoryError")) or any(
         marker in stderr[-4000:] for marker in _MEMORY_MARKERS[1:]
     )
 
@@ -301,7 +305,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
     code = _code(arguments.get("code"))
     stdin = _stdin(arguments.get("stdin"))
     timeout_s = _timeout(arguments.get("timeout_s"))
-    limit_s, by_call = within_call(timeout_s, context.seconds_left())
+    call_left = context.seconds_left()
+    limit_s, by_call = within_call(timeout_s, call_left)
     base = tempfile.mkdtemp(prefix="tooldeck-code-")
     try:
         # The snippet lives outside its working directory, so it is not returned as a file.
@@ -349,14 +354,22 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
         if completed.timed_out and by_call:
             raise ToolFailure(
                 ErrorCode.TIMEOUT,
-                f"the program was stopped after {limit_s:.3g} s, when this call's time limit "
-                "(set for code_execute by the deployment, below this snippet's timeout_s of "
-                f"{timeout_s:g} s) was about to run out, and was killed",
+                # The call's limit also counts its time in the queue and the sandbox's start:
+                # blaming "the deployment" alone misled a snippet that had waited behind others.
+                f"the program was stopped after {limit_s:.3g} s, when this call's time limit was "
+                "about to run out (code_execute's execution.timeout_s, which the deployment set "
+                f"below this snippet's timeout_s of {timeout_s:g} s or which the call had partly "
+                "spent waiting in its queue behind other calls and for its sandbox: "
+                f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the program started), "
+                "and was killed",
                 suggestion=(
                     "A larger timeout_s does not help here: do less work per call (process less "
-                    "data, split the task); what it printed so far is in details.partial."
+                    "data, split the task); what it printed so far is in details.partial. If "
+                    "other snippets were running at the same time, this one waited for them: try "
+                    "it again alone."
                 ),
                 details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
+                         "seconds_left_at_start": round(max(call_left or 0.0, 0.0), 3),
                          "limited_by": "call deadline", "partial": result},
             )
         if completed.timed_out:

@@ -158,6 +158,52 @@ def _decode(data: bytes, truncated: bool) -> tuple[bytes, str | None]:
         return data, None
 
 
+#: What escaping a byte adds to a JSON string (orjson, as the deck measures results): ``"``,
+#: ``\`` and the short escapes (\b \f \n \r \t) take 2 bytes, other control bytes 6 (\u00XX).
+_JSON_EXTRA = bytes(
+    1 if b in (0x22, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09) else 5 if b < 0x20 else 0
+    for b in range(256)
+)
+#: What the text of a file_read result may take once escaped: its ``max_output_bytes`` less
+#: room for the other fields.
+_CONTENT_JSON_BUDGET = MAX_READ_BYTES * 4 // 3
+
+
+def _escaped_size(data: bytes) -> int:
+    costs = data.translate(_JSON_EXTRA)
+    return len(data) + costs.count(1) + 5 * costs.count(5)
+
+
+def _json_fit(data: bytes, budget: int) -> int:
+    """How many leading bytes of UTF-8 ``data`` fit in ``budget`` bytes once JSON-escaped.
+
+    ``max_bytes`` up to 8 MiB is promised, and the result's cap (4/3 of that, for base64) holds
+    any 8 MiB of plain text; but escaping grows text with many quotes, tabs or newlines, and
+    such a read (a TSV of small numbers, 8 MiB of newlines) was dropped whole with
+    OUTPUT_TRUNCATED. It is cut here instead, and comes back in pieces like a larger file.
+    """
+    if len(data) * 6 <= budget or _escaped_size(data) <= budget:
+        return len(data)  # the first: fits even if every byte needs \u00XX (reads <= 1.8 MiB)
+    step = 1 << 16
+    used = 0
+    for start in range(0, len(data), step):
+        chunk = data[start : start + step]
+        cost = _escaped_size(chunk)
+        if used + cost <= budget:
+            used += cost
+            continue
+        end = start
+        for byte in chunk:
+            used += 1 + _JSON_EXTRA[byte]
+            if used > budget:
+                break
+            end += 1
+        while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
+            end -= 1  # never through a multi-byte character
+        return end
+    return len(data)
+
+
 def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Read a file inside the working directory and return its content.
 
@@ -195,6 +241,11 @@ def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, A
             raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is not UTF-8 "
                               "text", suggestion="Call file_read again with encoding 'base64' "
                               "(or 'auto') to get the bytes.")
+        if text is not None:
+            fits = _json_fit(data, _CONTENT_JSON_BUDGET)
+            if fits < len(data):
+                data, truncated = data[:fits], True
+                text = data.decode("utf-8")
     result: dict[str, Any] = {
         "path": clip(target.display, _RESULT_PATH_CHARS),
         "content": text if text is not None else base64.b64encode(data).decode("ascii"),

@@ -342,7 +342,8 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     shell = isinstance(command, str)
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
     env.setdefault("PWD", cwd)
-    limit_s, by_call = within_call(timeout_s, context.seconds_left())
+    call_left = context.seconds_left()
+    limit_s, by_call = within_call(timeout_s, call_left)
     try:
         completed = run_process(
             argv,
@@ -362,14 +363,22 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     if completed.timed_out and by_call:
         raise ToolFailure(
             ErrorCode.TIMEOUT,
-            f"the command was stopped after {limit_s:.3g} s, when this call's time limit (set "
-            f"for shell_exec by the deployment, below this command's timeout_s of {timeout_s:g} "
-            "s) was about to run out; it and the processes it started were killed",
+            # The call's limit also counts its time in the category's queue and the sandbox's
+            # start: blaming "the deployment" alone misled a command that had waited 5 s of an
+            # 8 s limit behind another one and was told it had been given 2.3 s.
+            f"the command was stopped after {limit_s:.3g} s, when this call's time limit was "
+            "about to run out (shell_exec's execution.timeout_s, which the deployment set below "
+            f"this command's timeout_s of {timeout_s:g} s or which the call had partly spent "
+            "waiting in its queue behind other calls and for its sandbox: "
+            f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the command started); it "
+            "and the processes it started were killed",
             suggestion=(
                 "A larger timeout_s does not help here: run a quicker command, or split the work "
-                "into shorter steps (the output so far is in details.partial)."
+                "into shorter steps (the output so far is in details.partial). If other commands "
+                "were running at the same time, this one waited for them: try it again alone."
             ),
             details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
+                     "seconds_left_at_start": round(max(call_left or 0.0, 0.0), 3),
                      "limited_by": "call deadline", "partial": result},
         )
     if completed.timed_out:

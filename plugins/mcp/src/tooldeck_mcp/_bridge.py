@@ -290,8 +290,14 @@ def definitions_for(
                 security=SecurityConfig(level=level, network=config.transport == "http"),
                 # Never retried by the executor: a remote tool may not be idempotent, and a
                 # crash is the model's to retry (the error says retryable).
+                # The bridge bounds the remote call by timeout_s and a (re)start of the server
+                # by startup_timeout_s; the executor waits for both. With timeout_s alone, the
+                # first call after a crash lost the restart's seconds from its own: a 3 s call
+                # of a server given 4 s, after a 3 s restart, was stopped at 6 s by the executor
+                # ("did not finish within 6s"), before its promised 4 s had run.
                 execution=ExecutionConfig(
-                    timeout_s=config.timeout_s + _TIMEOUT_GRACE_S, retryable=False
+                    timeout_s=config.timeout_s + config.startup_timeout_s + _TIMEOUT_GRACE_S,
+                    retryable=False,
                 ),
                 execute=_make_execute(remote, tool.name) if remote is not None else None,
                 tags=tuple(tags),

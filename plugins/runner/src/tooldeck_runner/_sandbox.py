@@ -1104,11 +1104,14 @@ class SandboxPool:
             applied["max_processes_hit"] = True
             result = ToolResult.fail(
                 ErrorCode.EXECUTION_ERROR,
-                f"the call hit its limit of {pids_max} processes: starting more failed "
-                "(fork: resource temporarily unavailable)",
+                # pids.max counts threads too: a program starting 300 threads in one process
+                # was told of "processes" and had no reason to look at its thread pool.
+                f"the call hit its limit of {pids_max} processes and threads (all of the "
+                "call's together): starting more failed (fork or thread creation: resource "
+                "temporarily unavailable)",
                 suggestion=(
-                    "Start fewer processes at once (lower the parallelism, e.g. -j2), and do "
-                    "not leave background processes running."
+                    "Start fewer processes or threads at once (lower the parallelism, e.g. -j2 "
+                    "or a smaller thread pool), and do not leave background processes running."
                 ),
                 details={
                     "limit": "max_processes",
