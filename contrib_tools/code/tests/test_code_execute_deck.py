@@ -261,3 +261,32 @@ async def test_a_thread_pool_of_sixteen_starts_under_the_memory_limit(workdir):
         # The memory limit still holds.
         hog = await session.call("code_execute", {"code": "x = bytearray(2 * 1024**3)"})
         assert not hog.success and hog.error.code == "SANDBOX_MEMORY_LIMIT"
+
+
+async def test_memory_is_the_calls_cgroup_not_the_snippets_address_space(workdir):
+    # Address space is not memory: 32 threads reserve 256 MiB of stacks alone, so under a
+    # 256 MiB RLIMIT_AS a pool of 32 could not start ("can't start new thread", exit 1).
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "import threading\n"
+        "barrier = threading.Barrier(32)\n"
+        "def work(i):\n"
+        "    barrier.wait(timeout=20)\n"
+        "    return i\n"
+        "with ThreadPoolExecutor(32) as pool:\n"
+        "    print(sum(pool.map(work, range(32))))\n"
+    )
+    async with _deck() as deck:
+        session = deck.session(workdir=workdir, grants={"code"})
+        result = await session.call("code_execute", {"code": code, "timeout_s": 30})
+        if result.metadata["limits"]["memory"] != "cgroup":
+            pytest.skip("no memory cgroup here: the address space is the memory limit")
+        assert result.success, result.error
+        assert result.data["exit_code"] == 0, result.data["stderr"]
+        assert result.data["stdout"] == f"{sum(range(32))}\n"
+        # Real memory is still bounded, by the call's cgroup: 400 MB in use is refused.
+        hog = await session.call(
+            "code_execute", {"code": "x = bytearray(400 * 1024**2)\nprint(len(x))"}
+        )
+        assert not hog.success and hog.error.code == "SANDBOX_MEMORY_LIMIT", hog
+        assert "256 MiB" in hog.error.message

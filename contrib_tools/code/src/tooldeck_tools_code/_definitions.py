@@ -21,10 +21,10 @@ __all__ = ["CODE_EXECUTE", "definitions", "build_definition", "MEMORY_MB"]
 
 #: Memory of the whole call: the sandbox worker, the snippet and every process it starts, together
 #: (the runner's per-call cgroup). The snippet's process also gets its own address-space limit
-#: (PYTHON_MEMORY_MB / NODE_MEMORY_MB, set by the tool) so that Python fails with MemoryError
-#: rather than being killed. Without a memory cgroup the runner falls back to RLIMIT_AS of this
-#: size per process, where node (which reserves ~1 GiB of address space) cannot start: its
-#: result's metadata["limits"]["memory"] says "rlimit" then.
+#: (PYTHON_ADDRESS_SPACE_MB / NODE_MEMORY_MB, set by the tool) so that an absurd allocation fails
+#: with MemoryError rather than being killed. Without a memory cgroup the runner falls back to
+#: RLIMIT_AS of this size per process, where node (which reserves ~1 GiB of address space)
+#: cannot start: its result's metadata["limits"]["memory"] says "rlimit" then.
 MEMORY_MB = PYTHON_MEMORY_MB
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TIMEOUT_S",
     "MAX_CODE_CHARS",
     "MAX_STDIN_BYTES",
+    "PYTHON_ADDRESS_SPACE_MB",
     "PYTHON_MEMORY_MB",
     "NODE_MEMORY_MB",
     "NODE_HEAP_MB",
@@ -48,8 +49,16 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 120.0
 MAX_CODE_CHARS = 100 * 1024
 MAX_STDIN_BYTES = 1024 * 1024
-#: Address space of a Python snippet (RLIMIT_AS): a bigger allocation raises MemoryError.
+#: Memory of a Python snippet, and its address space (RLIMIT_AS) where the runner has no memory
+#: cgroup: there the runner caps the whole sandbox's address space at the call's memory_mb, and
+#: a bigger allocation raises MemoryError.
 PYTHON_MEMORY_MB = 256
+#: Address space of a Python snippet where the call's memory cgroup bounds its real memory (the
+#: runner then sets no RLIMIT_AS): a backstop that turns an absurd allocation into MemoryError.
+#: Address space is not memory: numpy alone reserves 100-140 MiB (OpenBLAS buffers), every
+#: thread 8 MiB of stack; at 256 MiB a 3000x3000 matrix product (176 MB in use) failed and a
+#: pool of 32 threads could not start.
+PYTHON_ADDRESS_SPACE_MB = 1024
 #: V8 reserves about 1 GiB of address space before it runs a line, so node gets a larger
 #: address space and its heap is capped by V8 itself (``--max-old-space-size``).
 NODE_MEMORY_MB = 1280
@@ -138,6 +147,17 @@ def _timeout(value: Any) -> float:
         raise _invalid(f"timeout_s must be more than 0 and at most {MAX_TIMEOUT_S:g}, "
                        f"got {value!r}")
     return float(value)
+
+
+def _address_space_mb() -> int:
+    """The address space a Python snippet gets here: :data:`PYTHON_ADDRESS_SPACE_MB`, or less
+    where this process's own limit is lower (the runner's fallback without a memory cgroup)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard == resource.RLIM_INFINITY:
+        return PYTHON_ADDRESS_SPACE_MB
+    return min(PYTHON_ADDRESS_SPACE_MB, hard // (1024 * 1024))
 
 
 def _limits(memory_mb: int, cpu_s: int) -> Callable[[], None]:
@@ -277,7 +297,7 @@ def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], C
         # -I: no PYTHON* variables, no user site, no script directory on sys.path; -u: output
         # is not lost in a buffer when the snippet dies; -B: no .pyc files in the results.
         argv = [sys.executable, "-I", "-u", "-B", "-X", "utf8", script]
-        return argv, _limits(PYTHON_MEMORY_MB, cpu_s)
+        return argv, _limits(PYTHON_ADDRESS_SPACE_MB, cpu_s)
     node = node_path()
     if node is None:
         raise ToolFailure(
@@ -323,8 +343,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             "LANG": "C.UTF-8",
             "NO_COLOR": "1",
             "MPLBACKEND": "Agg",
-            # The memory limit counts address space: each thread's first malloc reserved a
-            # 64 MiB arena, so a snippet could start only 6 threads (ThreadPoolExecutor's
+            # RLIMIT_AS counts address space: each thread's first malloc reserved a 64 MiB
+            # arena, so under 256 MiB a snippet could start only 6 threads (ThreadPoolExecutor's
             # default is the CPUs + 4). Two arenas take that to 22, at no cost in memory.
             "MALLOC_ARENA_MAX": "2",
             # Where the session's files are (read-only), for snippets that analyse them.
@@ -383,12 +403,13 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 details={"timeout_s": timeout_s, "partial": result},
             )
         if _out_of_memory(completed, result["stderr"]):
-            limit = PYTHON_MEMORY_MB if language == "python" else NODE_HEAP_MB
+            limit = _address_space_mb() if language == "python" else NODE_HEAP_MB
             raise ToolFailure(
                 ErrorCode.SANDBOX_MEMORY_LIMIT,
                 f"the program ran out of memory (limit {limit} MiB"
                 + (" of address space" if language == "python" else " of JavaScript heap")
-                + f") and exited with code {completed.exit_code}; its output is in details",
+                + f"; the call as a whole has {PYTHON_MEMORY_MB} MiB of memory) and exited with "
+                f"code {completed.exit_code}; its output is in details",
                 suggestion="Use less memory: process the data in chunks or use smaller data "
                 "structures.",
                 details={"memory_mb": limit, "result": result},
