@@ -256,14 +256,15 @@ async def test_the_task_is_redacted_in_the_hand_and_the_select_event(
 ) -> None:
     case = CASES[kind]
     events = Events()
-    # The long task is redacted off the event loop (it is over the inline budget).
+    # The long task is redacted off the event loop (it is over the inline budget); selection
+    # reads 8,000 characters of a task by default, so this deployment lets it read more.
     padding = "please write a note about these notes " * (600 if long else 0)
     task = f"{padding}write a note and shred the notes; use {case.text}"
     deck = make_deck(
         _quoting_filters(), *events.plugins,
         inline_plugin(tooldeck_retriever=lambda settings: KeywordRetriever(), name="keywords"),
         load_entry_points=STAGES, tools=[note, shred_notes],
-        config={"policy": {"secrets": [KNOWN]}},
+        config={"policy": {"secrets": [KNOWN]}, "hand": {"max_task_chars": 100_000}},
     )
     async with deck:
         session = deck.session(workdir=tmp_path)
