@@ -18,6 +18,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -1165,6 +1166,20 @@ class Deck:
         self._catalog_ready()
         return removed
 
+    def _deliver(self, event: Event, *, outward: bool = False) -> None:
+        """Deliver ``event`` to its observers (see :meth:`Session._observe`)."""
+        if not outward:
+            event = self._outward_event(event)
+        inline, threaded = self._observer_split(event.kind)
+        for impl in inline:
+            try:
+                impl(event=event)
+            except Exception:
+                log.exception("plugin %r: tooldeck_event raised", impl.plugin)
+        if threaded:
+            # Observers that may block (I/O) get the event on the deck's observer thread.
+            self._events.post(threaded, event)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Deck:
@@ -1356,6 +1371,32 @@ class _Withheld:
     result: ToolResult
 
 
+def _session_dropped(
+    deck: weakref.ReferenceType[Deck], session_id: str, token: trio.lowlevel.TrioToken
+) -> None:
+    """A session was garbage-collected without ``aclose()``: announce it on the deck's loop.
+
+    Runs wherever the collector runs (any thread, inside any code), so it only queues:
+    ``run_sync_soon`` is safe there, and the deck's observers run later on its own thread.
+    """
+    try:
+        token.run_sync_soon(_announce_dropped, deck, session_id)
+    except trio.RunFinishedError:
+        pass  # the deck's loop has ended, and its providers with it
+
+
+def _announce_dropped(deck_ref: weakref.ReferenceType[Deck], session_id: str) -> None:
+    deck = deck_ref()
+    if deck is None:
+        return
+    try:
+        deck._deliver(
+            Event(kind="session.closed", session_id=session_id, data={"dropped": True})
+        )
+    except Exception:  # a run_sync_soon callback that raises would crash the deck's loop
+        log.exception("announcing the end of dropped session %s failed", session_id)
+
+
 class Session:
     """One conversation: grants, the current hand, sticky tools, approvals, in-flight calls.
 
@@ -1434,6 +1475,20 @@ class Session:
         self.max_tokens: int | None = (
             int(settings["max_tokens"]) if settings.get("max_tokens") is not None else None
         )
+        # A session its owner drops without aclose() still ends: observers see
+        # session.closed when it is garbage-collected, so the runner's zygotes and the
+        # browser's context for it do not wait for eviction. Only for sessions made on the
+        # deck's loop (the finalizer needs its token); never at interpreter exit.
+        self._dropped: weakref.finalize[Any, Any] | None = None
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            token = None
+        if token is not None:
+            self._dropped = weakref.finalize(
+                self, _session_dropped, weakref.ref(deck), session_id, token
+            )
+            self._dropped.atexit = False
 
     # ------------------------------------------------------------------ state
 
@@ -1563,6 +1618,8 @@ class Session:
         """End the session: cancel its calls and tell observers (``session.closed``), so that
         tool packs can release per-session resources such as browser pages."""
         self._closed = True
+        if self._dropped is not None:
+            self._dropped.detach()  # ended here: no second session.closed when collected
         self.cancel()
         self._pending.clear()
         self._revoked.clear()
@@ -2038,17 +2095,7 @@ class Session:
         (:meth:`Deck._outward_event`) unless the caller built it from outward values only
         (``outward``: a hand's redacted query, a call's redacted name and the core's own data,
         which are not scanned twice)."""
-        if not outward:
-            event = self.deck._outward_event(event)
-        inline, threaded = self.deck._observer_split(event.kind)
-        for impl in inline:
-            try:
-                impl(event=event)
-            except Exception:
-                log.exception("plugin %r: tooldeck_event raised", impl.plugin)
-        if threaded:
-            # Observers that may block (I/O) get the event on the deck's observer thread.
-            self.deck._events.post(threaded, event)
+        self.deck._deliver(event, outward=outward)
 
     @staticmethod
     def _tool_changed(tool: ToolDefinition, removed: bool) -> ToolResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -29,15 +30,20 @@ ECHO = ToolDefinition(
 )
 
 
-async def test_closing_sessions_retires_their_zygotes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _zygote_deck(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A deck whose sandboxed ``echo`` runs in per-session zygotes."""
     monkeypatch.syspath_prepend(TOOLS_DIR)  # registration imports the entrypoint on the host
     config = {"runner": {"sandbox": "bubblewrap", "python_path": [TOOLS_DIR], "zygote": True,
                          "max_warm_keys": 8}}
-    deck = tooldeck_testing.make_deck(
+    return tooldeck_testing.make_deck(
         config=config, load_entry_points=["schema", "runner"], tools=[ECHO]
     )
+
+
+async def test_closing_sessions_retires_their_zygotes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deck = _zygote_deck(monkeypatch)
     async with deck:
         pool = deck.executor.sandbox_pool()
         if not pool._zygote_usable():
@@ -64,3 +70,29 @@ async def test_closing_sessions_retires_their_zygotes(
         for _ in range(50):
             await trio.sleep(0.01)
         assert pool.statistics().zygotes == 1 and pool.holds_session(live.id)
+
+
+async def test_a_dropped_session_retires_its_zygote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session dropped without aclose() (framework glue that opens one per request): its
+    # zygote goes when the session is garbage-collected, not when eviction pushes it out.
+    import gc
+
+    deck = _zygote_deck(monkeypatch)
+    async with deck:
+        pool = deck.executor.sandbox_pool()
+        if not pool._zygote_usable():
+            pytest.skip("zygotes need bubblewrap and per-call cgroups here")
+        session = deck.session(workdir=str(tmp_path))
+        assert (await session.call("echo", {"text": "hello"})).success
+        dropped = session.id
+        assert pool.holds_session(dropped)
+        del session
+        for _ in range(500):  # collected, announced on the loop, released in the background
+            gc.collect()
+            if not pool.holds_session(dropped):
+                break
+            await trio.sleep(0.01)
+        assert not pool.holds_session(dropped)
+        assert pool.statistics().zygotes == 0
