@@ -101,3 +101,30 @@ def test_a_session_made_outside_the_loop_has_no_finalizer() -> None:
     del session
     gc.collect()
     assert seen == []
+
+
+async def test_a_dropped_session_does_not_end_a_live_one_with_the_same_id() -> None:
+    # An app may open a Session per request with the conversation's id and never close it:
+    # dropping the old object must not release what the new one of that id still uses.
+    seen: list[tuple[str | None, dict]] = []
+    async with _recording_deck(seen) as deck:
+        old = deck.session(session_id="conversation-1")
+        live = deck.session(session_id="conversation-1")
+        del old
+        await _settle()
+        assert seen == []
+        assert deck._live_sessions == {"conversation-1": 1}
+        del live
+        await _settle()
+        assert seen == [("conversation-1", {"dropped": True})]
+        assert deck._live_sessions == {}
+        # aclose() of one of two keeps the count right for the other's collection.
+        first = deck.session(session_id="conversation-2")
+        second = deck.session(session_id="conversation-2")
+        await first.aclose()
+        await first.aclose()  # a second aclose() changes nothing
+        assert deck._live_sessions == {"conversation-2": 1}
+        del second
+        await _settle()
+        assert seen[-1] == ("conversation-2", {"dropped": True})
+        assert deck._live_sessions == {}

@@ -640,6 +640,10 @@ class Deck:
         self._may_stall: dict[str, bool] = {}
         self._impl_splits: dict[str, tuple[list[HookImpl], list[HookImpl]]] = {}
         self._events = EventPump()
+        # Session objects per id that will announce their end when collected (see
+        # _session_dropped). Several may share an id (an app that opens one per request with
+        # the conversation's id): a dropped one must not end what a live one still uses.
+        self._live_sessions: dict[str, int] = {}
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
@@ -1377,7 +1381,7 @@ def _session_dropped(
     """A session was garbage-collected without ``aclose()``: announce it on the deck's loop.
 
     Runs wherever the collector runs (any thread, inside any code), so it only queues:
-    ``run_sync_soon`` is safe there, and the deck's observers run later on its own thread.
+    ``run_sync_soon`` is safe there, and the observers run later on the deck's loop.
     """
     try:
         token.run_sync_soon(_announce_dropped, deck, session_id)
@@ -1388,6 +1392,10 @@ def _session_dropped(
 def _announce_dropped(deck_ref: weakref.ReferenceType[Deck], session_id: str) -> None:
     deck = deck_ref()
     if deck is None:
+        return
+    left = deck._live_sessions.pop(session_id, 1) - 1
+    if left > 0:  # another Session object with this id is still open
+        deck._live_sessions[session_id] = left
         return
     try:
         deck._deliver(
@@ -1489,6 +1497,7 @@ class Session:
                 self, _session_dropped, weakref.ref(deck), session_id, token
             )
             self._dropped.atexit = False
+            deck._live_sessions[session_id] = deck._live_sessions.get(session_id, 0) + 1
 
     # ------------------------------------------------------------------ state
 
@@ -1618,8 +1627,11 @@ class Session:
         """End the session: cancel its calls and tell observers (``session.closed``), so that
         tool packs can release per-session resources such as browser pages."""
         self._closed = True
-        if self._dropped is not None:
-            self._dropped.detach()  # ended here: no second session.closed when collected
+        if self._dropped is not None and self._dropped.detach() is not None:
+            # Ended here: no second session.closed when collected.
+            left = self.deck._live_sessions.pop(self.id, 1) - 1
+            if left > 0:
+                self.deck._live_sessions[self.id] = left
         self.cancel()
         self._pending.clear()
         self._revoked.clear()
