@@ -40,14 +40,20 @@ def _zygote_deck(monkeypatch: pytest.MonkeyPatch) -> Any:
     )
 
 
+
+def _zygote_pool(deck: Any) -> Any:
+    """The deck's sandbox pool; skips the test where zygotes cannot run."""
+    pool = deck.executor.sandbox_pool()
+    if not pool._zygote_usable():
+        pytest.skip("zygotes need bubblewrap and per-call cgroups here")
+    return pool
+
 async def test_closing_sessions_retires_their_zygotes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deck = _zygote_deck(monkeypatch)
     async with deck:
-        pool = deck.executor.sandbox_pool()
-        if not pool._zygote_usable():
-            pytest.skip("zygotes need bubblewrap and per-call cgroups here")
+        pool = _zygote_pool(deck)
         closed = []
         for n in range(4):
             session = deck.session(workdir=str(tmp_path))
@@ -81,9 +87,7 @@ async def test_a_dropped_session_retires_its_zygote(
 
     deck = _zygote_deck(monkeypatch)
     async with deck:
-        pool = deck.executor.sandbox_pool()
-        if not pool._zygote_usable():
-            pytest.skip("zygotes need bubblewrap and per-call cgroups here")
+        pool = _zygote_pool(deck)
         session = deck.session(workdir=str(tmp_path))
         assert (await session.call("echo", {"text": "hello"})).success
         dropped = session.id
