@@ -1184,6 +1184,14 @@ class Deck:
             # Observers that may block (I/O) get the event on the deck's observer thread.
             self._events.post(threaded, event)
 
+    def _session_object_ended(self, session_id: str) -> bool:
+        """One Session object of ``session_id`` that counted in ``_live_sessions`` ended
+        (closed or collected); True when it was the last one of that id."""
+        left = self._live_sessions.pop(session_id, 1) - 1
+        if left > 0:
+            self._live_sessions[session_id] = left
+        return left <= 0
+
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Deck:
@@ -1393,10 +1401,8 @@ def _announce_dropped(deck_ref: weakref.ReferenceType[Deck], session_id: str) ->
     deck = deck_ref()
     if deck is None:
         return
-    left = deck._live_sessions.pop(session_id, 1) - 1
-    if left > 0:  # another Session object with this id is still open
-        deck._live_sessions[session_id] = left
-        return
+    if not deck._session_object_ended(session_id):
+        return  # another Session object with this id is still open
     try:
         deck._deliver(
             Event(kind="session.closed", session_id=session_id, data={"dropped": True})
@@ -1629,9 +1635,7 @@ class Session:
         self._closed = True
         if self._dropped is not None and self._dropped.detach() is not None:
             # Ended here: no second session.closed when collected.
-            left = self.deck._live_sessions.pop(self.id, 1) - 1
-            if left > 0:
-                self.deck._live_sessions[self.id] = left
+            self.deck._session_object_ended(self.id)
         self.cancel()
         self._pending.clear()
         self._revoked.clear()
