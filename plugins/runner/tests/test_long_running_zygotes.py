@@ -48,6 +48,21 @@ def _zygote_pool(deck: Any) -> Any:
         pytest.skip("zygotes need bubblewrap and per-call cgroups here")
     return pool
 
+
+async def _wait_released(pool: Any, session_ids: list[str], *, collect: bool = False) -> None:
+    """Wait (up to 5 s) until the pool holds none of ``session_ids``: the release runs in
+    the background, so the tests wait for it, not for a time. ``collect`` runs the garbage
+    collector first on every round (for sessions that were dropped, not closed)."""
+    import gc
+
+    for _ in range(500):
+        if collect:
+            gc.collect()
+        if not any(pool.holds_session(sid) for sid in session_ids):
+            return
+        await trio.sleep(0.01)
+
+
 async def test_closing_sessions_retires_their_zygotes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,10 +77,7 @@ async def test_closing_sessions_retires_their_zygotes(
             assert pool.holds_session(session.id)
             await session.aclose()
             closed.append(session.id)
-        for _ in range(500):  # the release runs in the background: wait for it, not for time
-            if not any(pool.holds_session(sid) for sid in closed):
-                break
-            await trio.sleep(0.01)
+        await _wait_released(pool, closed)
         assert pool.statistics().zygotes == 0
         assert pool._zygote_locks == {}
         # A session still open keeps its zygote.
@@ -83,8 +95,6 @@ async def test_a_dropped_session_retires_its_zygote(
 ) -> None:
     # A session dropped without aclose() (framework glue that opens one per request): its
     # zygote goes when the session is garbage-collected, not when eviction pushes it out.
-    import gc
-
     deck = _zygote_deck(monkeypatch)
     async with deck:
         pool = _zygote_pool(deck)
@@ -93,10 +103,6 @@ async def test_a_dropped_session_retires_its_zygote(
         dropped = session.id
         assert pool.holds_session(dropped)
         del session
-        for _ in range(500):  # collected, announced on the loop, released in the background
-            gc.collect()
-            if not pool.holds_session(dropped):
-                break
-            await trio.sleep(0.01)
+        await _wait_released(pool, [dropped], collect=True)  # collected, announced, released
         assert not pool.holds_session(dropped)
         assert pool.statistics().zygotes == 0
