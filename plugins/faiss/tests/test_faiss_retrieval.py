@@ -119,6 +119,21 @@ def test_segmentation():
     assert short == ["Read the notes file.", "Send the weekly mail. List every folder now."]
 
 
+def test_and_also_separates_two_requests():
+    # "and also" / "and finally" without a comma announce a second request as ", also" does:
+    # "add 1 and 2 together and also tell me the time" dealt only clock tools before.
+    for connective in ("and also", "and additionally", "and finally", "and lastly",
+                       "and afterwards", "and after that", ", and also", ", also"):
+        query = f"Could you add 1 and 2 together {connective} tell me the time in Berlin?"
+        assert segment_query(query.replace(" ,", ",")) == [
+            "Could you add 1 and 2 together", "tell me the time in Berlin?"], connective
+    # "also" alone, or "and next" (a week, a page), joins the parts of one request.
+    for query in ("I also want the weather report for Paris today",
+                  "Book the flight to Rome and next week's hotel in Milan",
+                  "Fetch the sales and also the returns"):
+        assert segment_query(query) == [query]
+
+
 # ---------------------------------------------------------------- persistence
 
 

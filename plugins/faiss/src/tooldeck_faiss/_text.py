@@ -226,11 +226,13 @@ _SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+|\n+")
 
 
 # Clause boundaries that announce a new step inside one sentence: "..., then check ...",
-# "... and then ...", "...; also ...". Plain commas and "and" are left alone: they join the
-# parts of one request far more often than they separate two.
+# "... and then ...", "...; also ...", "... and also ..." (no comma needed after "and"). Plain
+# commas and "and" are left alone: they join the parts of one request far more often than they
+# separate two. "and next" is not a boundary: "and next week's hotel" is one request.
 _CLAUSE = re.compile(
     r",?\s+(?:and\s+)?then\s+|,\s+(?:and\s+)?(?:also|additionally|afterwards|after that|"
-    r"finally|lastly|next)\b,?\s*",
+    r"finally|lastly|next)\b,?\s*|\s+and\s+(?:also|additionally|afterwards|after that|finally|"
+    r"lastly)\b,?\s*",
     re.IGNORECASE,
 )
 
