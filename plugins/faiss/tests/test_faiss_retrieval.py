@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from tooldeck_faiss import FaissRetriever, RetrieverSettings, dense_text, segment_query
 from tooldeck_faiss._store import EmbeddingStore
+from tooldeck_faiss._text import REQUEST_VERBS, strip_quoted
 from tooldeck_faiss.plugin import tooldeck_retriever
 
 from tooldeck_hookspecs import ConfigError, ToolDefinition
@@ -132,6 +133,56 @@ def test_and_also_separates_two_requests():
                   "Book the flight to Rome and next week's hotel in Milan",
                   "Fetch the sales and also the returns"):
         assert segment_query(query) == [query]
+
+
+def test_quoted_values_are_not_steps():
+    verbs = REQUEST_VERBS
+    for query in ("Translate 'read the file and delete the folder' into French",
+                  'Search the web for "cheap flights, then hotels" please',
+                  "Look up ‘how they’re made, and sort the list’ on the web",
+                  "Open the journal «Science and read the news» for me"):
+        segments = segment_query(query, verbs=verbs)
+        assert not any(s.count("'") % 2 or s.count('"') % 2 for s in segments), segments
+        assert query in segments or segments == [query], segments
+    # Outside the quotes the request is still split, and every character comes back.
+    assert segment_query("Translate 'the read me' and list the folder", verbs=verbs) == [
+        "Translate 'the read me'", "list the folder"]
+    # A quoted span holding whole sentences is split as before (Seal-Tools writes steps so).
+    assert len(segment_query("Do this: 'Read the notes file. Delete the old folder.'")) == 2
+    # An apostrophe, or a stray quote, is not a span.
+    assert segment_query("What's Shishir's birthday and read the memory file",
+                         verbs=verbs) == ["What's Shishir's birthday", "read the memory file"]
+
+
+def test_strip_quoted_keeps_the_request():
+    assert strip_quoted("Find information on 'the history of kites and how they're made'?") \
+        == "Find information on  ?"
+    assert strip_quoted('Search online for "translate text" now') == "Search online for   now"
+    assert strip_quoted("Play “Baby Shark” and ‘Let It Be’ loudly") == "Play   and   loudly"
+    # Apostrophes are not quotes; too little left means the text stays as it was.
+    assert strip_quoted("What's Shishir's birthday?") == "What's Shishir's birthday?"
+    assert strip_quoted("Search 'Baby Shark'") == "Search 'Baby Shark'"
+    assert strip_quoted("no quotes at all") == "no quotes at all"
+    # One pass over a line full of opening quotes that never close (a scan from each quote
+    # to the line's end would take hours here), and over a line full of spans.
+    bait = " 'a it's b" * 100_000
+    assert strip_quoted(bait) == bait
+    assert segment_query(bait + " and read the file", verbs=REQUEST_VERBS)[-1] == "read the file"
+    spans = " 'a b' it's" * 100_000
+    assert strip_quoted(spans) == "   it's" * 100_000
+
+
+async def test_quoted_values_do_not_steer_the_embedding(make_retriever, handmade):
+    # The dense signal of "find information on '<words of another tool>'" is about the
+    # request, not the quoted value; BM25 still reads the value (a quoted word can name a tool).
+    on, off = make_retriever(strip_quoted=True), make_retriever(strip_quoted=False)
+    await on.index(handmade)
+    await off.index(handmade)
+    query = "Find some information on 'the weather and the currency exchange rates'"
+    assert on._encode([strip_quoted(query)]).tolist() == on._embed_query([query])[0:1].tolist()
+    assert off._encode([query]).tolist() == off._embed_query([query])[0:1].tolist()
+    found_on, found_off = names(await on.search(query, 4)), names(await off.search(query, 4))
+    assert "web_search" in found_on and "web_search" not in found_off
 
 
 # ---------------------------------------------------------------- persistence

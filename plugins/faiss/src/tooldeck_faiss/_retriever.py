@@ -33,6 +33,7 @@ from ._text import (
     segment_query,
     split_identifier,
     stem,
+    strip_quoted,
     tokenize,
 )
 
@@ -159,6 +160,10 @@ class RetrieverSettings:
     #: Split "X and <verb> Y" into two intents (verbs: common request verbs plus the first
     #: words of the catalog's tool names).
     split_on_verbs: bool = True
+    #: Embed each query segment without its quoted spans (argument values, see
+    #: ``strip_quoted``); BM25 still reads them. BFCL live R@15 96.37 -> 96.45, Seal-Tools
+    #: R@5 94.83 -> 95.09, NDCG@10 94.99 -> 95.29, Seal R@15 and complete@15 unchanged.
+    strip_quoted: bool = True
     #: Move each segment's lexical share by the channels' confidence (see ``FusionParams``).
     #: Off by default: measured on both open sets it lost to the fixed weight (Seal-Tools
     #: complete@15 95.2 vs 96.1, BFCL live R@15 93.9 vs 94.0).
@@ -912,7 +917,11 @@ class FaissRetriever:
             known = {t: cache[t] for t in texts if t in cache}
         missing = [t for t in dict.fromkeys(texts) if t not in known]
         if missing:
-            known.update(zip(missing, self._encode(missing), strict=True))
+            if self.settings.strip_quoted:
+                encoded = self._encode([strip_quoted(t) for t in missing])
+            else:
+                encoded = self._encode(missing)
+            known.update(zip(missing, encoded, strict=True))
         with self._query_lock:
             for text in texts:
                 cache[text] = known[text]

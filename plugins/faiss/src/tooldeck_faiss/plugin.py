@@ -48,6 +48,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "quantize",
     "batch_size",
     "split_on_verbs",
+    "strip_quoted",
     "adaptive_fusion",
     "fusion_adapt",
     "intent_diversity",
