@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tooldeck_faiss import FaissRetriever, RetrieverSettings, dense_text, segment_query
 from tooldeck_faiss._store import EmbeddingStore
-from tooldeck_faiss._text import REQUEST_VERBS, strip_quoted
+from tooldeck_faiss._text import REQUEST_VERBS, query_terms, strip_quoted, tokenize
 from tooldeck_faiss.plugin import tooldeck_retriever
 
 from tooldeck_hookspecs import ConfigError, ToolDefinition
@@ -183,6 +183,33 @@ async def test_quoted_values_do_not_steer_the_embedding(make_retriever, handmade
     assert off._encode([query]).tolist() == off._embed_query([query])[0:1].tolist()
     found_on, found_off = names(await on.search(query, 4)), names(await off.search(query, 4))
     assert "web_search" in found_on and "web_search" not in found_off
+
+
+def test_numbers_are_values_not_terms():
+    assert query_terms("I have 100$ and donated 40, ID 3726, add 1 and 2") == tokenize(
+        "I have $ and donated, ID, add and") == ["donat", "id", "add"]
+    # Words with digits in them keep their letters (tokenize splits the digits off).
+    assert query_terms("convert the mp3 and list ec2 hosts") == ["convert", "mp", "list", "ec",
+                                                                 "host"]
+
+
+async def test_numbers_do_not_match_numbered_tool_names(make_retriever, handmade):
+    numbered = [
+        ToolDefinition(name=f"{area}_1_{verb}", description=text, category="api",
+                       parameters={"type": "object", "properties": {}})
+        for area, verb, text in (("buses", "find_bus", "Find a bus journey between cities."),
+                                 ("media", "find_movies", "Find movies showing nearby."),
+                                 ("volume", "set", "Set the speaker volume from 1 to 100."))
+    ]
+    retriever = make_retriever()
+    await retriever.index([*handmade, *numbered])
+    hits = await retriever.search("Could you add 1 and 100 together?", 40)
+    lexical = {h.name: h.signals["bm25"] for h in hits}
+    assert all(lexical.get(t.name, 0.0) == 0.0 for t in numbered), lexical
+    assert lexical["create_calendar_event"] > 0  # "Add an event ...": the word still counts
+    # A request made of numbers alone leaves the ranking to the embedding.
+    only = await retriever.search("3726 100 40", 5)
+    assert only and all(h.signals["bm25"] == 0.0 for h in only)
 
 
 # ---------------------------------------------------------------- persistence

@@ -30,6 +30,7 @@ from ._text import (
     REQUEST_VERBS,
     dense_text,
     lexical_fields,
+    query_terms,
     segment_query,
     split_identifier,
     stem,
@@ -808,7 +809,7 @@ class FaissRetriever:
             if not self._slot_of or not segments:
                 return [], np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32)
             n = min(self.settings.candidates, n_slots)
-            lex_all = self._bm25.scores_many([tokenize(s) for s in segments], n_slots)
+            lex_all = self._bm25.scores_many([query_terms(s) for s in segments], n_slots)
             fetch = min(n + len(self._tombstones), n_slots)
             # OpenMP's thread count is per OS thread and searches run in whichever worker
             # thread trio hands out: set it here, not once at load (a worker left at the
