@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from tooldeck_runner import RunnerExecutor
 
-from tooldeck_hookspecs import ErrorCode, ExecutionConfig, ToolCall, ToolContext, ToolDefinition
+from tooldeck_hookspecs import (
+    ConfigError,
+    ErrorCode,
+    ExecutionConfig,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+)
 
 CONTEXT = ToolContext(session_id="s", workdir="/tmp")
 
@@ -150,4 +159,89 @@ async def test_a_call_cancelled_while_waiting_for_a_thread_gives_no_slot_away() 
     )
     assert again.success and again.data == "next", again.error
     assert len(_threads_named("cancelled_waiter")) == 1
+    await executor.aclose()
+
+
+# ---------------------------------------------------------------- CPU placement
+
+_AFFINITY = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
+needs_two_cpus = pytest.mark.skipif(not _AFFINITY, reason="needs per-thread affinity, 2+ CPUs")
+
+
+def _own_cpus(arguments: Any, context: Any) -> list[int]:
+    if arguments.get("sleep"):
+        time.sleep(arguments["sleep"])  # outlasts the loop's direct wait (100 µs)
+    return sorted(os.sched_getaffinity(0))
+
+
+async def _calls(executor: RunnerExecutor, tool: ToolDefinition, n: int, **arguments: Any
+                 ) -> list[list[int]]:
+    seen = []
+    for _ in range(n):
+        result = await executor.run(tool, ToolCall(name=tool.name, arguments=arguments), CONTEXT)
+        assert result.success, result.error
+        seen.append(result.data)
+    return seen
+
+
+@needs_two_cpus
+async def test_a_quick_sync_tool_runs_on_the_waiting_loops_cpu() -> None:
+    everything = sorted(os.sched_getaffinity(0))
+    executor = RunnerExecutor.from_settings({})
+    seen = await _calls(executor, _tool("quick_cpus", _own_cpus), 100)
+    # Its first call starts the thread (not pinned); once the thread runs again while the loop
+    # waits on it, it runs on one CPU, the loop's (the loop may move between calls). On a busy
+    # machine a wait may run out now and then (the next 32 calls then run unpinned), so not
+    # every call is pinned.
+    assert seen[0] == everything
+    pinned = [cpus for cpus in seen if len(cpus) == 1]
+    assert len(pinned) >= 30 and all(cpus[0] in everything for cpus in pinned), seen
+    assert all(cpus == everything for cpus in seen if len(cpus) != 1)
+    # The process's own CPUs are untouched: only the worker thread was pinned.
+    assert sorted(os.sched_getaffinity(0)) == everything
+    await executor.aclose()
+
+
+@needs_two_cpus
+async def test_a_slow_sync_tool_keeps_every_cpu() -> None:
+    everything = sorted(os.sched_getaffinity(0))
+    executor = RunnerExecutor.from_settings({})
+    tool = _tool("slow_cpus", _own_cpus)
+    for _ in range(100):  # quick so far: until its thread runs on the loop's CPU
+        if len((await _calls(executor, tool, 1, sleep=0))[0]) == 1:
+            break
+    else:
+        raise AssertionError("a quick tool's thread was never pinned")
+    # Now slow: the thread starts pinned, the loop's wait runs out after 100 µs and unpins it
+    # before the tool (asleep for 20 ms) looks; the next calls are not waited for directly.
+    assert await _calls(executor, tool, 4, sleep=0.02) == [everything] * 4
+    # A quick call again right after a slow one keeps every CPU too (no direct wait).
+    assert await _calls(executor, tool, 1, sleep=0) == [everything]
+    await executor.aclose()
+
+
+@needs_two_cpus
+async def test_pinning_can_be_turned_off() -> None:
+    everything = sorted(os.sched_getaffinity(0))
+    executor = RunnerExecutor.from_settings({"runner": {"pin_sync_threads": False}})
+    assert await _calls(executor, _tool("free_cpus", _own_cpus), 10) == [everything] * 10
+    await executor.aclose()
+    with pytest.raises(ConfigError, match="pin_sync_threads"):
+        RunnerExecutor.from_settings({"runner": {"pin_sync_threads": "yes"}})
+
+
+@needs_two_cpus
+async def test_a_refused_affinity_turns_pinning_off_and_calls_go_on(monkeypatch: Any) -> None:
+    # A cpuset changed under the process makes sched_setaffinity fail with EINVAL.
+    from tooldeck_runner import _executor
+
+    def refuse(tid: int, cpus: Any) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(_executor, "_getcpu", None)
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    executor = RunnerExecutor.from_settings({})
+    everything = sorted(os.sched_getaffinity(0))
+    assert await _calls(executor, _tool("refused_cpus", _own_cpus), 10) == [everything] * 10
+    assert _executor._getcpu is False
     await executor.aclose()

@@ -200,6 +200,7 @@ async def test_the_sync_tool_bench_reports_its_figures_and_the_comparison() -> N
     figures = await bench_sync_tools(None, n=20, repeats=1)
     assert figures["sync_tool_overhead_us"] > 0
     assert "sync_tool_nonblocking_overhead_us" in figures
+    assert figures["thread_round_trip_us"] > 0  # the bare thread hop beside it
     try:
         import langchain_core.tools  # noqa: F401
     except ImportError:

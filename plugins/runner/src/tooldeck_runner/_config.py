@@ -62,6 +62,9 @@ class RunnerSettings:
     #: bubblewrap and per-call cgroups; otherwise, and when off, every call gets a single-use
     #: worker.
     zygote: bool = True
+    #: Linux: run a quick sync tool's worker thread on the CPU of the event loop that waits for
+    #: it (see the executor's docstring); off: the OS places worker threads freely.
+    pin_sync_threads: bool = True
     #: The host uid sandboxed code runs as when the deck is root (id-mapped workdir, see the
     #: README); ``None`` (``uid = "deck"`` in TOML): the deck's own uid, as uid 0 inside.
     uid: int | None = 65534
@@ -107,7 +110,7 @@ class RunnerSettings:
                     f"not {table['sandbox']!r}"
                 )
             kw["sandbox"] = table["sandbox"]
-        for name in ("allow_degraded", "cgroups", "seccomp", "zygote"):
+        for name in ("allow_degraded", "cgroups", "seccomp", "zygote", "pin_sync_threads"):
             if name in table:
                 if not isinstance(table[name], bool):
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be true or false")

@@ -32,7 +32,11 @@ until the function really returns); one given up on before its thread started ne
 When the loop has nothing else to run, it waits for the thread on a lock for up to 100 µs
 (what a quick tool takes) instead of sleeping in its I/O wait until the thread wakes it; a tool
 that outlasts that wait is then waited for through trio, and not directly for its next 32
-calls, so a slow tool costs the loop at most 100 µs now and then.
+calls, so a slow tool costs the loop at most 100 µs now and then. On Linux, a worker the loop
+waits for that way runs on the loop's CPU (``[runner] pin_sync_threads``): on a virtual machine,
+waking a thread parked on an idle CPU costs tens of µs, and the GIL lets only one of the two
+threads run Python at a time anyway. A wait that runs out unpins the worker at once, and calls
+the loop does not wait for directly run unpinned, so slow tools keep every core.
 That thread is not a ``trio.to_thread`` thread: a tool that calls back into trio passes
 ``trio_token`` to ``trio.from_thread``.
 """
@@ -336,6 +340,45 @@ def _trio_run_queue() -> Callable[[], int] | None:
 _runnable = _trio_run_queue()
 
 
+#: ``sched_getcpu`` of the C library, once a pool first pins a thread (ctypes is imported
+#: then, not at load: ``tooldeck call`` runs one call and pins nothing). False: unavailable.
+_getcpu: Callable[[], int] | None | bool = None if hasattr(os, "sched_setaffinity") else False
+
+
+def _loop_cpu() -> int:
+    """The CPU the calling thread runs on (read through the vDSO, ~0.2 µs), or -1 where that or
+    per-thread affinity is unavailable."""
+    global _getcpu
+    if _getcpu is None:
+        try:
+            import ctypes
+
+            # dlopen(NULL): the process's own symbols, libc's among them. find_library would
+            # run ldconfig (26 ms).
+            getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+            getcpu.restype = ctypes.c_int
+            getcpu.argtypes = []
+            _getcpu = getcpu if getcpu() >= 0 else False
+        except (OSError, AttributeError):
+            _getcpu = False
+    if _getcpu is False:
+        return -1
+    return _getcpu()  # type: ignore[operator]
+
+
+def _set_affinity(tid: int, cpus: Any) -> bool:
+    """Set thread ``tid``'s CPUs (0: the calling thread); False (and pinning off for good) when
+    the system refuses, e.g. a cpuset changed under the process."""
+    global _getcpu
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as exc:
+        logger.debug("sync tool threads are not pinned: sched_setaffinity: %s", exc)
+        _getcpu = False
+        return False
+    return True
+
+
 def _nothing_runnable() -> bool:
     """In trio: does no other task wait to run (so the loop would only sleep)?"""
     if _runnable is not None:
@@ -361,6 +404,7 @@ class _Job:
         "result",
         "late",
         "done",
+        "cpu",
     )
 
     def __init__(
@@ -383,6 +427,8 @@ class _Job:
         #: waits through trio instead.
         self.direct: threading.Lock | None = None
         self.result: outcome.Outcome[Any] | None = None
+        #: The CPU its worker runs it on: the waiting loop's (a direct wait), or -1: any.
+        self.cpu = -1
 
 
 class _ToolThreads:
@@ -400,8 +446,12 @@ class _ToolThreads:
     caller, so the pool stays first come, first served.
     """
 
-    def __init__(self, name: str, size: float, category: str, grace: float = 5.0) -> None:
+    def __init__(
+        self, name: str, size: float, category: str, grace: float = 5.0, pin: bool = True
+    ) -> None:
         self.name = name
+        #: Run a job the loop waits for directly on the loop's CPU (see the module docstring).
+        self.pin = pin
         self.size = size
         #: How long a call given up on during its tool's commit waits for the tool.
         self.grace = grace
@@ -458,6 +508,10 @@ class _ToolThreads:
             if worker is None:
                 worker = _Worker(self)
                 self.threads += 1
+            elif direct and self.pin and _getcpu is not False:
+                # A thread that already ran (a new one pays its start anyway; a one-call
+                # process pins nothing).
+                job.cpu = _loop_cpu()
             worker.send(job)
         except BaseException:
             self._release()
@@ -470,6 +524,9 @@ class _ToolThreads:
                     done = job.finished
                     if not done:
                         job.direct = None  # it delivers through trio now
+                        # A slow tool: it gets every core (the worker pins under this lock).
+                        job.cpu = -1
+                        worker.unpin()
                 if not done:
                     self.skip_direct = _DIRECT_SKIP_CALLS
             if done:
@@ -587,10 +644,15 @@ class _Worker:
     taken and sleeps again: about six context switches per call instead of two or three.
     """
 
-    __slots__ = ("pool", "jobs", "_wake_r", "_wake_w")
+    __slots__ = ("pool", "jobs", "_wake_r", "_wake_w", "tid", "pinned", "_cpus")
 
     def __init__(self, pool: _ToolThreads) -> None:
         self.pool = pool
+        #: The thread's native id (set when it starts), the CPU it is pinned to (-1: none) and
+        #: the CPUs it may use otherwise; ``pinned`` changes under the pool's lock.
+        self.tid = 0
+        self.pinned = -1
+        self._cpus: Any = ()
         #: One job (or the None that ends the thread) per byte written to the pipe.
         self.jobs: collections.deque[_Job | None] = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -610,8 +672,26 @@ class _Worker:
         self.jobs.append(job)
         os.write(self._wake_w, b"\0")
 
+    def _place(self, job: _Job) -> None:
+        """Before running ``job``: move to its CPU, or back to every CPU (under the pool's
+        lock, so that an unpin by the loop cannot be undone by a pin decided before it)."""
+        with self.pool._lock:
+            want = job.cpu
+            if want == self.pinned:
+                return  # the loop unpinned us (and the job) meanwhile
+            if not self._cpus:  # first pin: this thread still has the process's CPUs
+                self._cpus = os.sched_getaffinity(0)
+            if _set_affinity(0, self._cpus if want < 0 else (want,)):
+                self.pinned = want
+
+    def unpin(self) -> None:
+        """On the loop's thread, under the pool's lock: let this thread use every CPU again."""
+        if self.pinned >= 0 and self.tid and _set_affinity(self.tid, self._cpus):
+            self.pinned = -1
+
     def _loop(self) -> None:
         pool, jobs, wake = self.pool, self.jobs, self._wake_r
+        self.tid = threading.get_native_id()
         poller = select.poll()
         poller.register(wake, select.POLLIN)
         try:
@@ -624,6 +704,8 @@ class _Worker:
                 job = jobs.popleft()
                 if job is None:
                     return
+                if job.cpu != self.pinned:
+                    self._place(job)
                 if job.abandoned:
                     # Given up on before this thread picked it up: it never runs.
                     result: outcome.Outcome[Any] = outcome.Value(None)
@@ -1143,7 +1225,8 @@ class RunnerExecutor:
                 self._drop_idle_pools()
             size = self._queue(tool.category).limiter.total_tokens
             threads = self._threads[tool.name] = _ToolThreads(
-                tool.name, size, tool.category, self.settings.commit_grace_s
+                tool.name, size, tool.category, self.settings.commit_grace_s,
+                pin=self.settings.pin_sync_threads,
             )
         return threads
 

@@ -7,8 +7,10 @@ Figures are reported, never asserted: machines are noisy.
 from __future__ import annotations
 
 import asyncio
+import queue
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -238,6 +240,10 @@ DESCRIPTIONS = {
     "(ratio, same run; goal <= 0.15)",
     "sync_tool_nonblocking_overhead_vs_langchain_ainvoke_ratio": "@nonblocking sync tool "
     "overhead vs LangChain ainvoke (ratio, same run)",
+    "thread_round_trip_us": "a bare round trip to a parked Python thread and back, both "
+    "threads placed by the OS, no tooldeck (µs)",
+    "thread_round_trip_vs_langchain_ainvoke_ratio": "that bare thread round trip vs LangChain "
+    "ainvoke of the plain function (ratio, same run)",
 }
 
 #: How each figure is called: ``sync_tool_overhead_us`` and so on.
@@ -266,6 +272,40 @@ def _langchain_sync_batch() -> Callable[[int], float] | None:
     return lambda n: asyncio.run(batch(n))
 
 
+def thread_round_trip_us(n: int) -> float:
+    """Mean µs of a bare round trip to a parked Python thread and back: a ``SimpleQueue`` put
+    wakes it, it releases a lock the caller waits on. No trio, no tooldeck, nothing run, and
+    the OS places both threads freely.
+
+    What a hop to another thread costs on the machine at hand (two OS wake-ups and two GIL
+    hand-overs): on a virtual machine with an idle second CPU, mostly the wake-up of that CPU,
+    which the runner's pinning of quick sync tools (``pin_sync_threads``) avoids."""
+    jobs: queue.SimpleQueue[threading.Lock | None] = queue.SimpleQueue()
+
+    def serve() -> None:
+        while (done := jobs.get()) is not None:
+            done.release()
+
+    worker = threading.Thread(target=serve, name="tooldeck-bench-round-trip", daemon=True)
+    worker.start()
+
+    def rounds(count: int) -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            done = threading.Lock()
+            done.acquire()
+            jobs.put(done)
+            done.acquire()  # until the worker releases it
+        return (time.perf_counter() - started) / count * 1e6
+
+    try:
+        rounds(min(n, 200))  # warm up: the thread has run and parked once
+        return rounds(n)
+    finally:
+        jobs.put(None)
+        worker.join()
+
+
 async def _mean_us(call: Callable[[int], Awaitable[Any]], n: int) -> float:
     started = time.perf_counter()
     for i in range(n):
@@ -287,7 +327,8 @@ async def bench_sync_tools(
     ``sync_tool_overhead_us`` (worker thread), ``sync_tool_nonblocking_overhead_us`` (marked
     ``@nonblocking``, run inline), ``langchain_ainvoke_sync_us`` and
     ``sync_tool_overhead_vs_langchain_ainvoke_ratio`` (and the nonblocking one), or
-    ``langchain`` saying why there is no comparison.
+    ``langchain`` saying why there is no comparison; and the floor under the first, a bare
+    :func:`thread_round_trip_us` (with its ratio to LangChain), measured in the same rounds.
     """
     executor = None
     if call is None:
@@ -316,6 +357,8 @@ async def bench_sync_tools(
     overheads: dict[str, list[float]] = {}
     chains: list[float] = []
     ratios: dict[str, list[float]] = {}
+    floors: list[float] = []
+    floor_ratios: list[float] = []
     try:
         for _, function in _SHAPES:
             await run_call(function.__name__, {"a": 0, "b": 1})  # warm up: threads, caches
@@ -326,8 +369,10 @@ async def bench_sync_tools(
 
             base = await _mean_us(alone, n)
             chain = langchain(n) if langchain is not None else None
+            floors.append(thread_round_trip_us(n))
             if chain is not None:
                 chains.append(chain)
+                floor_ratios.append(floors[-1] / chain)
             for shape, function in _SHAPES:
 
                 async def piped(i: int, name: str = function.__name__) -> Any:
@@ -346,8 +391,11 @@ async def bench_sync_tools(
     figures: dict[str, Any] = {
         f"{shape}_overhead_us": statistics.median(values) for shape, values in overheads.items()
     }
+    if floors:
+        figures["thread_round_trip_us"] = statistics.median(floors)
     if chains:
         figures["langchain_ainvoke_sync_us"] = statistics.median(chains)
+        figures["thread_round_trip_vs_langchain_ainvoke_ratio"] = statistics.median(floor_ratios)
         for shape, values in ratios.items():
             figures[f"{shape}_overhead_vs_langchain_ainvoke_ratio"] = statistics.median(values)
     else:
