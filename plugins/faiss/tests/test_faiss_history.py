@@ -7,7 +7,11 @@ import os
 import stat
 
 import numpy as np
+import pytest
+from tooldeck_faiss import RetrieverSettings
 from tooldeck_faiss._history import SelectionHistory
+
+from tooldeck_hookspecs import ConfigError
 
 
 def rank(results, name):
@@ -91,6 +95,24 @@ def test_selection_history_counts_and_similarity(tmp_path):
     assert set(close) == {"tool_a"} and 0 < close["tool_a"] <= 1.2
     history.forget(["tool_a"])
     assert history.similar(a[None, :], threshold=0.6) == {}
+
+
+def test_history_curve_keeps_near_repeats_and_damps_similar_tasks():
+    history = SelectionHistory(None, max_records=10)
+    history.record("near", "near_tool", np.array([1.0, 0.0], dtype=np.float32))
+    history.record("like", "like_tool", np.array([0.8, 0.6], dtype=np.float32))
+    query = np.array([[0.995, 0.0998]], dtype=np.float32)  # cosine 0.995 and 0.856
+    straight = history.similar(query, threshold=0.6)
+    curved = history.similar(query, threshold=0.6, curve=1.5)
+    assert straight["near_tool"] == pytest.approx(0.9875, abs=1e-3)
+    assert straight["like_tool"] == pytest.approx(0.64, abs=1e-2)
+    assert curved["near_tool"] == pytest.approx(0.9875 ** 1.5, abs=1e-3)  # most of its lift
+    assert curved["like_tool"] == pytest.approx(0.64 ** 1.5, abs=1e-2)  # about 0.51
+    # The setting is checked where it is read.
+    for bad in (0, -1, float("nan"), "1.5", True):
+        with pytest.raises(ConfigError, match="history_curve"):
+            RetrieverSettings.from_mapping({"history_curve": bad})
+    assert RetrieverSettings.from_mapping({"history_curve": 2}).history_curve == 2
 
 
 def test_default_history_file(monkeypatch, tmp_path):

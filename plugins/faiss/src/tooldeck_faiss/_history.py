@@ -557,11 +557,15 @@ class SelectionHistory:
                 self._matrix = (vecs, [r.tool for r in recs], counts)
             return self._matrix
 
-    def similar(self, qvecs: np.ndarray, threshold: float) -> dict[str, float]:
+    def similar(
+        self, qvecs: np.ndarray, threshold: float, curve: float = 1.0
+    ) -> dict[str, float]:
         """For each tool used for a task close to any of ``qvecs``: how close, in [0, 1].
 
         Closeness is the best cosine between a query vector and a recorded task, mapped from
-        ``[threshold, 1]`` onto ``[0, 1]``; tasks below ``threshold`` say nothing.
+        ``[threshold, 1]`` onto ``[0, 1]`` and raised to ``curve``; tasks below ``threshold``
+        say nothing. A curve above 1 keeps most of the lift of a near-repeat and less of a
+        merely similar task's.
         """
         vecs, tools, counts = self.matrix(qvecs.shape[1])
         if not tools or vecs.shape[1] != qvecs.shape[1]:
@@ -573,7 +577,8 @@ class SelectionHistory:
         for i in hits.tolist():
             # A tool used several times for the task counts a little more, with diminishing
             # returns, so one popular tool does not drown every other signal.
-            value = (float(sims[i]) - threshold) / span * (1.0 + 0.1 * np.log1p(counts[i] - 1))
+            close = ((float(sims[i]) - threshold) / span) ** curve
+            value = close * (1.0 + 0.1 * np.log1p(counts[i] - 1))
             if value > out.get(tools[i], 0.0):
                 out[tools[i]] = value
         return out

