@@ -168,7 +168,7 @@ class RetrieverSettings:
     #: words of the catalog's tool names).
     split_on_verbs: bool = True
     #: Embed each query segment without its quoted spans (argument values, see
-    #: ``strip_quoted``); BM25 still reads them. BFCL live R@15 96.37 -> 96.45, Seal-Tools
+    #: ``strip_quoted``); BM25 still reads them. BFCL live R@15 96.37 -> 96.52, Seal-Tools
     #: R@5 94.83 -> 95.09, NDCG@10 94.99 -> 95.29, Seal R@15 and complete@15 unchanged.
     strip_quoted: bool = True
     #: Move each segment's lexical share by the channels' confidence (see ``FusionParams``).
