@@ -86,6 +86,11 @@ def rank(results: list[Any], name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
+def lift(results: list[Any], name: str) -> float:
+    """The history signal of ``name`` in ``results`` (0 when absent or not lifted)."""
+    return next((r.signals.get("history", 0.0) for r in results if r.name == name), 0.0)
+
+
 async def _deck_process(make: Any, url: str, **kw: Any) -> Any:
     retriever = make(url, **kw)
     await retriever.index(TOOLS)
@@ -105,17 +110,19 @@ async def test_two_decks_share_history_and_another_deployment_sees_nothing(
     a.record_use(TASK, "python_exec")
     await a.search(WEATHER, 3)  # the next search of process A sends the use
 
+    # B's next search brings A's use: python_exec is lifted (how far is the lift's curve,
+    # measured on the open sets, not this test's business).
     after = await b.search(SIMILAR, 8)
-    assert rank(after, "python_exec") == 0
-    assert after[0].signals["history"] > 0
+    assert lift(after, "python_exec") > 0
+    assert rank(after, "python_exec") < rank(before, "python_exec")
     assert b.history.statistics().store is not None and b.history.statistics().syncs >= 2
 
     # same Redis, same namespace, another deployment: nothing of A's history
     theirs = await other.search(SIMILAR, 8)
-    assert "history" not in theirs[0].signals and len(other.history) == 0
+    assert all("history" not in r.signals for r in theirs) and len(other.history) == 0
     # and another namespace neither
     elsewhere = await _deck_process(make_retriever, redis_url, namespace="acme")
-    assert "history" not in (await elsewhere.search(SIMILAR, 8))[0].signals
+    assert all("history" not in r.signals for r in await elsewhere.search(SIMILAR, 8))
 
     client = redis.Redis.from_url(redis_url)
     keys = sorted(k.decode() for k in client.keys("*"))
@@ -160,7 +167,7 @@ async def test_vectors_of_another_model_are_never_mixed(
     foreign.exchange([HistoryRow(query=TASK, tool="python_exec", count=1, vector=wrong)], 0)
     results = await a.search(SIMILAR, 8)
     # Had the foreign vector been taken, SIMILAR (far from WEATHER) would get no lift.
-    assert results[0].name == "python_exec" and results[0].signals["history"] > 0
+    assert lift(results, "python_exec") > 0
     rows, _ = foreign.exchange([], 0)
     assert rows[0].vector is not None
     assert float(rows[0].vector @ wrong) > 0.99  # its own vector, untouched
@@ -189,7 +196,7 @@ async def test_a_stopped_redis_does_not_stall_selection(
             for _ in range(5):
                 await a.search(SIMILAR, 8)
         # selection went on with the records in memory
-        assert results[0].name == "python_exec"
+        assert lift(results, "python_exec") > 0
         stats = a.history.statistics()
         assert stats.store_down and stats.store_errors == 1  # skipped after the first failure
     finally:
@@ -197,7 +204,7 @@ async def test_a_stopped_redis_does_not_stall_selection(
     assert await trio.to_thread.run_sync(lambda: a.history.sync(force=True))
     assert not a.history.statistics().store_down
     # the use recorded during the outage reached the other process
-    assert (await b.search(SIMILAR, 8))[0].signals.get("history", 0) > 0
+    assert lift(await b.search(SIMILAR, 8), "python_exec") > 0
 
 
 def test_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
