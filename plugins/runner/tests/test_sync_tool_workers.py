@@ -195,7 +195,7 @@ async def test_a_quick_sync_tool_runs_on_the_waiting_loops_cpu() -> None:
     # every call is pinned.
     assert seen[0] == everything
     pinned = [cpus for cpus in seen if len(cpus) == 1]
-    assert len(pinned) >= 30 and all(cpus[0] in everything for cpus in pinned), seen
+    assert len(pinned) >= 10 and all(cpus[0] in everything for cpus in pinned), seen
     assert all(cpus == everything for cpus in seen if len(cpus) != 1)
     # The process's own CPUs are untouched: only the worker thread was pinned.
     assert sorted(os.sched_getaffinity(0)) == everything
