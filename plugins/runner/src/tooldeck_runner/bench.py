@@ -327,8 +327,9 @@ async def bench_sync_tools(
     ``sync_tool_overhead_us`` (worker thread), ``sync_tool_nonblocking_overhead_us`` (marked
     ``@nonblocking``, run inline), ``langchain_ainvoke_sync_us`` and
     ``sync_tool_overhead_vs_langchain_ainvoke_ratio`` (and the nonblocking one), or
-    ``langchain`` saying why there is no comparison; and the floor under the first, a bare
-    :func:`thread_round_trip_us` (with its ratio to LangChain), measured in the same rounds.
+    ``langchain`` saying why there is no comparison; and beside them a bare hop between two
+    threads the OS places, :func:`thread_round_trip_us` (with its ratio to LangChain), measured
+    in the same rounds (blocking the loop for its few milliseconds, as LangChain's batch does).
     """
     executor = None
     if call is None:
@@ -357,8 +358,8 @@ async def bench_sync_tools(
     overheads: dict[str, list[float]] = {}
     chains: list[float] = []
     ratios: dict[str, list[float]] = {}
-    floors: list[float] = []
-    floor_ratios: list[float] = []
+    hops: list[float] = []
+    hop_ratios: list[float] = []
     try:
         for _, function in _SHAPES:
             await run_call(function.__name__, {"a": 0, "b": 1})  # warm up: threads, caches
@@ -369,10 +370,10 @@ async def bench_sync_tools(
 
             base = await _mean_us(alone, n)
             chain = langchain(n) if langchain is not None else None
-            floors.append(thread_round_trip_us(n))
+            hops.append(thread_round_trip_us(n))
             if chain is not None:
                 chains.append(chain)
-                floor_ratios.append(floors[-1] / chain)
+                hop_ratios.append(hops[-1] / chain)
             for shape, function in _SHAPES:
 
                 async def piped(i: int, name: str = function.__name__) -> Any:
@@ -391,11 +392,11 @@ async def bench_sync_tools(
     figures: dict[str, Any] = {
         f"{shape}_overhead_us": statistics.median(values) for shape, values in overheads.items()
     }
-    if floors:
-        figures["thread_round_trip_us"] = statistics.median(floors)
+    if hops:
+        figures["thread_round_trip_us"] = statistics.median(hops)
     if chains:
         figures["langchain_ainvoke_sync_us"] = statistics.median(chains)
-        figures["thread_round_trip_vs_langchain_ainvoke_ratio"] = statistics.median(floor_ratios)
+        figures["thread_round_trip_vs_langchain_ainvoke_ratio"] = statistics.median(hop_ratios)
         for shape, values in ratios.items():
             figures[f"{shape}_overhead_vs_langchain_ainvoke_ratio"] = statistics.median(values)
     else:
