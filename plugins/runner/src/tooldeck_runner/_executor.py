@@ -32,7 +32,12 @@ until the function really returns); one given up on before its thread started ne
 When the loop has nothing else to run, it waits for the thread on a lock for up to 100 µs
 (what a quick tool takes) instead of sleeping in its I/O wait until the thread wakes it; a tool
 that outlasts that wait is then waited for through trio, and not directly for its next 32
-calls, so a slow tool costs the loop at most 100 µs now and then. On Linux, a worker the loop
+calls, so a slow tool costs the loop at most 100 µs now and then. A single-attempt call whose
+category and pool have room is handed over and waited for that way *before* the queued path's
+machinery (cancel scope and deadline, category slot, in-flight record): nothing else runs on the
+loop meanwhile, so none of it can be observed, and a call still running after the wait goes on
+under all of it, its timeout counted from the hand-over (``RunnerExecutor._run_direct``). On
+Linux, a worker the loop
 waits for that way runs on the loop's CPU (``[runner] pin_sync_threads``): on a virtual machine,
 waking a thread parked on an idle CPU costs tens of µs, and the GIL lets only one of the two
 threads run Python at a time anyway. A wait that runs out unpins the worker at once, and calls
@@ -312,6 +317,8 @@ _IDLE_THREAD_MS = int(_IDLE_THREAD_S * 1000)
 #: Execute functions whose verdict "may run inline" is remembered; past it they are judged
 #: again (a bytecode scan each). Tools registered at run time bring new functions for weeks.
 _MAX_JUDGED = 4096
+#: RunnerExecutor._kind's answers.
+_INLINE, _THREAD, _AWAITED = 1, 2, 3
 #: Per-tool thread pools kept; past it, pools with no thread and no call are dropped when a new
 #: one is made (a pool is made again at its tool's next call).
 _MAX_POOLS = 256
@@ -405,6 +412,7 @@ class _Job:
         "late",
         "done",
         "cpu",
+        "worker",
     )
 
     def __init__(
@@ -429,6 +437,8 @@ class _Job:
         self.result: outcome.Outcome[Any] | None = None
         #: The CPU its worker runs it on: the waiting loop's (a direct wait), or -1: any.
         self.cpu = -1
+        #: The thread it was handed to.
+        self.worker: _Worker | None = None
 
 
 class _ToolThreads:
@@ -471,68 +481,37 @@ class _ToolThreads:
         function: Callable[[], Any],
         waiting: list[int],
         control: _AttemptControl | None = None,
+        job: _Job | None = None,
     ) -> Any:
         """Run ``function`` in one of the pool's threads and return (or raise) its outcome.
 
         ``control`` is the attempt's (the tool's ``context.control``): giving up abandons it
         under the pool's lock, unless the tool already committed; then the thread is waited for
         ``grace`` seconds more and the outcome stored on ``control`` (``late``, or ``overran``)
-        before the cancellation goes on."""
-        if self.busy < self.size and not self._parked:
-            self.busy += 1
-        else:
-            # Every thread is busy: say how many of them are abandoned, should we time out.
-            waiting.append(self.abandoned)
-            await self._parked.park()  # woken by _release, which hands us its slot
-            waiting.clear()
-        job = _Job(
-            function,
-            # The caller's context, as trio.to_thread gives it (CALL_DEADLINE and friends).
-            contextvars.copy_context(),
-            trio.lowlevel.current_task(),
-            trio.lowlevel.current_trio_token(),
-        )
-        # Nothing else for the loop to run right now: it would only sleep in its I/O wait
-        # until the worker wakes it. Waiting on a lock instead, for a bounded moment, saves that
-        # wake-up path (about half of a quick tool's hand-off). A tool whose direct waits run
-        # out is slow: it is not waited for directly again for a while.
-        direct = self.skip_direct <= 0 and _nothing_runnable()
-        if direct:
-            job.direct = threading.Lock()
-            job.direct.acquire()
-        elif self.skip_direct > 0:
-            self.skip_direct -= 1
-        try:
-            with self._lock:
-                worker = self._idle.pop() if self._idle else None
-            if worker is None:
-                worker = _Worker(self)
-                self.threads += 1
-            elif direct and self.pin and _getcpu is not False:
-                # A thread that already ran (a new one pays its start anyway; a one-call
-                # process pins nothing).
-                job.cpu = _loop_cpu()
-            worker.send(job)
-        except BaseException:
-            self._release()
-            raise
-        if job.direct is not None:
-            done = job.direct.acquire(timeout=_DIRECT_WAIT_S)
-            if not done:
-                with self._lock:
-                    # The worker decides under this lock: finished means it released.
-                    done = job.finished
-                    if not done:
-                        job.direct = None  # it delivers through trio now
-                        # A slow tool: it gets every core (the worker pins under this lock).
-                        job.cpu = -1
-                        worker.unpin()
-                if not done:
-                    self.skip_direct = _DIRECT_SKIP_CALLS
-            if done:
-                self._release()
+        before the cancellation goes on. ``job``: one :meth:`start_direct` handed over already
+        (its slot taken); its outcome is returned, or waited for through trio."""
+        if job is None:
+            if self.busy < self.size and not self._parked:
+                self.busy += 1
+            else:
+                # Every thread is busy: say how many of them are abandoned, should we time out.
+                waiting.append(self.abandoned)
+                await self._parked.park()  # woken by _release, which hands us its slot
+                waiting.clear()
+            # Nothing else for the loop to run right now: it would only sleep in its I/O wait
+            # until the worker wakes it. Waiting on a lock instead, for a bounded moment, saves
+            # that wake-up path (about half of a quick tool's hand-off). A tool whose direct
+            # waits run out is slow: it is not waited for directly again for a while.
+            direct = self.skip_direct <= 0 and _nothing_runnable()
+            if not direct and self.skip_direct > 0:
+                self.skip_direct -= 1
+            job = self._hand(function, direct)
+            if direct and self._wait_directly(job):
                 assert job.result is not None
                 return job.result.unwrap()
+        elif job.direct is not None:  # start_direct's wait saw it finish
+            assert job.result is not None
+            return job.result.unwrap()
 
         def abort(_: Any) -> trio.lowlevel.Abort:
             with self._lock:
@@ -557,6 +536,74 @@ class _ToolThreads:
             if job.late and control is not None:
                 await self._wait_commit(job, control)
             raise
+
+    def start_direct(self, function: Callable[[], Any]) -> _Job | None:
+        """The executor's quick path, on the loop's thread: when a thread is free and the loop
+        has nothing else to run, hand ``function`` over and wait for it directly (up to
+        ``_DIRECT_WAIT_S``). Returns the job: finished (its ``direct`` lock is still set and
+        its slot given back) or still running (``direct`` is None; :meth:`run` with ``job``
+        waits for it through trio, and gives the slot back). None: not now (nothing was
+        started; :meth:`run` decides as usual)."""
+        if self.skip_direct > 0 or self.busy >= self.size or self._parked:
+            return None
+        if not _nothing_runnable():
+            return None
+        self.busy += 1
+        job = self._hand(function, True)
+        self._wait_directly(job)
+        return job
+
+    def _hand(self, function: Callable[[], Any], direct: bool) -> _Job:
+        """Give ``function`` to an idle worker (or a new one), the pool's slot already taken;
+        ``direct``: the loop will wait for it on the job's lock (see :meth:`_wait_directly`)."""
+        job = _Job(
+            function,
+            # The caller's context, as trio.to_thread gives it (CALL_DEADLINE and friends).
+            contextvars.copy_context(),
+            trio.lowlevel.current_task(),
+            trio.lowlevel.current_trio_token(),
+        )
+        if direct:
+            job.direct = threading.Lock()
+            job.direct.acquire()
+        try:
+            with self._lock:
+                worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                worker = _Worker(self)
+                self.threads += 1
+            elif direct and self.pin and _getcpu is not False:
+                # A thread that already ran (a new one pays its start anyway; a one-call
+                # process pins nothing).
+                job.cpu = _loop_cpu()
+            job.worker = worker
+            worker.send(job)
+        except BaseException:
+            self._release()
+            raise
+        return job
+
+    def _wait_directly(self, job: _Job) -> bool:
+        """Block the loop up to ``_DIRECT_WAIT_S`` for ``job``: True when it finished (its
+        result is set and the slot given back), False when it goes on (it delivers through
+        trio now, runs on every CPU, and the next calls are not waited for directly)."""
+        assert job.direct is not None
+        done = job.direct.acquire(timeout=_DIRECT_WAIT_S)
+        if not done:
+            with self._lock:
+                # The worker decides under this lock: finished means it released.
+                done = job.finished
+                if not done:
+                    job.direct = None  # it delivers through trio now
+                    # A slow tool: it gets every core (the worker pins under this lock).
+                    job.cpu = -1
+                    assert job.worker is not None
+                    job.worker.unpin()
+            if not done:
+                self.skip_direct = _DIRECT_SKIP_CALLS
+                return False
+        self._release()
+        return True
 
     async def _wait_commit(self, job: _Job, control: _AttemptControl) -> None:
         """After giving up during a commit: wait ``grace`` for the thread (shielded: the commit
@@ -786,6 +833,18 @@ def _forged_cancellation(tool: ToolDefinition, exc: BaseException) -> ToolResult
     )
 
 
+@attrs.frozen
+class _Started:
+    """A sync call :meth:`RunnerExecutor._run_direct` handed to a thread that outlasted the
+    direct wait: its job, the attempt's control and context (the tool holds both), and when
+    the call began (``perf_counter``)."""
+
+    job: _Job
+    control: _AttemptControl
+    context: ToolContext
+    started: float
+
+
 @attrs.define(eq=False)
 class _InFlight:
     session_id: str
@@ -813,9 +872,10 @@ class RunnerExecutor:
     # that decision ("" = decide then).
     _isolation_at_start: str = attrs.field(default="", init=False)
     _closed: bool = attrs.field(default=False, init=False)
-    # Per execute function: may it run inline (see the module docstring)? Keyed by the function,
-    # so a tool registered again with another implementation is judged again.
-    _inline: dict[Any, bool] = attrs.field(factory=dict, init=False)
+    # Per execute function: how it runs in process (_INLINE, _THREAD or _AWAITED, see _kind).
+    # Keyed by the function, so a tool registered again with another implementation is judged
+    # again; what the definition says (sandbox, retries) is checked per call.
+    _inline: dict[Any, int] = attrs.field(factory=dict, init=False)
     # Per sync tool (by name): its thread pool. trio's shared default pool (40 threads) would let
     # one tool's abandoned threads (timed out, still sleeping) starve every other sync tool.
     _threads: dict[str, _ToolThreads] = attrs.field(factory=dict, init=False)
@@ -842,49 +902,125 @@ class RunnerExecutor:
         """Run ``call``: queue, timeout, retries, in process or sandboxed. Never raises for the
         tool's failure; ``trio.Cancelled`` from the caller's scope propagates."""
         try:
-            inline = self._inline.get(tool.execute)
-            if inline is None:
+            kind = self._inline.get(tool.execute)
+            if kind is None:
                 if len(self._inline) >= _MAX_JUDGED:
                     # Functions of tools since removed or registered again would stay here
                     # (and keep what their closures hold) for the life of the deck.
                     self._inline.clear()
-                inline = self._inline[tool.execute] = self._can_inline(tool)
+                kind = self._inline[tool.execute] = self._kind(tool)
         except TypeError:  # an unhashable callable object: not judged, so never inline
-            inline = False
-        if inline and not self._closed:
-            queue = self._queues.get(tool.category) or self._queue(tool.category)
-            if queue.limiter.available_tokens >= 1:
-                return await self._run_inline(tool, call, context, queue)
+            kind = _AWAITED
+        if kind != _AWAITED and not self._closed:
+            execution = tool.execution
+            if (
+                not tool.security.sandbox
+                # First: a misconfigured tool is refused on the queued path, and its
+                # max_retries may not even compare.
+                and _execution_problem(tool) is None
+                and not (execution.retryable and execution.max_retries > 0)
+            ):
+                if kind == _INLINE:
+                    queue = self._queues.get(tool.category) or self._queue(tool.category)
+                    if queue.limiter.available_tokens >= 1:
+                        return await self._run_inline(tool, call, context, queue)
+                else:
+                    # A sync tool whose pool exists (its first call made it, queued).
+                    threads = self._threads.get(tool.name)
+                    queue = self._queues.get(tool.category)
+                    if (
+                        threads is not None
+                        and queue is not None
+                        and not queue.waiting
+                        and queue.limiter.available_tokens >= 1
+                    ):
+                        return await self._run_direct(tool, call, context, queue, threads)
         return await self._run_queued(tool, call, context)
 
-    async def _run_queued(
-        self, tool: ToolDefinition, call: ToolCall, context: ToolContext
+    async def _run_direct(
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        queue: _Queue,
+        threads: _ToolThreads,
     ) -> ToolResult:
+        """A single-attempt sync tool whose pool and category have room: the quick path.
+
+        When the loop has nothing else to run, the job is handed to a thread and waited for
+        directly *before* any of the queued path's machinery (a cancel scope with a deadline, a
+        category slot, the in-flight record: ~20 µs of a quick tool's ~45). Nothing can observe
+        that none was taken: the loop runs nothing else meanwhile, so no other call, no
+        cancel_session() and no deadline can come in between. A job still running after the
+        wait goes on under exactly that machinery, as if it had been queued (its timeout counted
+        from the start); one that finished is a result at once. A sync tool is always a thread
+        call: its function was never run on the loop."""
         started = time.perf_counter()
+        # What the queued path's first checkpoint does: a caller already cancelled gets its
+        # Cancelled before anything runs.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        control = _AttemptControl(deadline=time.monotonic() + tool.execution.timeout_s)
+        bound = context.with_control(control)
+        arguments = call.arguments
+        job = threads.start_direct(lambda: call_tool_function(tool, arguments, bound))
+        if job is None:
+            return await self._run_queued(tool, call, context)
+        finished = job.direct is not None
+        if finished and not (
+            # A def that returned an awaitable: awaited under the call's timeout, below.
+            isinstance(job.result, outcome.Value) and inspect.isawaitable(job.result.value)
+        ):
+            if queue.in_flight >= queue.max_in_flight:
+                queue.max_in_flight = queue.in_flight + 1
+            queue.completed += 1
+            result = await self._invoke(tool, call, bound, None, job)
+            return result.with_metadata(
+                duration_s=time.perf_counter() - started,
+                attempts=1,
+                isolation=ISOLATION_IN_PROCESS,
+            )
+        return await self._run_queued(
+            tool, call, context, _Started(job, control, bound, started)
+        )
+
+    async def _run_queued(
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        handed: _Started | None = None,
+    ) -> ToolResult:
+        """The queued path: ``handed`` is a job :meth:`_run_direct` started (a single attempt,
+        its checks passed), which goes on here from where it is."""
         isolation = self._isolation(tool)
-        if self._closed:
-            return ToolResult.fail(
-                ErrorCode.EXECUTION_ERROR, "the executor is closed", plugin="runner"
-            ).with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
         execution = tool.execution
-        problem = _execution_problem(tool)
-        if problem is not None:
-            return problem.with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
-        single = not execution.retryable or execution.max_retries <= 0
+        if handed is None:
+            started = time.perf_counter()
+            if self._closed:
+                return ToolResult.fail(
+                    ErrorCode.EXECUTION_ERROR, "the executor is closed", plugin="runner"
+                ).with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
+            problem = _execution_problem(tool)
+            if problem is not None:
+                return problem.with_metadata(duration_s=0.0, attempts=0, isolation=isolation)
+            single = not execution.retryable or execution.max_retries <= 0
+            deadline = trio.current_time() + execution.timeout_s
+        else:
+            started = handed.started
+            single = True
+            assert handed.control.deadline is not None
+            # The timeout counts from the hand-over, as on this path from joining the queue.
+            deadline = trio.current_time() + (handed.control.deadline - time.monotonic())
         # A single attempt needs one cancel scope, not two: its deadline is the call's timeout
         # and cancel_session() cancels the same scope (``requested`` tells the two apart).
-        scope = (
-            trio.CancelScope(deadline=trio.current_time() + execution.timeout_s)
-            if single
-            else trio.CancelScope()
-        )
+        scope = trio.CancelScope(deadline=deadline) if single else trio.CancelScope()
         entry = _InFlight(context.session_id, context.call_id or call.id, scope)
         self._in_flight.setdefault(entry.session_id, set()).add(entry)
         attempts = [0]
         try:
             if single:
                 attempts[0] = 1
-                result = await self._attempt(tool, call, context, entry)
+                result = await self._attempt(tool, call, context, entry, handed=handed)
             else:
                 with entry.scope:
                     result = await self._run_with_retries(tool, call, context, attempts, entry)
@@ -1008,18 +1144,17 @@ class RunnerExecutor:
         return ISOLATION_IN_PROCESS
 
     @staticmethod
-    def _can_inline(tool: ToolDefinition) -> bool:
-        execution = tool.execution
-        return (
-            not tool.security.sandbox
-            and not (execution.retryable and execution.max_retries > 0)
-            and (
-                never_suspends(tool.execute)
-                # A plain function its author marked @nonblocking: it computes and returns,
-                # so a worker thread would only add two hand-offs.
-                or (not tool.is_async and is_nonblocking(tool.execute))
-            )
-        )
+    def _kind(tool: ToolDefinition) -> int:
+        """How ``tool.execute`` runs in process: ``_INLINE`` (see the module docstring),
+        ``_THREAD`` (a plain function: a worker thread) or ``_AWAITED`` (a coroutine function
+        that suspends: awaited under the call's scope)."""
+        if never_suspends(tool.execute):
+            return _INLINE
+        if tool.is_async:
+            return _AWAITED
+        # A plain function its author marked @nonblocking: it computes and returns, so a
+        # worker thread would only add two hand-offs.
+        return _INLINE if is_nonblocking(tool.execute) else _THREAD
 
     async def _run_inline(
         self, tool: ToolDefinition, call: ToolCall, context: ToolContext, queue: _Queue
@@ -1125,10 +1260,12 @@ class RunnerExecutor:
         entry: _InFlight | None = None,
         *,
         inflight: _InFlight | None = None,
+        handed: _Started | None = None,
     ) -> ToolResult:
         """One attempt under the tool's timeout: in ``entry``'s scope (whose deadline is the
         timeout) for a single-attempt call, else in a fresh scope of its own (``inflight``:
-        the call's entry then, whose scope encloses the retries)."""
+        the call's entry then, whose scope encloses the retries). ``handed``: the attempt's
+        job is running already (see :meth:`_run_direct`)."""
         queue = self._queue(tool.category)
         timeout = tool.execution.timeout_s
         # A fresh borrower per call: the same task may hold slots for nested calls.
@@ -1142,28 +1279,39 @@ class RunnerExecutor:
         control: _AttemptControl | None = None
         with scope:
             ahead = queue.waiting
-            try:
-                # A free slot is taken at once (WouldBlock also when others wait, so the queue
-                # stays first come, first served); the call is still a cancellation point.
+            if handed is not None:
+                # Free when the job was handed over, and nothing ran since. No checkpoint here:
+                # the running job is the thread wait's to abandon, should the scope be done.
                 queue.limiter.acquire_on_behalf_of_nowait(token)
-            except trio.WouldBlock:
-                queue.waiting += 1
-                try:
-                    await queue.limiter.acquire_on_behalf_of(token)
-                finally:
-                    queue.waiting -= 1
             else:
                 try:
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                except BaseException:
-                    queue.limiter.release_on_behalf_of(token)
-                    raise
+                    # A free slot is taken at once (WouldBlock also when others wait, so the
+                    # queue stays first come, first served); the call is still a cancellation
+                    # point.
+                    queue.limiter.acquire_on_behalf_of_nowait(token)
+                except trio.WouldBlock:
+                    queue.waiting += 1
+                    try:
+                        await queue.limiter.acquire_on_behalf_of(token)
+                    finally:
+                        queue.waiting -= 1
+                else:
+                    try:
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                    except BaseException:
+                        queue.limiter.release_on_behalf_of(token)
+                        raise
             started = True
             queue.in_flight += 1
             queue.max_in_flight = max(queue.max_in_flight, queue.in_flight)
             try:
                 # The attempt's own control: its deadline (the timeout, queue time included),
                 # whether it was given up on, and the tool's commit (see ToolContext).
+                if handed is not None:
+                    control = handed.control
+                    if owner is not None:
+                        owner.control = control
+                    return await self._invoke(tool, call, handed.context, waiting, handed.job)
                 deadline = scope.deadline
                 control = _AttemptControl(
                     deadline=time.monotonic() + (deadline - trio.current_time())
@@ -1239,10 +1387,16 @@ class RunnerExecutor:
                 del self._threads[name]
 
     async def _in_thread(
-        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, waiting: list[int]
+        self,
+        tool: ToolDefinition,
+        call: ToolCall,
+        context: ToolContext,
+        waiting: list[int],
+        job: _Job | None = None,
     ) -> Any:
-        """Run a sync tool in a thread of its own pool; on timeout or cancellation the thread is
-        abandoned (it cannot be killed) and keeps its pool slot until it really ends."""
+        """Run a sync tool in a thread of its own pool (``job``: handed over already); on
+        timeout or cancellation the thread is abandoned (it cannot be killed) and keeps its
+        pool slot until it really ends."""
         threads = self._threads.get(tool.name) or self._tool_threads(tool)
         arguments = call.arguments
         control = context.control
@@ -1250,6 +1404,7 @@ class RunnerExecutor:
             lambda: call_tool_function(tool, arguments, context),
             waiting,
             control if isinstance(control, _AttemptControl) else None,
+            job,
         )
 
     async def _invoke(
@@ -1258,6 +1413,7 @@ class RunnerExecutor:
         call: ToolCall,
         context: ToolContext,
         waiting: list[int] | None = None,
+        job: _Job | None = None,
     ) -> ToolResult:
         if tool.security.sandbox:
             return await self.sandbox_pool().run(tool, call, context)
@@ -1269,7 +1425,7 @@ class RunnerExecutor:
                 )
             else:
                 value = await self._in_thread(
-                    tool, call, context, waiting if waiting is not None else []
+                    tool, call, context, waiting if waiting is not None else [], job
                 )
                 if inspect.isawaitable(value):
                     value = await bounded(value, context.control)
