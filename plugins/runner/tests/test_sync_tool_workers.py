@@ -253,3 +253,98 @@ async def test_a_refused_affinity_turns_pinning_off_and_calls_go_on(monkeypatch:
         raise AssertionError("no call tried to pin its thread")
     assert await _calls(executor, tool, 10) == [everything] * 10
     await executor.aclose()
+
+
+def _loop_cpus(arguments: Any, context: Any) -> list[int]:
+    """The event loop's thread's CPUs, seen from the tool's worker while the loop waits."""
+    return sorted(os.sched_getaffinity(threading.main_thread().native_id))
+
+
+def _moving_loop(monkeypatch: Any, cpus: list[int]) -> None:
+    """Make the loop look as if it moved to another CPU at every call (the kernel does that when
+    it wakes the loop on the idle CPU while the worker still runs on theirs)."""
+    from tooldeck_runner import _executor
+
+    seen = iter(range(1_000_000))
+    monkeypatch.setattr(_executor, "_loop_cpu", lambda: cpus[next(seen) % 2])
+    monkeypatch.setattr(_executor, "_hold_loop", True)
+
+
+@needs_two_cpus
+async def test_a_moving_loop_is_held_on_its_workers_cpu_while_it_waits(monkeypatch: Any) -> None:
+    from tooldeck_runner import _executor
+
+    everything = sorted(os.sched_getaffinity(0))
+    _moving_loop(monkeypatch, everything[:2])
+    executor = RunnerExecutor.from_settings({})
+    seen = await _calls(executor, _tool("held_loop", _loop_cpus), 100)
+    # Once the loop was seen moving, it waits for the worker on the worker's CPU, one CPU
+    # (a wait that ran out on a busy machine lets the next calls go unwaited, on every CPU).
+    held = [cpus for cpus in seen if len(cpus) == 1]
+    assert len(held) >= 10 and all(cpus[0] in everything for cpus in held), seen
+    assert all(cpus == everything for cpus in seen if len(cpus) != 1)
+    # ... and gets all of its CPUs back after each wait.
+    assert sorted(os.sched_getaffinity(0)) == everything
+    assert _executor._hold_loop is True
+    await executor.aclose()
+
+
+@needs_two_cpus
+async def test_a_loop_that_stays_put_is_never_held(monkeypatch: Any) -> None:
+    from tooldeck_runner import _executor
+
+    everything = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(_executor, "_loop_cpu", lambda: everything[0])
+    executor = RunnerExecutor.from_settings({})
+    assert await _calls(executor, _tool("free_loop", _loop_cpus), 50) == [everything] * 50
+    await executor.aclose()
+
+
+@needs_two_cpus
+async def test_a_refused_hold_leaves_the_loop_free_and_calls_go_on(monkeypatch: Any) -> None:
+    from tooldeck_runner import _executor
+
+    everything = sorted(os.sched_getaffinity(0))
+    real = os.sched_setaffinity
+    refusals = []
+
+    def refuse_the_loop(tid: int, cpus: Any) -> None:
+        if tid == 0 and threading.current_thread() is threading.main_thread():
+            refusals.append(sorted(cpus))
+            raise OSError(22, "Invalid argument")
+        real(tid, cpus)  # the workers' own pinning still works
+
+    _moving_loop(monkeypatch, everything[:2])
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_the_loop)
+    executor = RunnerExecutor.from_settings({})
+    seen = await _calls(executor, _tool("refused_loop", _loop_cpus), 100)
+    assert seen == [everything] * 100
+    assert len(refusals) == 1 and _executor._hold_loop is False  # tried once, then never
+    await executor.aclose()
+
+
+@needs_two_cpus
+async def test_a_loop_whose_cpus_cannot_be_restored_gets_every_allowed_cpu(
+    monkeypatch: Any,
+) -> None:
+    from tooldeck_runner import _executor
+
+    everything = sorted(os.sched_getaffinity(0))
+    real = os.sched_setaffinity
+    loop_calls: list[list[int]] = []
+
+    def refuse_the_restore(tid: int, cpus: Any) -> None:
+        if tid == 0 and threading.current_thread() is threading.main_thread():
+            loop_calls.append(sorted(cpus))
+            if len(loop_calls) == 2:  # the hold worked; putting the saved CPUs back does not
+                raise OSError(22, "Invalid argument")
+        real(tid, cpus)
+
+    _moving_loop(monkeypatch, everything[:2])
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_the_restore)
+    executor = RunnerExecutor.from_settings({})
+    await _calls(executor, _tool("restored_loop", _loop_cpus), 50)
+    assert len(loop_calls) == 3 and len(loop_calls[0]) == 1  # held, refused, every CPU
+    assert sorted(os.sched_getaffinity(0)) == everything
+    assert _executor._hold_loop is False
+    await executor.aclose()

@@ -63,7 +63,8 @@ class RunnerSettings:
     #: worker.
     zygote: bool = True
     #: Linux: run a quick sync tool's worker thread on the CPU of the event loop that waits for
-    #: it (see the executor's docstring); off: the OS places worker threads freely.
+    #: it, and hold a loop seen moving between CPUs on that CPU during such waits (see the
+    #: executor's docstring); off: the OS places both freely.
     pin_sync_threads: bool = True
     #: The host uid sandboxed code runs as when the deck is root (id-mapped workdir, see the
     #: README); ``None`` (``uid = "deck"`` in TOML): the deck's own uid, as uid 0 inside.
