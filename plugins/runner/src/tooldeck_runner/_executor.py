@@ -36,11 +36,10 @@ calls, so a slow tool costs the loop at most 100 µs now and then. A single-atte
 category and pool have room is handed over and waited for that way *before* the queued path's
 machinery (cancel scope and deadline, category slot, in-flight record): nothing else runs on the
 loop meanwhile, so none of it can be observed, and a call still running after the wait goes on
-under all of it, its timeout counted from the hand-over (``RunnerExecutor._run_direct``). On
-Linux, a worker the loop
-waits for that way runs on the loop's CPU (``[runner] pin_sync_threads``): on a virtual machine,
-waking a thread parked on an idle CPU costs tens of µs, and the GIL lets only one of the two
-threads run Python at a time anyway. A wait that runs out unpins the worker at once, and calls
+under all of it, its timeout counted from the hand-over (``RunnerExecutor._run_direct``).
+On Linux, a worker the loop waits for that way runs on the loop's CPU (``[runner]
+pin_sync_threads``): on a virtual machine, waking a thread parked on an idle CPU costs tens of
+µs, and the GIL lets only one of the two threads run Python at a time anyway. A wait that runs out unpins the worker at once, and calls
 the loop does not wait for directly run unpinned, so slow tools keep every core. Once the loop
 is seen on another CPU than at its previous such wait (the kernel tends to wake it on the idle
 CPU while the worker is still going back to sleep, and the next call then moves the worker
