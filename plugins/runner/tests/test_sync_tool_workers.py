@@ -348,3 +348,53 @@ async def test_a_loop_whose_cpus_cannot_be_restored_gets_every_allowed_cpu(
     assert sorted(os.sched_getaffinity(0)) == everything
     assert _executor._hold_loop is False
     await executor.aclose()
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("finished", [False, True], ids=["running", "finished"])
+async def test_a_ctrl_c_during_a_direct_wait_gives_no_slot_away(
+    monkeypatch: Any, finished: bool
+) -> None:
+    # An application may catch the KeyboardInterrupt and go on: the tool must still have its
+    # one thread afterwards (a slot left taken would make every later call wait forever).
+    from tooldeck_runner import _executor
+
+    release = threading.Event()
+
+    def blocking(arguments: Any, context: Any) -> str:
+        if arguments.get("block"):
+            release.wait(30)
+        return "done"
+
+    def interrupted(lock: threading.Lock, cpu: int) -> bool:
+        if finished:
+            lock.acquire()  # the tool returned; the Ctrl-C lands just after
+        raise KeyboardInterrupt
+
+    _moving_loop(monkeypatch, sorted(os.sched_getaffinity(0))[:2])  # the waits go through
+    executor = RunnerExecutor.from_settings({"runner": {"concurrency": {"default": 1}}})
+    tool = _tool("interrupted", blocking, timeout_s=5)
+    pool = None
+    for _ in range(200):  # until the loop is held during its waits (see _moving_loop)
+        await _calls(executor, tool, 1)
+        pool = executor._threads["interrupted"]
+        if pool.hold_loop > 0 and pool.skip_direct == 0:
+            break
+    assert pool is not None and pool.hold_loop > 0
+    monkeypatch.setattr(_executor, "_acquire_on_cpu", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await executor.run(
+                tool, ToolCall(name=tool.name, arguments={"block": not finished}), CONTEXT
+            )
+        assert executor.statistics()["default"].abandoned_threads == (0 if finished else 1)
+    finally:
+        release.set()
+    with trio.fail_after(10):  # a hang guard: the abandoned job ends and frees its slot
+        while executor.statistics()["default"].abandoned_threads or pool.busy:
+            await trio.sleep(0.01)
+    monkeypatch.undo()
+    # The tool's only thread serves the next calls.
+    assert await _calls(executor, _tool("interrupted", _own_cpus), 3)
+    assert pool.threads == 1
+    await executor.aclose()

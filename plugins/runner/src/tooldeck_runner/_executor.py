@@ -39,12 +39,13 @@ loop meanwhile, so none of it can be observed, and a call still running after th
 under all of it, its timeout counted from the hand-over (``RunnerExecutor._run_direct``).
 On Linux, a worker the loop waits for that way runs on the loop's CPU (``[runner]
 pin_sync_threads``): on a virtual machine, waking a thread parked on an idle CPU costs tens of
-µs, and the GIL lets only one of the two threads run Python at a time anyway. A wait that runs out unpins the worker at once, and calls
-the loop does not wait for directly run unpinned, so slow tools keep every core. Once the loop
-is seen on another CPU than at its previous such wait (the kernel tends to wake it on the idle
-CPU while the worker is still going back to sleep, and the next call then moves the worker
-after it), the loop's own thread is held on the worker's CPU during its next 64 waits, and
-given all of its CPUs back after each (see ``_acquire_on_cpu``).
+µs, and the GIL lets only one of the two threads run Python at a time anyway. A wait that
+runs out unpins the worker at once, and calls the loop does not wait for directly run unpinned,
+so slow tools keep every core. Once the loop is seen on another CPU than at its previous such
+wait (the kernel tends to wake it on the idle CPU while the worker is still going back to
+sleep, and the next call then moves the worker after it), the loop's own thread is held on the
+worker's CPU during its next 64 waits, and given all of its CPUs back after each (see
+``_acquire_on_cpu``). A Ctrl-C during a direct wait gives its job up like a cancelled call.
 That thread is not a ``trio.to_thread`` thread: a tool that calls back into trio passes
 ``trio_token`` to ``trio.from_thread``.
 """
@@ -638,11 +639,19 @@ class _ToolThreads:
         result is set and the slot given back), False when it goes on (it delivers through
         trio now, runs on every CPU, and the next calls are not waited for directly)."""
         assert job.direct is not None
-        if self.hold_loop > 0 and job.cpu >= 0 and _hold_loop:
-            self.hold_loop -= 1
-            done = _acquire_on_cpu(job.direct, job.cpu)
-        else:
-            done = job.direct.acquire(timeout=_DIRECT_WAIT_S)
+        try:
+            if self.hold_loop > 0 and job.cpu >= 0 and _hold_loop:
+                self.hold_loop -= 1
+                done = _acquire_on_cpu(job.direct, job.cpu)
+            else:
+                done = job.direct.acquire(timeout=_DIRECT_WAIT_S)
+        except BaseException:
+            # A KeyboardInterrupt (Ctrl-C) in the wait, which an application may catch and go
+            # on: the job is given up like a cancelled call, so its slot comes back when the
+            # function really returns. Left taken, each Ctrl-C would cost the tool a thread
+            # for good, until every call of it waited forever for one.
+            self._give_up_direct(job)
+            raise
         if not done:
             with self._lock:
                 # The worker decides under this lock: finished means it released.
@@ -658,6 +667,22 @@ class _ToolThreads:
                 return False
         self._release()
         return True
+
+    def _give_up_direct(self, job: _Job) -> None:
+        """On the loop's thread: drop a job the loop stopped waiting for directly. Finished: its
+        slot is free now. Running: it is abandoned, and its slot comes back when it ends."""
+        with self._lock:
+            finished = job.finished
+            if not finished:
+                job.direct = None
+                job.abandoned = True
+                job.cpu = -1
+                if job.worker is not None:
+                    job.worker.unpin()
+        if finished:
+            self._release()
+        else:
+            self.abandoned += 1
 
     async def _wait_commit(self, job: _Job, control: _AttemptControl) -> None:
         """After giving up during a commit: wait ``grace`` for the thread (shielded: the commit
