@@ -51,6 +51,11 @@ async def test_worker_threads_close_their_wake_up_pipes_when_they_end() -> None:
             inside.wait()  # three calls at once: three threads, three pipes
         return "ok"
 
+    # Earlier tests' executors closed, but their idle threads end (and close their pipes) on
+    # their own schedule: on a busy machine one could close its pipe in the middle of this test.
+    with trio.fail_after(10):  # a hang guard
+        while any(t.name.startswith("tooldeck-tool-") for t in threading.enumerate()):
+            await trio.sleep(0.01)
     before = _open_fds()
     executor = RunnerExecutor.from_settings({"runner": {"concurrency": {"default": 3}}})
     tool = _tool("piped", meet, timeout_s=20)
@@ -398,3 +403,30 @@ async def test_a_ctrl_c_during_a_direct_wait_gives_no_slot_away(
     assert await _calls(executor, _tool("interrupted", _own_cpus), 3)
     assert pool.threads == 1
     await executor.aclose()
+
+
+async def test_a_thread_busy_when_the_executor_closes_ends_when_its_function_returns() -> None:
+    # An idle thread lives on for 30 s; one still running at aclose() has nothing to wait for.
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(arguments: Any, context: Any) -> str:
+        started.set()
+        release.wait(30)
+        return "late"
+
+    executor = RunnerExecutor.from_settings({})
+    tool = _tool("closing_busy", stuck, timeout_s=30)
+    try:
+        with trio.move_on_after(5):  # a hang guard; the call is given up once it runs
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_calls, executor, tool, 1)
+                while not started.is_set():
+                    await trio.sleep(0.005)
+                nursery.cancel_scope.cancel()
+        assert started.is_set() and len(_threads_named("closing_busy")) == 1
+        await executor.aclose()
+    finally:
+        release.set()
+    with trio.fail_after(5):  # well under the 30 s an idle thread would wait
+        while _threads_named("closing_busy"):
+            await trio.sleep(0.01)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from tooldeck_runner import RunnerExecutor, _executor
 
 from tooldeck_hookspecs import (
@@ -541,4 +542,53 @@ async def test_other_tasks_keep_the_quick_path_out_of_their_way(handed: list[str
         nursery.start_soon(trio.lowlevel.checkpoint)  # runnable when the call starts
         assert (await _run(executor, tool)).data == "ok"
     assert handed == ["declined"]
+    await executor.aclose()
+
+
+async def test_a_thread_that_cannot_start_is_a_structured_error_on_the_quick_path(
+    handed: list[str], monkeypatch: Any
+) -> None:
+    # The pool's one thread is busy, so the next quick call needs a new one, and the system
+    # refuses it (no file descriptor left for its pipe): an EXECUTION_ERROR, never a raise.
+    release = threading.Event()
+
+    def blocking(arguments: Any, context: Any) -> str:
+        if arguments.get("block"):
+            release.wait(30)
+        return "done"
+
+    executor = RunnerExecutor.from_settings({"runner": {"concurrency": {"default": 2}}})
+    tool = _tool("thread_starved", blocking, timeout_s=5)
+    await _warm(executor, tool, handed)
+    results: list[ToolResult] = []
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def busy() -> None:
+                results.append(await _run(executor, tool, "busy", block=True))
+
+            nursery.start_soon(busy)
+            await trio.testing.wait_all_tasks_blocked()
+            pool = executor._threads["thread_starved"]
+            # The busy call outlasted its direct wait; waits resume as after its 32 next calls.
+            pool.skip_direct = 0
+            with monkeypatch.context() as patch:
+
+                def no_pipe() -> tuple[int, int]:
+                    raise OSError(24, "Too many open files")
+
+                patch.setattr(_executor.os, "pipe", no_pipe)
+                starved = await _run(executor, tool, "starved")
+                assert handed[-1] == "running"  # the busy call; the starved one never started
+            assert starved.error is not None
+            assert starved.error.code is ErrorCode.EXECUTION_ERROR
+            assert "Too many open files" in starved.error.message
+            release.set()
+    finally:
+        release.set()
+    assert results[0].data == "done"
+    # Nothing leaked: the pool's thread and both category slots serve the next calls.
+    assert (await _run(executor, tool)).data == "done"
+    assert pool.busy == 0 and pool.threads == 1
+    assert executor.statistics()["default"].in_flight == 0
     await executor.aclose()

@@ -522,6 +522,8 @@ class _ToolThreads:
         self.hold_loop = 0
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        #: Set by close(): a busy thread ends when its function returns instead of idling.
+        self.closed = False
 
     async def run(
         self,
@@ -704,22 +706,28 @@ class _ToolThreads:
                 await job.done.wait()
         control.late = job.result
 
-    def finished(self, worker: _Worker, job: _Job, result: outcome.Outcome[Any]) -> None:
-        """In the worker's thread, after ``job`` ran: hand the result back to trio."""
+    def finished(self, worker: _Worker, job: _Job, result: outcome.Outcome[Any]) -> bool:
+        """In the worker's thread, after ``job`` ran: hand the result back to trio. False: the
+        pool was closed meanwhile, and the thread ends."""
         with self._lock:
             job.finished = True
             abandoned = job.abandoned
-            # Idle before the caller wakes, so its next call finds this thread ready.
-            self._idle.append(worker)
+            keep = not self.closed
+            if keep:
+                # Idle before the caller wakes, so its next call finds this thread ready.
+                self._idle.append(worker)
+            else:
+                self.threads -= 1
             if job.direct is not None:
                 # The loop is waiting on this lock (or about to look, under this lock).
                 job.result = result
                 job.direct.release()
-                return
+                return keep
         try:
             job.token.run_sync_soon(self._deliver, job, None if abandoned else result)
         except trio.RunFinishedError:
             pass  # the deck's loop is gone; nothing left to account for
+        return keep
 
     def _deliver(self, job: _Job, result: outcome.Outcome[Any] | None) -> None:
         if result is None:
@@ -755,6 +763,7 @@ class _ToolThreads:
     def close(self) -> None:
         """Let the idle threads end (busy ones end when their function returns)."""
         with self._lock:
+            self.closed = True
             idle, self._idle = self._idle, []
             self.threads -= len(idle)
         for worker in idle:
@@ -850,7 +859,8 @@ class _Worker:
                         )
                         error.__cause__ = result.error
                         result = outcome.Error(error)
-                pool.finished(self, job, result)
+                if not pool.finished(self, job, result):
+                    return  # the executor closed while it ran: nothing will call it again
                 del job, result  # drop the references while parked
         finally:
             os.close(wake)
@@ -1041,7 +1051,13 @@ class RunnerExecutor:
         control = _AttemptControl(deadline=time.monotonic() + tool.execution.timeout_s)
         bound = context.with_control(control)
         arguments = call.arguments
-        job = threads.start_direct(lambda: call_tool_function(tool, arguments, bound))
+        try:
+            job = threads.start_direct(lambda: call_tool_function(tool, arguments, bound))
+        except Exception:
+            # No thread could be started (EMFILE for its pipe, the system's thread limit):
+            # nothing ran and the slot is back. The queued path tries again and answers with
+            # its structured error, never a raise out of run().
+            job = None
         if job is None:
             return await self._run_queued(tool, call, context)
         finished = job.direct is not None
