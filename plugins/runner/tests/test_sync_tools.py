@@ -288,6 +288,18 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+def _waits_when(flag: str, release: threading.Event) -> Callable[[Any, Any], str]:
+    """A tool returning "done"; called with ``flag`` set, only once ``release`` is set (30 s
+    at most)."""
+
+    def tool(arguments: Any, context: Any) -> str:
+        if arguments.get(flag):
+            release.wait(30)
+        return "done"
+
+    return tool
+
+
 async def _warm(
     executor: RunnerExecutor, tool: ToolDefinition, handed: list[str], **arguments: Any
 ) -> int:
@@ -421,14 +433,8 @@ async def test_a_call_outlasting_the_direct_wait_times_out_from_its_start(
     handed: list[str],
 ) -> None:
     release = threading.Event()
-
-    def sometimes_stuck(arguments: Any, context: Any) -> str:
-        if arguments.get("stuck"):
-            release.wait(30)
-        return "done"
-
     executor = RunnerExecutor()
-    tool = _tool("sometimes_stuck", sometimes_stuck, timeout_s=0.3)
+    tool = _tool("sometimes_stuck", _waits_when("stuck", release), timeout_s=0.3)
     await _warm(executor, tool, handed)
     try:
         begun = time.monotonic()
@@ -551,14 +557,8 @@ async def test_a_thread_that_cannot_start_is_a_structured_error_on_the_quick_pat
     # The pool's one thread is busy, so the next quick call needs a new one, and the system
     # refuses it (no file descriptor left for its pipe): an EXECUTION_ERROR, never a raise.
     release = threading.Event()
-
-    def blocking(arguments: Any, context: Any) -> str:
-        if arguments.get("block"):
-            release.wait(30)
-        return "done"
-
     executor = RunnerExecutor.from_settings({"runner": {"concurrency": {"default": 2}}})
-    tool = _tool("thread_starved", blocking, timeout_s=5)
+    tool = _tool("thread_starved", _waits_when("block", release), timeout_s=5)
     await _warm(executor, tool, handed)
     results: list[ToolResult] = []
     try:
