@@ -430,3 +430,31 @@ async def test_a_thread_busy_when_the_executor_closes_ends_when_its_function_ret
     with trio.fail_after(5):  # well under the 30 s an idle thread would wait
         while _threads_named("closing_busy"):
             await trio.sleep(0.01)
+
+
+@needs_two_cpus
+async def test_a_ctrl_c_as_the_loop_is_held_still_gives_it_its_cpus_back(
+    monkeypatch: Any,
+) -> None:
+    everything = sorted(os.sched_getaffinity(0))
+    real = os.sched_setaffinity
+    interrupted: list[list[int]] = []
+
+    def interrupt_after_holding(tid: int, cpus: Any) -> None:
+        real(tid, cpus)
+        on_one = len(list(cpus)) == 1
+        if tid == 0 and on_one and threading.current_thread() is threading.main_thread():
+            if not interrupted:  # the loop is on one CPU now; Ctrl-C lands as the call returns
+                interrupted.append(sorted(os.sched_getaffinity(0)))
+                raise KeyboardInterrupt
+
+    _moving_loop(monkeypatch, everything[:2])
+    executor = RunnerExecutor.from_settings({})
+    tool = _tool("interrupted_hold", _own_cpus)
+    monkeypatch.setattr(os, "sched_setaffinity", interrupt_after_holding)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(200):  # until a wait holds the loop (see _moving_loop)
+            await _calls(executor, tool, 1)
+    assert interrupted and len(interrupted[0]) == 1
+    assert sorted(os.sched_getaffinity(0)) == everything  # back, though interrupted
+    await executor.aclose()
