@@ -265,6 +265,12 @@ def _loop_cpus(arguments: Any, context: Any) -> list[int]:
     return sorted(os.sched_getaffinity(threading.main_thread().native_id))
 
 
+def _the_loops_own(tid: int) -> bool:
+    """Is this ``sched_setaffinity(tid, ...)`` the event loop's thread setting its own CPUs
+    (a hold or its undoing), not a worker pinning itself?"""
+    return tid == 0 and threading.current_thread() is threading.main_thread()
+
+
 def _moving_loop(monkeypatch: Any, cpus: list[int]) -> None:
     """Make the loop look as if it moved to another CPU at every call (the kernel does that when
     it wakes the loop on the idle CPU while the worker still runs on theirs)."""
@@ -314,7 +320,7 @@ async def test_a_refused_hold_leaves_the_loop_free_and_calls_go_on(monkeypatch: 
     refusals = []
 
     def refuse_the_loop(tid: int, cpus: Any) -> None:
-        if tid == 0 and threading.current_thread() is threading.main_thread():
+        if _the_loops_own(tid):
             refusals.append(sorted(cpus))
             raise OSError(22, "Invalid argument")
         real(tid, cpus)  # the workers' own pinning still works
@@ -339,7 +345,7 @@ async def test_a_loop_whose_cpus_cannot_be_restored_gets_every_allowed_cpu(
     loop_calls: list[list[int]] = []
 
     def refuse_the_restore(tid: int, cpus: Any) -> None:
-        if tid == 0 and threading.current_thread() is threading.main_thread():
+        if _the_loops_own(tid):
             loop_calls.append(sorted(cpus))
             if len(loop_calls) == 2:  # the hold worked; putting the saved CPUs back does not
                 raise OSError(22, "Invalid argument")
@@ -442,11 +448,10 @@ async def test_a_ctrl_c_as_the_loop_is_held_still_gives_it_its_cpus_back(
 
     def interrupt_after_holding(tid: int, cpus: Any) -> None:
         real(tid, cpus)
-        on_one = len(list(cpus)) == 1
-        if tid == 0 and on_one and threading.current_thread() is threading.main_thread():
-            if not interrupted:  # the loop is on one CPU now; Ctrl-C lands as the call returns
-                interrupted.append(sorted(os.sched_getaffinity(0)))
-                raise KeyboardInterrupt
+        if _the_loops_own(tid) and len(list(cpus)) == 1 and not interrupted:
+            # The loop is on one CPU now; Ctrl-C lands as the call returns.
+            interrupted.append(sorted(os.sched_getaffinity(0)))
+            raise KeyboardInterrupt
 
     _moving_loop(monkeypatch, everything[:2])
     executor = RunnerExecutor.from_settings({})
