@@ -87,6 +87,40 @@ def test_policy_symlink_out_caught_for_missing_file(root: Path) -> None:
     assert check_path("ok/new.txt", str(workdir)) is None
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "missing/../escape/new.txt",
+        "missing/../escape/secret.txt",
+        "a/b/../../escape/new.txt",
+        "missing/./../escape",
+        "missing/../inner/../escape/x",
+        "inner/missing/../../escape/new.txt",
+        "missing/../missing2/../escape/x",
+    ],
+)
+def test_policy_link_after_dotdot_out_of_a_missing_folder_is_followed(
+    root: Path, spelling: str
+) -> None:
+    # The kernel refuses 'missing/../x' (ENOENT), but a tool that normalises the path first
+    # (os.path.abspath, pathlib's resolve(strict=False)) reaches the link and follows it.
+    workdir = root / "allowed"
+    (workdir / "inner").mkdir()
+    (workdir / "escape").symlink_to(root / "outside")
+    (root / "outside" / "secret.txt").write_text(MARKER)
+    reason = check_path(spelling, str(workdir))
+    assert reason is not None and "outside the allowed paths" in reason, spelling
+    assert resolve_path(str(workdir / spelling))[0].startswith(str(root / "outside"))
+
+
+def test_policy_dotdot_out_of_a_missing_folder_stays_lexical_below_missing(root: Path) -> None:
+    workdir = root / "allowed"
+    (workdir / "inner").mkdir()
+    assert check_path("missing/../inner/new.txt", str(workdir)) is None
+    assert check_path("a/b/../c/new.txt", str(workdir)) is None
+    assert resolve_path(str(workdir / "a" / "b" / ".." / "c"))[0] == str(workdir / "a" / "c")
+
+
 def test_policy_symlink_chain_and_dotdot_after_link(root: Path) -> None:
     workdir = root / "allowed"
     (workdir / "deep" / "er").mkdir(parents=True)

@@ -74,6 +74,11 @@ def resolve_path(path: str) -> tuple[str, list[str]]:
             continue
         if name == "..":
             resolved = os.path.dirname(resolved) or "/"
+            if not exists:
+                # 'missing/../link/x': the kernel refuses it (ENOENT), but a tool that joins or
+                # normalises paths lexically reaches 'link' and follows it. Back in a folder
+                # that exists, links count again.
+                exists = os.path.lexists(resolved)
             continue
         candidate = os.path.join(resolved, name)
         if not exists:
