@@ -21,7 +21,13 @@ The contract (data model, error codes, markers) is re-exported from :mod:`toolde
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import (
+# First of all: under ``python -m tooldeck`` nothing may be imported from the current folder
+# (a tool may have written a ``trio.py`` there). The imports below come after it on purpose.
+from ._imports import drop_cwd_for_dash_m
+
+drop_cwd_for_dash_m()
+
+from tooldeck_hookspecs import (  # noqa: E402
     ArgumentProblem,
     Decision,
     ErrorCode,
@@ -49,10 +55,10 @@ from tooldeck_hookspecs import (
     tool,
 )
 
-from ._config import Config, load_config
-from ._deck import ConfirmCallback, ConfirmRequest, Deck, Hand, Session
-from ._plugins import PluginInfo
-from .adapters import FORMATS, ParsedCall, export_tools, parse_tool_calls, result_messages
+from ._config import Config, load_config  # noqa: E402
+from ._deck import ConfirmCallback, ConfirmRequest, Deck, Hand, Session  # noqa: E402
+from ._plugins import PluginInfo  # noqa: E402
+from .adapters import FORMATS, ParsedCall, export_tools, parse_tool_calls, result_messages  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -61,6 +61,7 @@ from ._approvals import InMemoryApprovalStore
 from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
 from ._config import Config, load_config
 from ._events import EventPump
+from ._imports import shadow_rules
 from ._introspect import apply_override, definition_from_function
 from ._normalise import (
     MAX_ARGUMENT_DEPTH,
@@ -1450,6 +1451,7 @@ class Session:
         self.attributes = attributes
         self.environment = environment
         self.always_allowed: set[str] = set()
+        self._shadowing: tuple[str, tuple[str, ...]] | None = None
         # Tool name -> (definition, fingerprint) an "always allow" was given for: a name
         # registered again with another definition asks again.
         self._always_bound: dict[str, tuple[ToolDefinition, str]] = {}
@@ -3080,13 +3082,30 @@ class Session:
             allowed_paths=parts[1],
             attributes=self.attributes,
             settings=parts[2],
-            protected_paths=self.deck.protected_paths,
+            protected_paths=self._protected_paths(),
             logger=parts[3],
         )
         listener = _PROGRESS.get()
         if listener is not None:  # Session.call(on_progress=...): emit reaches the caller
             context.emit = _emitter(listener, call.id, self._progress_processor(call, tool))
         return context
+
+    def _protected_paths(self) -> tuple[str, ...]:
+        """The deck's protected path rules, plus, when this process imports from a folder in
+        the workdir, every importable module name there (:func:`tooldeck._imports.shadow_rules`).
+        Worked out once per workdir (an application may move the session)."""
+        workdir = self.workdir
+        known = self._shadowing
+        if known is not None and known[0] == workdir:
+            return known[1]
+        extra = shadow_rules(workdir) if isinstance(workdir, str) else ()
+        rules = (
+            normalise_rules((*self.deck.protected_paths, *extra))
+            if extra
+            else self.deck.protected_paths
+        )
+        self._shadowing = (workdir, rules)
+        return rules
 
     def _progress_processor(
         self, call: ToolCall, tool: ToolDefinition

@@ -379,12 +379,14 @@ def normalise_rules(rules: Iterable[str] | None) -> tuple[str, ...]:
     that resolved beneath a root).
     """
     out = list(DEFAULT_PROTECTED_PATHS)
+    seen = set(out)  # a session adds a rule per importable module name (a thousand or so)
     for rule in rules or ():
         if not isinstance(rule, str) or not rule.strip("/ "):
             raise ValueError(f"a protected path rule must be a non-empty string, not {rule!r}")
         if ".." in rule.split("/"):
             raise ValueError(f"a protected path rule cannot contain '..': {rule!r}")
-        if rule not in out:
+        if rule not in seen:
+            seen.add(rule)
             out.append(rule)
     return tuple(out)
 
