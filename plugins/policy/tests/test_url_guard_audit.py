@@ -171,3 +171,24 @@ async def test_an_allowed_range_does_not_open_the_metadata_service_inside_it(
 )
 def test_families_that_held(url: str) -> None:
     assert check_url(url, ()) is not None
+
+
+# A lone surrogate is valid JSON ("\ud800"), so a model can send one anywhere in a URL. The
+# percent-decoding of the host raised UnicodeEncodeError out of the guard (and out of authorize).
+SURROGATES = [
+    "http://%\ud800/", "http://%41\ud800/", "http://%31\udfff%32/", "http://\ud800/",
+    "http://x/\ud800", "http://x/?q=\udc80", "http://x/#\ud800", "http://u:\ud800@x/",
+    "http://x:\ud800/", "http://[\ud800]/", "ht\ud800tp://x/", "\ud800",
+]
+
+
+@pytest.mark.parametrize("url", SURROGATES)
+def test_a_lone_surrogate_anywhere_is_a_refusal_not_a_crash(url: str) -> None:
+    reason = check_url(url, ())
+    assert reason is not None and reason.encode("utf-8")  # the reason itself is sendable
+
+
+async def test_a_lone_surrogate_through_the_deck_is_a_structured_error(tmp_path: Path) -> None:
+    codes, seen = await _outcomes(SURROGATES, tmp_path)
+    assert seen == []
+    assert set(codes.values()) <= {"URL_NOT_ALLOWED", "INVALID_ARGUMENTS"}, codes

@@ -161,7 +161,7 @@ def _percent_decoded_host(host: str) -> str | None:
     """``host`` with its %XX escapes decoded as UTF-8, or None when a browser would refuse it."""
     try:
         decoded = urllib.parse.unquote_to_bytes(host).decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeError:  # escapes that are not UTF-8, or a lone surrogate beside them
         return None
     if not decoded or any(c in _FORBIDDEN_IN_HOST for c in decoded):
         return None
@@ -291,6 +291,11 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
     if not isinstance(url, str):
         return f"a URL must be a string, got {type(url).__name__}; {_SUGGESTION}"
     shown = url if len(url) <= 200 else url[:200] + "..."
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate is valid JSON ("\ud800") but no URL: nothing could send it.
+        return f"URL {shown!r} is not valid text (it holds a lone surrogate); {_SUGGESTION}"
     if _CONTROL.search(url):
         return f"URL {shown!r} contains whitespace or control characters; {_SUGGESTION}"
     if "\\" in url:
