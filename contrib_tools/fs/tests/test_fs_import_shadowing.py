@@ -31,19 +31,21 @@ PLANTED_MODULES = ["trio", "attrs", "pluggy", "cattrs", "json", "tooldeck_hooksp
 SHADOWING = [
     ("json.py", "/json.py"),
     ("trio.py", "/trio.py"),
-    ("trio/__init__.py", "/trio/"),
-    ("numpy/__init__.py", "/numpy/"),
-    ("numpy/linalg.py", "/numpy/"),
-    ("tooldeck/__init__.py", "/tooldeck/"),
-    ("tooldeck_policy/__init__.py", "/tooldeck_policy/"),
+    ("trio/__init__.py", "/trio/__init__.py"),
+    ("numpy/__init__.py", "/numpy/__init__.py"),
+    ("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+    ("tooldeck_policy/__init__.py", "/tooldeck_policy/__init__.py"),
     ("attrs.cpython-311-x86_64-linux-gnu.so", "/*.so"),
+    ("trio/__init__.cpython-311-x86_64-linux-gnu.so", "/*/__init__.*.so"),
     ("subprocess.py", "/subprocess.py"),
+    ("email/__init__.py", "/email/__init__.py"),
 ]
 
 # Ordinary project files: the project's own modules, names that only look alike, modules below
 # the top of the folder, CPython's own test package name.
 ORDINARY = ["main.py", "helpers.py", "mypkg/__init__.py", "mypkg/json.py", "notes/json.py",
-            "test.py", "json_tools.py", "docs/readme.md", "data.json", "numpy_notes.txt"]
+            "test.py", "json_tools.py", "docs/readme.md", "data.json", "numpy_notes.txt",
+            "html/index.html", "json/data.json", "email/templates/welcome.txt"]
 
 
 def _deck():
@@ -131,7 +133,8 @@ async def test_the_folder_python_dash_m_started_in_stays_protected(tmp_path, mon
     monkeypatch.setattr(_imports, "_DROPPED", [os.path.realpath(tmp_path)])
     async with _deck() as deck:
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
-        for path, rule in (("tooldeck/__init__.py", "/tooldeck/"), ("trio.py", "/trio.py")):
+        for path, rule in (("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+                           ("trio.py", "/trio.py")):
             result = await _write(session, path)
             assert result.error is not None and f"rule {rule!r}" in result.error.message
     assert not any(tmp_path.iterdir())
@@ -154,6 +157,7 @@ async def test_sessions_of_one_deck_each_get_their_workdirs_rules(tmp_path, monk
 def test_shadow_rules_name_every_form_and_skip_the_folders_own_modules(tmp_path):
     site = tmp_path / "site-packages"
     (site / "installed_pkg").mkdir(parents=True)
+    (site / "installed_pkg" / "__init__.py").write_text("")
     (site / "nsonly").mkdir()  # a namespace package in a site folder counts
     (site / "single.py").write_text("")
     (site / "ext.cpython-311-x86_64-linux-gnu.so").write_text("")
@@ -166,10 +170,11 @@ def test_shadow_rules_name_every_form_and_skip_the_folders_own_modules(tmp_path)
     (other / "regular" / "__init__.py").write_text("")
     roots = [str(project), str(site), str(other)]
     rules = set(_imports.shadow_rules(str(project), roots))
-    for name in ("installed_pkg", "nsonly", "single", "ext", "regular", "json", "os"):
-        assert {f"/{name}.py", f"/{name}/"} <= rules, name
-    assert "/*.so" in rules
-    assert "/plainfolder/" not in rules
+    for name in ("installed_pkg", "single", "ext", "regular", "json", "os"):
+        assert {f"/{name}.py", f"/{name}/__init__.py"} <= rules, name
+    assert {"/nsonly.py", "/nsonly/"} <= rules  # a namespace package: any portion joins it
+    assert {"/*.so", "/*/__init__.so", "/*/__init__.*.so"} <= rules
+    assert not any(r.startswith("/plainfolder") for r in rules)
     assert "/own.py" not in rules and "/own/" not in rules
     assert "/test.py" not in rules  # CPython's regression tests: nobody imports them
     assert _imports.shadow_rules(str(site), [str(project)]) == ()

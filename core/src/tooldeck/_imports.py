@@ -10,7 +10,9 @@ and every script a developer starts there. The protected path rules of
 its workdir (:func:`shadow_rules`): for each folder this process imports from that lies in the
 workdir, every module name importable from *somewhere else* (the standard library, the other
 folders on ``sys.path``, modules already imported from elsewhere) in each form the import
-system takes there: ``name.py``, a ``name/`` package and any extension module (``*.so``).
+system takes there: ``name.py``, a package's ``name/__init__.py`` (the whole ``name/`` folder
+for a namespace package such as ``google``, whose portions join) and any extension module
+(``*.so``). A plain folder named like a module (a site's ``html/``) shadows nothing.
 Changing a module that lives only in that folder (the project's own code, which the developer
 runs on purpose like any script of theirs) is not shadowing and stays allowed; a name that also
 exists elsewhere is refused there, since the folder comes first.
@@ -87,46 +89,52 @@ def _module_name(entry: str) -> str | None:
     return None
 
 
-def _names_in(root: str) -> set[str]:
-    """Top-level module names ``root`` provides. A folder counts when it is a regular package,
-    or anywhere in a site folder (namespace packages such as ``google``): a project's
-    ``docs/`` on the path is no module anyone imports."""
+def _names_in(root: str) -> dict[str, bool]:
+    """Top-level module names ``root`` provides, each with whether it is a namespace package.
+
+    A folder counts when it is a regular package, or anywhere in a site folder (namespace
+    packages such as ``google``): a project's ``docs/`` on the path is no module anyone imports.
+    """
     site = os.path.basename(root) in ("site-packages", "dist-packages")
-    found: set[str] = set()
+    found: dict[str, bool] = {}
     try:
         with os.scandir(root) as entries:
             for entry in entries:
                 name = _module_name(entry.name)
                 if name is None:
                     continue
+                namespace = False
                 if "." not in entry.name:
                     if not entry.is_dir():
                         continue
-                    if not site and not os.path.exists(os.path.join(entry.path, "__init__.py")):
+                    regular = os.path.exists(os.path.join(entry.path, "__init__.py"))
+                    if not regular and not site:
                         continue
-                found.add(name)
+                    namespace = not regular
+                found[name] = found.get(name, False) or namespace
     except OSError:
-        return set()
+        return {}
     return found
 
 
-def _loaded_from_elsewhere(root: str) -> set[str]:
-    """Top-level modules already imported, unless they were imported from ``root`` itself."""
-    names: set[str] = set()
+def _loaded_from_elsewhere(root: str) -> dict[str, bool]:
+    """Top-level modules already imported (each with whether it is a namespace package),
+    unless they were imported from ``root`` itself."""
+    names: dict[str, bool] = {}
     prefix = root.rstrip("/") + "/"
     for name, module in list(sys.modules.items()):
         if "." in name or name == "__main__" or not name.isidentifier():
             continue
-        where = getattr(module, "__file__", None) or next(
-            iter(getattr(module, "__path__", None) or ()), None
-        )
+        file = getattr(module, "__file__", None)
+        path = getattr(module, "__path__", None)
+        where = file or next(iter(path or ()), None)
         if isinstance(where, str):
             try:
                 if os.path.realpath(where).startswith(prefix):
                     continue
             except OSError:
                 pass
-        names.add(name)
+        names[name] = file is None and path is not None
     return names
 
 
@@ -159,23 +167,28 @@ def shadow_rules(workdir: str, roots: Sequence[str] | None = None) -> tuple[str,
         cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    common = (set(sys.stdlib_module_names) | set(sys.builtin_module_names)) - _NEVER_IMPORTED
+    common = dict.fromkeys(set(sys.stdlib_module_names) | set(sys.builtin_module_names), False)
     by_root = {root: _names_in(root) for root in roots}
     rules: list[str] = []
     for root, rel in inside:
-        names = set(common)
+        names = dict(common)
         for other, found in by_root.items():
             if other != root:
-                names |= found
+                for name, namespace in found.items():
+                    names[name] = names.get(name, False) or namespace
         # The folder's own modules are not in it unless they shadow one of those already:
         # changing them is changing the project's code, not shadowing anything.
-        names |= _loaded_from_elsewhere(root)
-        names -= _NEVER_IMPORTED
+        for name, namespace in _loaded_from_elsewhere(root).items():
+            names[name] = names.get(name, False) or namespace
         prefix = f"/{rel}/" if rel else "/"
-        for name in sorted(names):
+        for name in sorted(set(names) - _NEVER_IMPORTED):
             rules.append(f"{prefix}{name}.py")
-            rules.append(f"{prefix}{name}/")
-        rules.append(f"{prefix}*.so")  # extension modules: name.cpython-311-x86_64-linux-gnu.so
+            # A folder without __init__.py is a namespace portion: it never hides a regular
+            # package or a module found later on the path (a project's html/ or json/ folder
+            # shadows nothing), but it joins a namespace package (google/) ahead of the rest.
+            rules.append(f"{prefix}{name}/" if names[name] else f"{prefix}{name}/__init__.py")
+        # Extension modules, and packages whose __init__ is one (name.cpython-311-*.so).
+        rules.extend((f"{prefix}*.so", f"{prefix}*/__init__.so", f"{prefix}*/__init__.*.so"))
     out = tuple(dict.fromkeys(rules))
     with _LOCK:
         if len(_CACHE) > 32:
