@@ -178,6 +178,16 @@ _IDENT_PREFIX = "[\\w.-]{0,50}?"
 _IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
+class _Refused:
+    """Why a rule's match was not a finding, where the scan needs to know (a sentinel)."""
+
+    __slots__ = ()
+
+
+#: The match's secret has too little entropy (see :func:`_entropic`).
+_LOW_ENTROPY = _Refused()
+
+
 @attrs.frozen(kw_only=True)
 class Finding:
     """A secret in a text: the rule that found it and the span ``text[start:end]`` it covers."""
@@ -334,13 +344,19 @@ def _entropic(value: str, threshold: float) -> bool:
     value can be padded by the output itself (``KEY=<real key>aaaaaaaa...``) until the whole
     falls under the threshold; the random part still stands out in a window.
     """
+    # No text, nor any window of it, has more entropy than log2 of its count of distinct
+    # characters: a long run of a few characters ("xoxb-0000000000-..." repeated, "ABSK/"
+    # repeated) is refused at C speed instead of sliding Python windows over it.
+    distinct = len(set(value))
+    if distinct < 2 or math.log2(distinct) <= threshold:
+        return False
     if shannon_entropy(value) > threshold:
         return True
     n = len(value)
     for w in _ENTROPY_WINDOWS:
         if w >= n:
             break
-        if math.log2(w) <= threshold:
+        if math.log2(min(w, distinct)) <= threshold:
             continue  # no window this short can exceed the threshold
         counts: Counter[str] = Counter(value[:w])
         acc = sum(_CLOG[c] for c in counts.values())
@@ -595,6 +611,50 @@ _LEAD_ANY_LINES = _lazy_re(
 _LINE_BREAK_RE = _lazy_re(r"\r\n?|\n")
 
 
+# A run of dots, its quantifier, then (past closing groups) an optional backslash and a quote.
+_DOT_RUN = re.compile(r"\.(\*|\+|\{\d+,\d*\})(\?)?(\)*\\?)([\"'])")
+
+
+def _quote_bounded_dots(regex: str) -> str:
+    r"""``regex`` with each run of "any character" that ends at a quote (``.{8,}\"``) made a
+    run of anything but that quote (``[^"\n]{8,}\"``).
+
+    Python's engine runs such a run to the end of the line, then backs off to the last quote
+    from every place the rule is tried: gitleaks' nuget-config-password rule
+    (``value=\"(.{8,})\"\s*/>``) took 63 s per MB of ``<add key="Password" value="``
+    repeated. An attribute value ends at its first quote anyway (XML escapes one inside it), and
+    the run stops there at once. Only dots outside character classes and escapes are read.
+    """
+    out: list[str] = []
+    i, n, in_class = 0, len(regex), False
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            out.append(regex[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            # A ']' right after '[' or '[^' is a member, not the end.
+            j = i + 1 + (regex[i + 1 : i + 2] == "^")
+            if regex[j : j + 1] == "]":
+                out.append(regex[i : j + 1])
+                i = j + 1
+                continue
+        elif c == ".":
+            m = _DOT_RUN.match(regex, i)
+            if m is not None:
+                quote = m.group(4)
+                out.append(f"[^{quote}\\n]{m.group(1)}{m.group(2) or ''}")
+                i = m.start(3)
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _word_at(text: str, p: int, n: int) -> bool:
     """``text[p:p+n]`` is a whole word (what ``\b...\b`` around it asks)."""
     before = text[p - 1] if p else " "
@@ -658,7 +718,7 @@ class _GitleaksRule(_Rule):
             self.lead = lead.group(1).lower()
             self.anchored = False
             regex = regex[lead.end():]
-        self._regex = regex
+        self._regex = _quote_bounded_dots(regex)
 
     # The pattern and the rule's allowlists compile at the rule's first use: compiling all 221
     # rules costs ~50 ms, which a new process's first call would pay whatever its output, and
@@ -686,12 +746,18 @@ class _GitleaksRule(_Rule):
                 if m is None:
                     continue
                 finding = self._finding(text, m, widen=self.widen)
-                if finding is not None:
-                    # Only an accepted finding hides the keywords inside it: a rejected match
-                    # (allowlisted, low entropy) may swallow the name of a real secret that
-                    # the output put after it ("secret,API_KEY=...").
+                if isinstance(finding, Finding):
                     last_end = m.end()
                     yield finding
+                elif finding is _LOW_ENTROPY:
+                    # The keywords inside a secret refused for its entropy are skipped, as
+                    # gitleaks' non-overlapping matches skip them: any secret starting there
+                    # within it is a piece of it, and none of its windows stood out either.
+                    # Matching again from each one read the rest of the text each time: a
+                    # 60 KB line of "xoxb-..." took 45 s. A match refused by an allowlist still
+                    # hides nothing: it may swallow the name of a real secret that the output
+                    # put after it ("secret,API_KEY=...").
+                    last_end = self._secret_span(m)[1]
             return
         if not positions:
             return
@@ -699,7 +765,7 @@ class _GitleaksRule(_Rule):
             _check_deadline()
             for m in self.pattern.finditer(text, lo, _extend_to_space(text, hi)):
                 finding = self._finding(text, m, widen=self.widen)
-                if finding is not None:
+                if isinstance(finding, Finding):
                     yield finding
 
     def _scan_after_lead(self, text: str, positions: list[int]) -> Iterator[Finding]:
@@ -724,26 +790,30 @@ class _GitleaksRule(_Rule):
             if lines > 5:
                 continue
             finding = self._finding(text, m, widen=self.widen)
-            if finding is not None:
+            if isinstance(finding, Finding):
                 yield finding
 
-    def _finding(self, text: str, m: re.Match[str], *, widen: bool) -> Finding | None:
+    def _secret_span(self, m: re.Match[str]) -> tuple[int, int]:
+        """Where the secret of match ``m`` lies (its group, else the whole match); (-1, -1)
+        when the rule names a group the pattern does not have."""
         groups = m.groups()
-        if groups:
-            if self.secret_group:
-                if self.secret_group > len(groups):
-                    return None
-                index = self.secret_group
-            else:
-                index = next((i for i, g in enumerate(groups, 1) if g), 0)
-            start, end = m.span(index)
-        else:
-            start, end = m.span()
+        if not groups:
+            return m.span()
+        if self.secret_group:
+            if self.secret_group > len(groups):
+                return -1, -1
+            return m.span(self.secret_group)
+        return m.span(next((i for i, g in enumerate(groups, 1) if g), 0))
+
+    def _finding(
+        self, text: str, m: re.Match[str], *, widen: bool
+    ) -> Finding | _Refused | None:
+        start, end = self._secret_span(m)
         if start < 0 or start == end:
             return None
         secret = text[start:end]
         if self.entropy and not _entropic(secret, self.entropy):
-            return None
+            return _LOW_ENTROPY
 
         def match_context() -> tuple[str, int]:
             lo = m.start()
@@ -2052,7 +2122,14 @@ _clean: set[str] = set()
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``."""
+    """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``.
+
+    Raises TypeError for anything but a string (use :func:`redact_value` for bytes and
+    structures).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"redact_text() takes a string, not {type(text).__name__}; "
+                        "use redact_value() for bytes and structures")
     _known.quick_check()
     return _redact_text(text)
 
@@ -2088,12 +2165,15 @@ def _redact_string(value: str) -> str:
         # changed). Plain JSON text is left to the text rules, which read `"key": "value"`.
         try:
             parsed = json.loads(stripped)
-        except ValueError:
-            pass
-        else:
             redacted = _redact_value(parsed)
             if redacted is not parsed:
                 return json.dumps(redacted, ensure_ascii=False)
+        except ValueError:
+            pass
+        except RecursionError:
+            # Nested deeper than the stack allows ("[" * 500 in a 1 KB output): the text
+            # rules read it as they read any other text, rather than the result being lost.
+            pass
     return _redact_text(value)
 
 
@@ -2141,6 +2221,58 @@ def _withheld_blob(value: Mapping[Any, Any], rule: str) -> Any:
     return note
 
 
+#: A mapping with more fields than this is a record, not a name/value pair.
+_PAIR_MAX_FIELDS = 6
+#: Fields that name a setting, and fields that hold its value, in name/value pairs.
+_PAIR_NAME_FIELDS = frozenset({"name", "key", "parameterkey", "header", "variable", "field",
+                               "label", "id"})
+_PAIR_VALUE_FIELDS = frozenset({"value", "parametervalue", "val", "secret"})
+
+
+def _named_pair(mapping: Mapping[Any, Any]) -> tuple[str, Any] | None:
+    """(the credential name, the value's field) when ``mapping`` is a name/value pair whose
+    name is a credential's; None otherwise."""
+    name: str | None = None
+    field: Any = None
+    for key, item in mapping.items():
+        if type(key) is not str:
+            continue
+        low = key.lower()
+        if low in _PAIR_NAME_FIELDS and isinstance(item, str):
+            name = item
+        elif low in _PAIR_VALUE_FIELDS:
+            field = key
+    if name is None or field is None or not secret_name(name):
+        return None
+    return name, field
+
+
+def _under_credential_name(item: Any, name: str) -> Any:
+    """What a value named ``name`` (a credential's name) becomes: ``item`` itself when it does
+    not look like a real value. A list of values, bytes and a ``{"value": ...}`` wrapper are
+    read too: only a string directly under the name was."""
+    if isinstance(item, str):
+        if _credential_value(item.strip(), name, quoted=True, type_hint=False):
+            return _KEYWORD_MARKER
+        return item
+    if isinstance(item, bytes | bytearray):
+        text = bytes(item).decode("utf-8", "replace")
+        if _credential_value(text.strip(), name, quoted=True, type_hint=False):
+            return type(item)(_KEYWORD_MARKER.encode())
+        return item
+    if isinstance(item, list | tuple):
+        items = [_under_credential_name(x, name) for x in item]
+        if all(new is old for new, old in zip(items, item, strict=True)):
+            return item
+        return items if isinstance(item, list) else tuple(items)
+    if isinstance(item, Mapping) and len(item) <= _PAIR_MAX_FIELDS:
+        changed = {k: _under_credential_name(v, name) for k, v in item.items()
+                   if type(k) is str and k.lower() in _PAIR_VALUE_FIELDS}
+        changed = {k: v for k, v in changed.items() if v is not item[k]}
+        return {**item, **changed} if changed else item
+    return item
+
+
 def _redact_mapping(value: Mapping[Any, Any]) -> Any:
     field: str | None = None
     if "$content" in value:
@@ -2184,18 +2316,25 @@ def _redact_mapping(value: Mapping[Any, Any]) -> Any:
         else:
             new = _redact_value(item)
         # {"password": "hunter2"}: the name is in the key, out of the text rules' sight.
-        if (
-            isinstance(key, str)
-            and isinstance(new, str)
-            and new is item
-            and secret_name(key)
-            and _credential_value(new.strip(), key, quoted=True, type_hint=False)
-        ):
-            new = _KEYWORD_MARKER
+        if new is item and isinstance(key, str) and secret_name(key):
+            new = _under_credential_name(item, key)
         if new is not item:
             if out is None:
                 out = dict(value)
             out[key] = new
+    # {"name": "DB_PASSWORD", "value": "..."}: the name is in a sibling field (Kubernetes env,
+    # HAR headers, CloudFormation parameters, {"key": "api_key", "value": ...}).
+    if len(value) <= _PAIR_MAX_FIELDS:
+        named = _named_pair(value)
+        if named is not None:
+            name, field = named
+            item = (out if out is not None else value)[field]
+            if item is value[field]:
+                new = _under_credential_name(item, name)
+                if new is not item:
+                    if out is None:
+                        out = dict(value)
+                    out[field] = new
     # Keys are text too ({token: "ok"} from a tool that maps values to names).
     current = out if out is not None else value
     renamed: dict[Any, Any] = {}
@@ -2243,12 +2382,32 @@ def _redact_value(value: Any) -> Any:
     if type(value) is dict or isinstance(value, Mapping):  # the exact type first: no ABC check
         return _redact_mapping(value)
     if isinstance(value, list | tuple):
+        if (
+            len(value) == 2
+            and type(value[0]) is str
+            and type(value[1]) is str
+            and len(value[0]) <= 64
+            and not value[0].islower()
+            and secret_name(value[0])
+            and not secret_name(value[1])
+        ):
+            # ("Authorization", "Bearer ..."), ("DB_PASSWORD", ...): a header list's or an
+            # environment's pair, the name beside the value. Written like a header or a
+            # variable only: ["password", "username"] is a list of two field names.
+            second = _under_credential_name(_redact_value(value[1]), value[0])
+            if second is value[1]:
+                return value
+            return [value[0], second] if isinstance(value, list) else (value[0], second)
         items = [_redact_value(item) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
         if isinstance(value, tuple):
-            # a named tuple is rebuilt from its fields, a plain one from the sequence
-            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+            # a named tuple is rebuilt from its fields, a plain one from the sequence; a
+            # subclass whose constructor takes other arguments becomes a plain tuple
+            try:
+                return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+            except Exception:
+                return tuple(items)
         return items
     if isinstance(value, set | frozenset):
         members = [(_redact_value(item), item) for item in value]
@@ -2382,6 +2541,17 @@ def redact_result(result: ToolResult, *, deadline: float | None = None) -> ToolR
         _DEADLINE.reset(token)
 
 
+def _redact_field(value: Any) -> Any:
+    """A message-like field: ``value`` itself when nothing changed."""
+    if isinstance(value, str):
+        redacted = _redact_text(value)
+        return value if redacted == value else redacted
+    if isinstance(value, BaseException):
+        value = str(value)
+        return _redact_text(value)
+    return _redact_value(value)
+
+
 def _redact_result(result: ToolResult) -> ToolResult | None:
     changes: dict[str, Any] = {}
     data = _redact_value(result.data)
@@ -2393,12 +2563,14 @@ def _redact_result(result: ToolResult) -> ToolResult | None:
     error = result.error
     if error is not None:
         error_changes: dict[str, Any] = {}
-        message = _redact_text(error.message)
-        if message != error.message:
+        # A tool's own ToolError may carry anything as its message: text is redacted as
+        # text, anything else as a value (bytes, an exception's args are not text).
+        message = _redact_field(error.message)
+        if message is not error.message:
             error_changes["message"] = message
         if error.suggestion:
-            suggestion = _redact_text(error.suggestion)
-            if suggestion != error.suggestion:
+            suggestion = _redact_field(error.suggestion)
+            if suggestion is not error.suggestion:
                 error_changes["suggestion"] = suggestion
         details = _redact_value(error.details)
         if details is not error.details:
