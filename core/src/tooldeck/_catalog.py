@@ -37,7 +37,7 @@ __all__ = [
 #: the core keeps its own copy because it never imports a plugin.
 PROVIDER_NAME_LIMIT = 64
 #: snake_case as the register stage requires it (and every provider accepts).
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: "$" lets a final newline through
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
 
@@ -448,9 +448,16 @@ class ToolCatalog:
                 self._aliases[alias] = tool.name
 
     def remove(self, name: str) -> ToolDefinition | None:
-        """Remove a tool and its aliases; return it, or None when it was not registered."""
+        """Remove a tool and its aliases; return it, or None when it was not registered.
+
+        An alias spelled like the removed name goes too: it was another tool's original name,
+        renamed (``search`` -> ``search_2``) because this one held it. Calls by that name
+        meant this tool, never the one that had to give it up.
+        """
         self._validators.pop(name, None)
         self._tokens.pop(name, None)
         for alias in [a for a, target in self._aliases.items() if target == name]:
             del self._aliases[alias]
+        if name in self._tools:
+            self._aliases.pop(name, None)
         return self._tools.pop(name, None)

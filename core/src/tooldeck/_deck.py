@@ -351,6 +351,46 @@ def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
     return protected_rule(name, normalise_rules(rules)) is not None
 
 
+def _whole(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int of at least ``minimum`` (5.0 is 5); TypeError or ValueError else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+    return int(value)
+
+
+#: Deeper than any schema the register stage admits (it refuses them by depth): below this,
+#: a hostile schema's levels are shared rather than copied, so copying never recurses out.
+_COPY_DEPTH = 200
+
+
+def _json_copy(value: Any, depth: int = 0) -> Any:
+    """A copy of the dicts and lists of a JSON-like value (scalars and other objects shared).
+
+    Several times faster than ``copy.deepcopy`` on schemas, which matters for catalogs of
+    thousands of tools."""
+    if depth > _COPY_DEPTH:
+        return value
+    kind = type(value)
+    if kind is dict or isinstance(value, dict):
+        return {k: _json_copy(v, depth + 1) for k, v in value.items()}
+    if kind is list or isinstance(value, list):
+        return [_json_copy(v, depth + 1) for v in value]
+    return value
+
+
+def _excluded(reasons: Sequence[Exclusion]) -> ToolResult:
+    """The refusal of a call whose tool the rule filters exclude, quoting their reasons."""
+    return ToolResult.fail(
+        ErrorCode.PERMISSION_DENIED,
+        "; ".join(f"{e.reason} (plugin {e.plugin})" for e in reasons),
+        details={"exclusions": [attrs.asdict(e) for e in reasons]},
+    )
+
+
 def _must_propagate(exc: BaseException) -> bool:
     """trio's own cancellation and a Ctrl-C belong to the caller; any other BaseException a tool
     raised is the tool's failure."""
@@ -1066,6 +1106,9 @@ class Deck:
             except RegistrationError as exc:
                 problems.extend(exc.problems)
                 continue
+            # The deck's own copy: a pack that edits its schema dict after registering would
+            # otherwise export one schema while calls are validated by another.
+            tool = attrs.evolve(tool, parameters=_json_copy(tool.parameters))
             found: list[str] = []
             for impl in validate_impls:
                 try:
@@ -1457,6 +1500,11 @@ class Session:
         self._always_bound: dict[str, tuple[ToolDefinition, str]] = {}
         self.hand: Hand | None = None
         self._offered: set[str] = set()
+        # Name -> (the session's _authority, the definition) the rule filters passed a dealt
+        # tool under: a session that changed since (a category excluded, a grant revoked, the
+        # attributes a tenant filter reads), or another definition registered under the name,
+        # has the tool judged again at its next call.
+        self._offered_judged: dict[str, tuple[int, ToolDefinition]] = {}
         self._turn = 0
         self._last_used: dict[str, int] = {}
         # Approval id -> (call, monotonic expiry): pruned when expired, so a flood of unanswered
@@ -1656,13 +1704,20 @@ class Session:
             whose schema does not fit what is left is skipped (listed in ``over_budget``),
             never cut. Schema tokens are :func:`tooldeck._catalog.schema_tokens` estimates.
         :raises StageMissingError: when no plugin provides a retriever.
-        :raises TypeError: when ``task`` is not a string.
+        :raises TypeError: when ``task`` is not a string, or ``limit`` / ``max_tokens`` not a
+            number.
+        :raises ValueError: when ``limit`` is not a whole number of at least 1, or
+            ``max_tokens`` not a whole number of at least 0.
 
         A task longer than ``hand.max_task_chars`` is read by its beginning and its end; the
         hand's ``problems`` say so.
         """
         if not isinstance(task, str):
             raise TypeError(f"task must be a string, not {type(task).__name__}")
+        if limit is not None:
+            limit = _whole("limit", limit, 1)
+        if max_tokens is not None:
+            max_tokens = _whole("max_tokens", max_tokens, 0)
         deck = self.deck
         started = time.perf_counter()
         task, shortened = _bounded_task(task, self.max_task_chars)
@@ -1678,8 +1733,8 @@ class Session:
                           deck.providers.get("filter"))
             index_problems.append(f"retriever {deck.providers.get('filter')!r} could not index "
                                   f"the catalog ({type(exc).__name__}; see the log)")
-        limit = self.limit if limit is None else max(1, int(limit))
-        budget = self.max_tokens if max_tokens is None else max(0, int(max_tokens))
+        limit = self.limit if limit is None else limit
+        budget = self.max_tokens if max_tokens is None else max_tokens
         self._turn += 1
         candidates: list[ScoredTool] = []
         if index_problems:
@@ -1700,6 +1755,8 @@ class Session:
         extra = [n for n in (*self.pinned, *sticky) if n not in scores and n in deck.catalog]
         tools = [t for t in (deck.catalog.get(c.name) for c in candidates) if t is not None]
         tools += [deck.catalog.get(n) for n in extra]  # type: ignore[misc]
+        # The state of the session the rules judge the hand by (see _offered_judged).
+        judged_at = self._authority
         excluded, boosts = await self._apply_filters(task, tools, reasons)
         for name, boost in boosts.items():
             scores[name] = scores.get(name, 0.0) + boost
@@ -1747,6 +1804,9 @@ class Session:
         hand = await self._outward_hand(hand)
         self.hand = hand
         self._offered = set(hand.names)
+        self._offered_judged = {
+            t.name: (judged_at, t) for t in tools if t is not None and t.name in self._offered
+        }
         if deck._observers("select"):
             self._observe(
                 Event(
@@ -2171,6 +2231,10 @@ class Session:
                     return await self._finish(call, tool, refusal)
                 if self.hand is None:
                     self._admitted[tool.name] = current
+        elif self._offered_judged.get(tool.name) != (authority, tool):
+            refusal = await self._rejudge_offered(tool, authority)
+            if refusal is not None:
+                return await self._finish(call, tool, refusal)
         if type(call.arguments) is not dict and not isinstance(call.arguments, Mapping):
             return await self._finish(
                 call,
@@ -2513,6 +2577,7 @@ class Session:
     ) -> tuple[ToolResult | None, dict[str, Any]]:
         """A registered tool outside this turn's hand: widen retrieval, then apply the rules."""
         metadata: dict[str, Any] = {}
+        judged_at = self._authority
         hand = self.hand
         if hand is not None and self.deck._retriever is not None:
             # The retriever is a plugin: raising, hanging or answering garbage, it must cost
@@ -2527,13 +2592,19 @@ class Session:
                     ErrorCode.PLUGIN_ERROR, f"widened search failed: {problems[0]}"
                 ), metadata
             ranks = {c.name: i + 1 for i, c in enumerate(wider)}
-            if tool.name not in ranks and tool.name not in self.pinned:
+            # A task with no words in it ("", "   ", control characters) has no ranking: the
+            # retriever answers nothing, which says nothing about this tool. The rules below
+            # still judge it, as they do for a session without a hand.
+            unranked = not wider and not any(ch.isalnum() for ch in hand.query)
+            if tool.name not in ranks and tool.name not in self.pinned and not unranked:
+                offered = ", ".join(hand.names)
                 return (
                     ToolResult.fail(
                         ErrorCode.PERMISSION_DENIED,
                         f"tool {tool.name!r} was not offered for this task and is not among the "
                         f"{self.fallback_recall} tools most related to it",
-                        suggestion=f"Use one of the offered tools: {', '.join(hand.names)}.",
+                        suggestion=(f"Use one of the offered tools: {offered}." if offered else
+                                    "Ask for a new selection of tools for this task."),
                         details={"offered": hand.names},
                     ),
                     metadata,
@@ -2544,18 +2615,20 @@ class Session:
             }
         excluded, _ = await self._apply_filters(hand.query if hand else "", [tool], {})
         if tool.name in excluded:
-            reasons = excluded[tool.name]
-            return (
-                ToolResult.fail(
-                    ErrorCode.PERMISSION_DENIED,
-                    "; ".join(f"{e.reason} (plugin {e.plugin})" for e in reasons),
-                    details={"exclusions": [attrs.asdict(e) for e in reasons]},
-                ),
-                metadata,
-            )
+            return _excluded(excluded[tool.name]), metadata
         if hand is not None:
             self._offered.add(tool.name)
+            self._offered_judged[tool.name] = (judged_at, tool)
         return None, metadata
+
+    async def _rejudge_offered(self, tool: ToolDefinition, authority: int) -> ToolResult | None:
+        """A dealt tool whose verdict is stale: the rule filters again, for the hand's task.
+        None when they still pass it (remembered until the session or the tool changes)."""
+        excluded, _ = await self._apply_filters(self.hand.query if self.hand else "", [tool], {})
+        if tool.name in excluded:
+            return _excluded(excluded[tool.name])
+        self._offered_judged[tool.name] = (authority, tool)
+        return None
 
     def _call_info(self, tool: ToolDefinition) -> SessionInfo:
         """The session as policy judges a call of ``tool``."""

@@ -194,7 +194,13 @@ class _GeminiSchema:
             if key in node:
                 out[key] = node[key]
         properties = node.get("properties")
-        if isinstance(properties, Mapping):
+        # Gemini takes `properties` on an OBJECT only ("only allowed for OBJECT type"), and
+        # not empty ("should be non-empty for OBJECT type"): on a node of another type they
+        # never applied to its values anyway (JSON Schema reads them for objects only); on
+        # an untyped node they say it is an object; an empty set is left out.
+        if isinstance(properties, Mapping) and properties and out.get("type") in (None, "object"):
+            if "type" not in out and "enum" not in node and "const" not in node:
+                out["type"] = "object"
             out["properties"] = {
                 str(name): self.convert(sub, depth + 1) for name, sub in properties.items()
             }

@@ -100,7 +100,6 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         )
         return 0
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="tooldeck plugins")
@@ -110,13 +109,15 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         hooks = ", ".join(h.removeprefix("tooldeck_") for h in info.hooks)
         if info.error:
             hooks = f"[red]FAILED ({failed[info.name].stage if info.name in failed else 'error'})"
-            hooks += f": {escape(info.error)}[/red]"
-        table.add_row(info.name, info.distribution or f"({info.source})", info.version or "", hooks)
+            hooks += f": {_plain(info.error)}[/red]"
+        table.add_row(_plain(info.name), _plain(info.distribution or f"({info.source})"),
+                      _plain(info.version or ""), hooks)
     console = Console()
     console.print(table)
-    console.print("stages: " + ", ".join(f"{k}={v or 'none'}" for k, v in deck.providers.items()))
+    console.print("stages: " + _plain(", ".join(f"{k}={v or 'none'}"
+                                                 for k, v in deck.providers.items())))
     for line in warnings:
-        console.print(f"[yellow]{escape(line)}[/yellow]")
+        console.print(f"[yellow]{_plain(line)}[/yellow]")
     return 0
 
 
@@ -135,7 +136,8 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     for column in ("name", "category", "level", "plugin", "description"):
         table.add_column(column)
     for t in tools:
-        table.add_row(t.name, t.category, str(t.security.level), t.plugin or "", t.description)
+        table.add_row(*(_plain(v) for v in (t.name, t.category, str(t.security.level),
+                                              t.plugin or "", t.description)))
     Console().print(table)
     return 0
 
@@ -146,6 +148,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     deck = _load_deck()
     _print_json(export_tools(deck.catalog, args.format))
     return 0
+
+
+def _plain(text: object) -> str:
+    """``text`` for rich: its control characters escaped (:func:`_shown`) and its square
+    brackets too, so that a tool's description, the task or a plugin's reason is never read
+    as markup (``[/bold]`` raised MarkupError, ``[link=...]`` made a link)."""
+    from rich.markup import escape
+
+    return escape(_shown(text))
 
 
 def _shown(text: object) -> str:
@@ -273,25 +284,24 @@ def _cmd_select(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"hand for: {hand.query[:80]}")
+    table = Table(title=f"hand for: {_plain(hand.query[:80])}")
     for column in ("#", "tool", "score", "category", "why"):
         table.add_column(column)
     for i, t in enumerate(hand.tools, 1):
         table.add_row(
             str(i),
-            t.name,
+            _plain(t.name),
             f"{hand.scores.get(t.name, 0):.3f}",
-            t.category,
-            ", ".join(hand.reasons.get(t.name, ())),
+            _plain(t.category),
+            _plain(", ".join(hand.reasons.get(t.name, ()))),
         )
     console = Console()
     console.print(table)
     for e in hand.exclusions:
-        console.print(f"[red]removed[/red] {e.name}: {e.reason} (rule from plugin {e.plugin})")
-    from rich.markup import escape
-
+        console.print(f"[red]removed[/red] {_plain(e.name)}: {_plain(e.reason)} "
+                      f"(rule from plugin {_plain(e.plugin)})", highlight=False)
     for problem in hand.problems:
-        console.print(f"[yellow]problem[/yellow] {escape(problem)}", highlight=False)
+        console.print(f"[yellow]problem[/yellow] {_plain(problem)}", highlight=False)
     return 0
 
 
@@ -565,6 +575,17 @@ def _cmd_config_untrust(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (a hand of 0 tools is no hand)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tooldeck`` command."""
     parser = argparse.ArgumentParser(
@@ -622,7 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("select", help="the hand of tools for a task")
     p.add_argument("query", help="the task, in words")
     p.add_argument(
-        "--limit", type=int, default=None, help="tools dealt (default: [hand] limit, 15)"
+        "--limit", type=_positive_int, default=None,
+        help="tools dealt (default: [hand] limit, 15)",
     )
     p.add_argument("--workdir", default=None, help="the session's working directory")
     p.add_argument("--json", action="store_true", help="print JSON with scores and exclusions")
@@ -632,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     esub = p.add_subparsers(dest="what", required=True)
     e = esub.add_parser("retrieval", help="R@k, NDCG@10, complete@15 and latency on a dataset")
     e.add_argument("dataset", help="the dataset's name or path")
-    e.add_argument("--limit", type=int, default=15, help="hand size to evaluate (default 15)")
+    e.add_argument("--limit", type=_positive_int, default=15,
+                   help="hand size to evaluate (default 15)")
     e.add_argument("--queries", type=int, default=None, help="evaluate only the first N queries")
     e.add_argument(
         "--history",

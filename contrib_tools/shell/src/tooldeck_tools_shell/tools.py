@@ -80,7 +80,7 @@ REFUSED_ENV_NAMES = frozenset(
 _REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "GLIBC_", "GIT_CONFIG_KEY_",
                      "GIT_CONFIG_VALUE_", "NPM_CONFIG_")
 _REFUSED_SUFFIXES = ("_ASKPASS",)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")  # \Z: not "X\n"
 
 #: The command's environment before ``env`` is applied; nothing is inherited from the host (or
 #: from the sandbox worker). Colour and pagers are off: the reader is a model, not a terminal.

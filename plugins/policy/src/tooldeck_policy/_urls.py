@@ -73,7 +73,7 @@ _CONTROL = re.compile(r"[\x00-\x20\x7f]")  # whitespace and controls, one C pass
 #: RFC 1035's longest name is 253 characters; its IDNA form or an IP literal in any spelling
 #: fits too (a full-width or Unicode name is checked before its IDNA form, so with slack).
 _MAX_HOST_CHARS = 1024
-_LEGACY_V4 = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}$")
+_LEGACY_V4 = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}\Z")
 
 _SUGGESTION = "use a public http(s) URL"
 
@@ -84,8 +84,8 @@ _DNS_CACHE_TTL_S = 30.0
 
 
 _PORTED = re.compile(
-    r"^\[(?P<bracketed>[^\]]+)\](?::(?P<port1>\d+|\*))?$"
-    r"|^(?P<plain>[^:\[\]]+):(?P<port2>\d+|\*)$"
+    r"^\[(?P<bracketed>[^\]]+)\](?::(?P<port1>\d+|\*))?\Z"
+    r"|^(?P<plain>[^:\[\]]+):(?P<port2>\d+|\*)\Z"
 )
 
 

@@ -20,7 +20,7 @@ from ._regex import safe_regex
 
 __all__ = ["SchemaArgumentValidator", "json_path", "json_type"]
 
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 #: Problems explained per call; the rest are counted (a model sending 100k unknown keys got a
 #: 10 MB answer after seconds of the event loop).

@@ -23,12 +23,13 @@ from ._dialect import fallback_validator
 __all__ = ["validate_definition", "format_problem", "NAME_RE", "MAX_NAME_LENGTH"]
 
 #: Tool names: snake_case, so that every provider (OpenAI, Anthropic, Gemini, MCP) accepts them.
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# \Z, not $: "$" also matches before a final newline ("web_fetch\n" passed).
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*\Z")
 MAX_NAME_LENGTH = 64
 _SEMVER_RE = re.compile(
-    r"^v?\d+\.\d+(\.\d+)?(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$"
+    r"^v?\d+\.\d+(\.\d+)?(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?\Z"
 )
-_ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
 _MAX_TIMEOUT_S = 24 * 3600.0
 #: Containers (objects and arrays) a parameter schema may nest. Real schemas nest a few levels;
 #: fastjsonschema's generated code cannot compile much past this depth anyway, and the copy,
