@@ -69,6 +69,12 @@ for line in sys.stdin:
                 else:
                     sys.stdout.flush()
                     sys.stdin.readline()
+            elif isinstance(frame, dict) and "latin1" in frame:
+                # The frame's text written in Latin-1: bytes that are not UTF-8.
+                sys.stdout.flush()
+                text = fill(frame["latin1"], mid, token) + "\n"
+                sys.stdout.buffer.write(text.encode("latin-1"))
+                sys.stdout.buffer.flush()
             elif isinstance(frame, dict) and "repeat" in frame:
                 text = fill(frame["frame"], mid, token)
                 sys.stdout.write((text + "\n") * frame["repeat"])
@@ -275,3 +281,54 @@ async def test_an_oversized_message_without_an_id_closes_the_connection_and_fail
     starts = [m for m in remote.received() if isinstance(m, dict)
               and m.get("method") == "initialize"]
     assert len(starts) == 2, starts
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = {"a": leaf}
+    return leaf
+
+
+async def test_answers_the_sdk_cannot_read_end_their_call_at_once(tmp_path: Path) -> None:
+    """The SDK dropped such a line: the call waited for its whole timeout (30 s by default)."""
+    content = [{"type": "text", "text": "caf\u00e9"}]
+    remote = Remote(tmp_path, {"list": [_tool("latin"), _tool("deep"), _tool("shapeless"),
+                                        _tool("fine")], "call": {
+        "latin": [{"latin1": json.dumps({"jsonrpc": "2.0", "id": "$ID",
+                                         "result": {"content": content}},
+                                        ensure_ascii=False)}],
+        # structuredContent deeper than the SDK's parser goes
+        "deep": [{"jsonrpc": "2.0", "id": "$ID", "result": {
+            "content": [{"type": "text", "text": "deep"}],
+            "structuredContent": _nested(250, 1)}}],
+        # a result no MCP version has: content is not a list
+        "shapeless": [{"jsonrpc": "2.0", "id": "$ID", "result": {"content": "just text"}}],
+    }})
+    remote.table["timeout_s"] = 20
+    async with remote.deck() as deck:
+        session = deck.session(grants={"mcp_raw"})
+        with trio.fail_after(15):  # not a timing figure: far below the call's own timeout
+            latin = await session.call("raw__latin", {})
+            deep = await session.call("raw__deep", {})
+            shapeless = await session.call("raw__shapeless", {})
+            fine = await session.call("raw__fine", {})
+    assert latin.success and "caf\ufffd" in json.dumps(latin.data, ensure_ascii=False), latin
+    assert deep.success, deep.error
+    assert shapeless.error is not None and shapeless.error.code != "TIMEOUT"
+    assert "not valid MCP" in shapeless.error.message
+    assert fine.success  # the connection is still in use
+
+
+async def test_a_tool_too_deep_for_the_sdk_costs_its_server_no_other_tool(
+    tmp_path: Path
+) -> None:
+    deep = {"type": "object", "properties": {"a": {"type": "string"}}}
+    for _ in range(120):
+        deep = {"type": "object", "properties": {"a": deep}}
+    remote = Remote(tmp_path, {"list": [_tool("deep", inputSchema=deep), _tool("ok2")]})
+    remote.table["startup_timeout_s"] = 60
+    with trio.fail_after(30):
+        async with remote.deck() as deck:
+            assert "raw__ok2" in {t.name for t in deck.catalog}
+            session = deck.session(grants={"mcp_raw"})
+            assert (await session.call("raw__ok2", {})).success

@@ -229,7 +229,65 @@ def _message(
     try:
         line = item.decode(params.encoding, params.encoding_error_handler)
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
+        salvaged = _salvaged(item, server, exc)
+        if salvaged is not None:
+            return salvaged
         log.warning("MCP server %r wrote a line that is not a JSON-RPC message: %s", server,
                     str(exc)[:300])
-        return exc
+        return exc if isinstance(exc, ValueError) else ValueError(str(exc))
+
+
+def _salvaged(line: bytes, server: str, problem: Exception) -> SessionMessage | None:
+    """What can still be read from an answer the SDK refused (None when nothing).
+
+    The SDK drops such a line, so the request it answered waited for its whole timeout (30 s
+    by default), and a server with one bad tool in its list lost every tool at start-up. So:
+    text that is not UTF-8 is read with replacement characters; entries of a list result
+    (``tools``, ``resources``, ``prompts``) that do not validate are left out, each logged;
+    anything else fails the request it answers at once, saying why.
+    """
+    import json
+
+    text = line.decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("result"), dict):
+        result = data["result"]
+        for key, model in (("tools", types.Tool), ("resources", types.Resource),
+                           ("prompts", types.Prompt)):
+            entries = result.get(key)
+            if not isinstance(entries, list):
+                continue
+            kept = []
+            for entry in entries:
+                try:
+                    model.model_validate(entry)
+                except (ValueError, RecursionError) as exc:
+                    name = entry.get("name") if isinstance(entry, dict) else None
+                    log.warning("MCP server %r: %s entry %r left out: %s", server, key,
+                                str(name)[:80], str(exc)[:200])
+                    continue
+                kept.append(entry)
+            data = {**data, "result": {**result, key: kept}}
+    if isinstance(data, dict):
+        try:
+            message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            if "\ufffd" in text and "\ufffd" not in line.decode("utf-8", "ignore"):
+                log.warning("MCP server %r wrote text that is not UTF-8; read with "
+                            "replacement characters", server)
+            return SessionMessage(message)
+    found = data.get("id") if isinstance(data, dict) else _id_in_text(text)
+    if isinstance(found, bool) or not isinstance(found, str | int):
+        return None
+    reason = f"MCP server {server!r} answered with a message that is not valid MCP: " \
+        f"{str(problem)[:300]}"
+    log.warning("%s (request id %r)", reason, found)
+    return SessionMessage(types.JSONRPCError(
+        jsonrpc="2.0", id=found, error=types.ErrorData(code=types.INTERNAL_ERROR, message=reason),
+    ))

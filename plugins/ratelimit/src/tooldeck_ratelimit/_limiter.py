@@ -232,7 +232,10 @@ class ToolRateLimiter:
                 if time.monotonic() >= self._next_sweep:
                     self.sweep()
                 return self._admit(windows)
-            return await trio.to_thread.run_sync(self._admit, windows)
+            # Abandoned when the call's deadline passes: a storage that stalls (Redis that
+            # accepts and never answers) held the call for the client's own socket timeout
+            # (5 s), past the tool's timeout, and could not be cancelled.
+            return await trio.to_thread.run_sync(self._admit, windows, abandon_on_cancel=True)
         except Exception:
             # A storage outage is not the model's fault; the choice is the operator's.
             logger.exception("rate limit storage %s failed", self.storage_uri)
