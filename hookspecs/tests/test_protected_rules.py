@@ -142,3 +142,24 @@ def test_find_protected_reports_head_files_but_not_head_folders(tmp_path: Path) 
     assert scan.complete
     found = {(m.path, m.rule) for m in scan.matches}
     assert found == {("evil/HEAD", "HEAD"), ("linked/head", "HEAD"), (".cursor", ".cursor/")}
+
+
+def test_find_protected_reads_the_top_folder_whole_and_goes_level_by_level(
+    tmp_path: Path,
+) -> None:
+    """A call that made many files hid what it planted among them from a walk that ran out of
+    entries; the top folder is read whole, and nearer levels come before deeper ones."""
+    for i in range(300):
+        (tmp_path / f"filler-{i:04d}").touch()
+    (tmp_path / "tooldeck.toml").touch()
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    for i in range(300):
+        (deep / f"x{i}").touch()
+    (tmp_path / "zz").mkdir()
+    (tmp_path / "zz" / ".envrc").touch()
+    scan = find_protected(str(tmp_path), max_depth=8, max_entries=50)
+    paths = {m.path for m in scan.matches}
+    assert "tooldeck.toml" in paths  # on the top level, past the entry budget
+    assert "zz/.envrc" in paths  # level 1 before the deep folder's 300 entries
+    assert not scan.complete

@@ -506,26 +506,33 @@ def find_protected(
 
     The sandbox uses it to bind each match read-only, and again after a call to find protected
     paths the call created. The walk is bounded (``max_depth`` levels, ``max_entries``
-    entries): ``complete`` says whether it saw everything. A matching folder is not descended
-    into. Every entry that is not a folder (a symlink included: git reads a symlinked HEAD) is
-    matched with ``is_file=True``, so a planted ``x/HEAD`` is found too.
+    entries below the top): ``complete`` says whether it saw everything. It goes level by
+    level, and the top folder is always read whole: a call that made 60,000 files there no
+    longer hid the ``tooldeck.toml`` it planted among them from a depth-first walk that ran out
+    of entries, and the levels nearest the top, where what the host reads lies, come first. A
+    matching folder is not descended into. Every entry that is not a folder (a symlink
+    included: git reads a symlinked HEAD) is matched with ``is_file=True``, so a planted
+    ``x/HEAD`` is found too.
     """
+    from collections import deque
+
     compiled_rules = tuple(rules) if rules is not None else DEFAULT_PROTECTED_PATHS
     found: list[ProtectedMatch] = []
     seen = 0
     complete = True
-    stack: list[tuple[str, int]] = [("", 0)]
-    while stack:
-        rel, depth = stack.pop()
+    queue: deque[tuple[str, int]] = deque([("", 0)])
+    while queue:
+        rel, depth = queue.popleft()
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
                 entries = list(it)
         except OSError:
             continue
         for entry in entries:
-            seen += 1
-            if seen > max_entries:
-                return ProtectedScan(tuple(found), False)
+            if depth:
+                seen += 1
+                if seen > max_entries:
+                    return ProtectedScan(tuple(found), False)
             path = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
@@ -537,7 +544,7 @@ def find_protected(
                 continue  # a protected folder is bound as a whole: no need to look inside
             if is_dir:
                 if depth + 1 < max_depth:
-                    stack.append((path, depth + 1))
+                    queue.append((path, depth + 1))
                 else:
                     complete = False
     return ProtectedScan(tuple(found), complete)

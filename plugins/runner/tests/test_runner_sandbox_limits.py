@@ -8,12 +8,14 @@ Where the machine cannot give a mechanism (no writable cgroup), the tests assert
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -215,6 +217,47 @@ async def test_bytes_written_into_the_workdir_have_a_budget(
     written = sum(p.stat().st_size for p in tmp_path.glob("bulk-*"))
     # Stopped on the way (precision: the poll interval times the write rate), not at the end.
     assert written < 240 * 1024 * 1024
+
+
+_FALLOCATE = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("raw-probe", os.O_CREAT | os.O_WRONLY)
+raw = libc.fallocate(fd, 0, ctypes.c_long(0), ctypes.c_long(1 << 20))
+print("raw", raw, errno.errorcode.get(ctypes.get_errno()))
+os.close(fd)
+for i in range(40):
+    fd = os.open(f"pre-{i}", os.O_CREAT | os.O_WRONLY)
+    os.posix_fallocate(fd, 0, 6 << 20)
+    os.close(fd)
+print("all reserved")
+"""
+
+
+@needs_bwrap
+async def test_fallocate_cannot_reserve_past_the_write_budget(
+    bwrap: RunnerExecutor, tmp_path: Path
+) -> None:
+    """fallocate reserved 10 GiB in 70 ms, between two polls of the budget: it is refused, and
+    posix_fallocate's fallback writes the blocks, which the budget stops on the way."""
+    tool = sandboxed("run_program", writes=True)
+    result = await call(bwrap, tmp_path, tool, argv=[sys.executable, "-c", _FALLOCATE])
+    reserved = sum(p.stat().st_blocks * 512 for p in tmp_path.glob("pre-*"))
+    if result.success:  # the snippet ended before a poll: its report says why
+        assert "raw -1 EOPNOTSUPP" in result.data["stdout"], result.data
+    else:
+        assert result.error is not None and result.error.code == "TOO_LARGE", result
+    # 40 x 6 MiB asked for; the budget is 16 MiB.
+    assert reserved < 200 * 1024 * 1024, reserved
+
+
+def test_the_filter_answers_fallocate_with_eopnotsupp() -> None:
+    from tooldeck_runner import _seccomp
+
+    for machine in ("x86_64", "aarch64"):
+        program = _seccomp.build_filter(network=False, machine=machine)
+        returns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+        assert (0x06, 0, 0, 0x00050000 | errno.EOPNOTSUPP) in returns, machine
 
 
 async def test_without_cgroups_the_rlimit_fallback_is_reported_and_still_holds(

@@ -1795,9 +1795,12 @@ class SandboxPool:
             budget = self.settings.workdir_write_mb
             return ToolResult.fail(
                 ErrorCode.TOO_LARGE,
-                f"the call wrote more than its budget of {budget} MiB into the working "
-                f"directory (its file system grew by {got.wrote_too_much // 1048576} MiB); "
-                "it was stopped",
+                # Measured on the whole file system (statvfs): another writer there (a build,
+                # another session's call) counts too, and the message must not say otherwise.
+                f"the call went over its budget of {budget} MiB of writes into the working "
+                f"directory: the file system holding it grew by "
+                f"{got.wrote_too_much // 1048576} MiB while the call ran (by this call's writes "
+                "and any other writer's on that file system); it was stopped",
                 suggestion="Write less data into the working directory (delete temporary "
                 "files, write outputs compressed or in parts).",
                 details={"workdir_write_mb": budget, "grown_bytes": got.wrote_too_much},
