@@ -41,6 +41,10 @@ tier and the sandbox. A sed script with the ``e`` command or flag, and a shell r
 from stdin, are refused. Assignments of variables that decide which code runs (``LD_PRELOAD``,
 ``BASH_ENV``, ``ENV``, ``PROMPT_COMMAND``, ``GIT_CONFIG_*``, ...) are refused wherever the guard
 finds them: before a command, through ``env``/``sudo``, after ``export``, as ``make`` arguments.
+A ``$VAR`` that starts a word where options or code are read (``python3 "$X"``, ``sh $X``,
+``awk "$X"``, ``git -c "$X"``, ``tar "$X"``, anywhere for GNU sed, inside inline code) may be
+``-c CODE`` or a configuration: ``destructive``. So are the words ``xargs`` appends from its
+input (``xargs python3 -c`` is code read from stdin, ``xargs rm`` a hidden deletion).
 ``git -c`` keys and ``git config`` keys that run programs (``core.fsmonitor``, ``core.sshCommand``,
 ``alias.*``, ``protocol.*.allow``, ...) and ``git --config-env`` are refused.
 :func:`code_bearing_env_name` tells a tool that sets variables itself which names to refuse. Long
@@ -1019,9 +1023,11 @@ def _check_command(
         return
     family = _family(name)
     if family in _INTERPRETERS:
-        _check_interpreter(family, name, values, findings)
+        _check_interpreter(family, name, args, findings)
     special = _SPECIAL.get(name)
     if special is not None:
+        if name in _OPTIONS_ANYWHERE:
+            _check_hidden_words(name, args, findings)
         special(name, args, findings, allow_pipes, depth)
     spec = _WRAPPERS.get(name)
     if spec is not None:
@@ -1030,10 +1036,13 @@ def _check_command(
         for string in strings:
             findings.inject(f"'{name}' runs a string as a shell command")
             _nested_line(string, name, findings, allow_pipes, depth)
+        # The wrapper's own options end where the command starts ('env "$X" ls': X may be
+        # '-S sh -c id').
+        _check_hidden_words(name, args[: len(args) - len(inner)], findings)
+        if name == "xargs" and inner:
+            inner = _with_xargs_input(args, inner)
         if inner:
             _check_command(inner, findings.sub(""), allow_pipes, depth + 1)
-            if name == "xargs":
-                _check_xargs_input(inner, findings)
         return
     _check_destructive(name, args, findings)
 
@@ -1057,14 +1066,18 @@ def _skip_options(
     long_values: frozenset[str],
     short_optional: str = "",
     collect: dict[str, list[str]] | None = None,
+    long_names: Iterable[str] = (),
 ) -> int:
     """Index of the first operand after GNU-style options (stops at the first operand).
 
     ``short_values``: short options that take a value (attached or the next argument);
     ``short_optional``: short options whose value can only be attached; ``long_values``: long
-    options that take the next argument when not written ``--opt=value``. Option values are
-    appended to ``collect[option]`` when given.
+    options that take the next argument when not written ``--opt=value``; ``long_names``: other
+    long options worth knowing (those that run code first). Long options given by a prefix
+    (``--s``) are collected under their full name. Option values are appended to
+    ``collect[option]`` when given.
     """
+    long_names = tuple(long_names)
     i, n = 0, len(values)
     while i < n:
         arg = values[i]
@@ -1074,6 +1087,7 @@ def _skip_options(
             return i
         if arg.startswith("--"):
             key, eq, value = arg.partition("=")
+            key = _long_option(key, (*long_names, *long_values)) or key  # '--s' = '--split-string'
             if not eq and key in long_values and i + 1 < n:
                 value = values[i + 1]
                 i += 1
@@ -1160,7 +1174,13 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "time": _w("fo", ("--format", "--output")),
     "command": _w("", (), no_command=("-v", "-V")),
     "builtin": _w(),
-    "strace": _w("oeEpPsSuaIbXU", ("--output", "--expr", "--env", "--attach", "--user"),
+    "strace": _w("oeEpPsSuaIbXUO", ("--output", "--expr", "--env", "--attach", "--user",
+                                     "--trace", "--trace-fds", "--trace-path", "--signal",
+                                     "--status", "--string-limit", "--columns",
+                                     "--summary-sort-by", "--detach-on", "--abbrev",
+                                     "--verbose", "--raw", "--read", "--write", "--fault",
+                                     "--inject", "--kvm", "--argv0", "--const-print-style",
+                                     "--syscall-limit"),
                  env=("-E", "--env")),
     "ltrace": _w("oeEpsSuaAnlLx", ("--output",)),
     "gosu": _w("", (), operands=1),
@@ -1178,7 +1198,10 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "watch": _w("nqd", ("--interval", "--differences", "--equexit", "--chgexit")),
     "cgexec": _w("g", ()),
     "prlimit": _w("p", ("--pid",)),
-    "setpriv": _w("", ()),
+    "setpriv": _w("", ("--ruid", "--euid", "--rgid", "--egid", "--reuid", "--regid",
+                       "--groups", "--inh-caps", "--ambient-caps", "--bounding-set",
+                       "--securebits", "--pdeathsig", "--selinux-label", "--apparmor-profile",
+                       "--landlock-access", "--landlock-rule", "--seccomp-filter")),
     "numactl": _w("CNmipP", ()),
     "firejail": _w(),
     "fakeroot": _w("lsi", ("--lib", "--faked")),
@@ -1203,7 +1226,12 @@ def _wrapped(
     """The command a wrapper runs (may be empty); shell strings it runs go to ``strings``."""
     values = [a.value for a in args]
     options: dict[str, list[str]] = {}
-    j = _skip_options(values, spec.short_values, spec.long_values, spec.short_optional, options)
+    names = [o for o in (*spec.string_options, *spec.env_options, *spec.no_command_options)
+             if o.startswith("--")]
+    if name == "watch":
+        names.append("--exec")
+    j = _skip_options(values, spec.short_values, spec.long_values, spec.short_optional, options,
+                      names)
     for option in spec.string_options:
         for value in options.get(option, ()):
             if name == "env":
@@ -1221,16 +1249,17 @@ def _wrapped(
         if j < len(values) and values[j].isdigit():
             return []
         rest = values[j + 1 :]
-        if rest[:1] and rest[0] in ("-c", "--command"):
-            strings.append(" ".join(rest[1:2]))
+        if rest[:1] and (rest[0] == "-c" or _long_option(rest[0], ("--command",))):
+            strings.append(rest[0].split("=", 1)[1] if "=" in rest[0] else " ".join(rest[1:2]))
             return []
     if name in ("su", "runuser") and not strings:
         # GNU getopt permutes: 'su root -c STRING' has its -c after the operand.
         for k, value in enumerate(values):
-            if value in ("-c", "--command") and k + 1 < len(values):
-                strings.append(values[k + 1])
-            elif value.startswith("--command="):
+            command = value == "-c" or _long_option(value, ("--command",)) is not None
+            if command and "=" in value:
                 strings.append(value.split("=", 1)[1])
+            elif command and k + 1 < len(values):
+                strings.append(values[k + 1])
     if name == "su" or name == "sg":
         if name == "sg" and j + 1 < len(values):
             strings.append(" ".join(values[j + 1 :]))
@@ -1254,14 +1283,85 @@ def _wrapped(
     return list(args[j:])
 
 
-def _check_xargs_input(inner: Sequence[_Word], findings: _Findings) -> None:
-    name = _basename(inner[0].value) if inner else ""
-    flags, operands = _flags([a.value for a in inner[1:]])
-    if name == "rm" and (flags & {"r", "R"} or _has_long(flags, "--recursive")):
-        findings.destroy("'xargs rm -r' deletes whatever its input names, which the guard "
-                         "does not see")
-    if name in ("shred", "wipefs") or name.startswith("mkfs"):
-        findings.destroy(f"'xargs {name}' destroys whatever its input names")
+# What xargs adds to the command it runs: words the guard never sees (its input). Modelled as a
+# word taken from a variable, so that every rule about hidden words applies to it: 'xargs rm'
+# is 'rm "$X"', 'xargs python3 -c' is 'python3 -c "$X"' (code read from stdin), 'xargs git
+# -c' a configuration of the input's choosing.
+_XARGS_INPUT = "$XARGS_INPUT"
+
+
+def _xargs_word(template: _Word | None = None, replace: str = "") -> _Word:
+    if template is None:
+        return _Word(_XARGS_INPUT, _UNKNOWN, expansion=_XARGS_INPUT, shell=True)
+    return _Word(
+        template.value.replace(replace, _XARGS_INPUT),
+        template.path.replace(replace, _UNKNOWN),
+        glob=template.glob,
+        expansion=template.expansion or _XARGS_INPUT,
+        quoted=template.quoted,
+        shell=True,
+    )
+
+
+def _with_xargs_input(args: Sequence[_Word], inner: Sequence[_Word]) -> list[_Word]:
+    """The command xargs runs, its input in place: appended, or (``-I R``) in place of ``R``."""
+    options: dict[str, list[str]] = {}
+    spec = _WRAPPERS["xargs"]
+    _skip_options([a.value for a in args[: len(args) - len(inner)]], spec.short_values,
+                  spec.long_values, spec.short_optional, options)
+    replace = next((v or "{}" for k in ("-I", "-i") for v in options.get(k, ())), None)
+    if replace is None:
+        replace = next((v or "{}" for k, vs in options.items()
+                        if k.startswith("--") and _abbreviates(k, "--replace") for v in vs), None)
+    if replace is None:
+        return [*inner, _xargs_word()]
+    return [inner[0], *(_xargs_word(w, replace) if replace in w.value else w for w in inner[1:])]
+
+
+def _from_variable(word: _Word) -> bool:
+    """A word that starts with a variable's value (not ``$HOME`` or ``~``, a home path): it
+    may be an option ('-c CODE', '--exec=CMD', '-ccore.pager=...'), whatever the text shows."""
+    return word.shell and word.path.startswith(_UNKNOWN)
+
+
+def _hidden_word(name: str, word: _Word, findings: _Findings, what: str = "") -> None:
+    findings.destroy(
+        f"'{name} ... {_clip(word.value, 40)}': {what or 'a word'} taken from a variable (or "
+        "xargs' input) may be an option that runs code ('-c CODE', '-e', a configuration), "
+        "which the guard does not see: the user must confirm this exact call"
+    )
+
+
+# Programs that read options anywhere (GNU getopt permutes, git subcommands) and have options
+# that run code or a program: any word of theirs from a variable may be such an option.
+# (find, rm and chmod judge variables themselves.)
+_OPTIONS_ANYWHERE = frozenset(
+    {"git", "make", "gmake", "bmake", "cmake", "ssh", "scp", "sftp", "autossh", "rsync", "tar",
+     "bsdtar", "gtar", "zip", "vim", "vi", "nvim", "ex", "view", "vimdiff", "gvim", "gdb",
+     "lldb", "sort", "split", "man", "npx", "npm", "pnpm", "wget", "tcpdump", "apt", "apt-get",
+     "apt-cache", "aptitude", "sqlite3", "ed"}
+)
+# Options whose next word is data (a message, a directory, an archive), whatever it holds.
+_DATA_OPTIONS: dict[str, frozenset[str]] = {
+    "git": frozenset({"-m", "--message", "-C"}),
+    "make": frozenset({"-C", "--directory"}),
+    "tar": frozenset({"-f", "--file", "-C", "--directory"}),
+}
+
+
+def _check_hidden_words(name: str, args: Sequence[_Word], findings: _Findings) -> None:
+    data = _DATA_OPTIONS.get(_family(name) if name not in ("gtar", "bsdtar") else "tar",
+                             frozenset())
+    for k, word in enumerate(args):
+        if not _from_variable(word):
+            continue
+        previous = args[k - 1].value if k else ""
+        if previous in data or (
+            name in ("tar", "gtar", "bsdtar") and re.fullmatch(r"-[A-Za-z]*[fC]", previous)
+        ):
+            continue  # 'git commit -m "$MSG"', 'tar -xf "$ARCHIVE"'
+        _hidden_word(name, word, findings)
+        return
 
 
 # --- shells and interpreters --------------------------------------------
@@ -1313,6 +1413,11 @@ def _check_shell(
             continue
         break
     operands = values[i:]
+    # Options, and the script operand (where options are still read): 'sh $X' may be
+    # 'sh -c CODE', 'bash "$X"' 'bash -cCODE'. Words after the script are its arguments.
+    hidden = next((w for w in args[: i + 1] if _from_variable(w)), None)
+    if hidden is not None:
+        _hidden_word(name, hidden, findings)
     if command_mode:
         findings.inject(f"'{name} -c' runs a nested shell")
         if operands:
@@ -1400,11 +1505,35 @@ _SPAWN = re.compile(
     r"|`|%x[({\[<|!/]|\bimport\s*\(|\|\s*[\"']|[\"']\s*\|"
     # os.posix_spawn, vars(os)["sys"+"tem"], os.__dict__[...], CORE::GLOBAL::, module._load
     r"|\b\w*spawn\w*|\bvars\s*\(|__dict__|CORE::|\b_load\b"
+    # asyncio.create_subprocess_shell, Perl's readpipe, node's process.getBuiltinModule
+    r"|\w*subprocess\w*|\breadpipe\b|\bgetBuiltinModule\b"
+    # A name looked up at run time hides which function runs: operator.attrgetter('sys'+'tem'),
+    # os.__getattribute__(...), methodcaller, Reflect.get, ... and a name glued together from
+    # string literals ('sys' + 'tem', "child_" + "process", Perl's 'sys' . 'tem').
+    r"|\b(?:attrgetter|methodcaller|__getattr(?:ibute)?__|Reflect\s*\.\s*(?:get|apply)|"
+    r"__builtins__|__subclasses__|__globals__)\b"
+    r"|([\"'])[^\"'\n]*\1\s*[+.]\s*([\"'])[^\"'\n]*\2"
+    # Perl's open with a pipe in the mode, however the string is quoted: open(F, q(|id)),
+    # open(my $f, "-|", "id"). ('||' and '|=' are operators, not pipes.)
+    r"|\bopen\s*\(?[^;\n]{0,200}?(?<!\|)\|(?![|=])"
 )
-# awk's 'print ... | cmd' and '|&' (a coprocess) pipe into a command held in a variable.
-_AWK_PIPE = re.compile(r"\bprintf?\b[^;{}\n|]{0,1000}\|&?(?!\|)\s*[A-Za-z_(]")
+# In awk, a '|' outside strings and regular expressions that is not '||' is a pipe to or from a
+# command ('print ... | cmd', 'cmd | getline', '|&' a coprocess), whatever the command is held
+# in and whatever the printed text holds.
+_AWK_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"?')
+# A regular expression literal: a '/' where an operand starts (not a division).
+_AWK_REGEX = re.compile(r'(^|[(,{;!~&|?:\n=]\s*)/(?:\\.|[^/\\\n])*/?')
+_AWK_PIPE = re.compile(r"(?<!\|)\|(?!\|)&?")
+
+
+def _awk_pipe(code: str) -> re.Match[str] | None:
+    """The first pipe to or from a command in awk code, if any (one pass per pattern)."""
+    skeleton = _AWK_STRING.sub('""', code)
+    skeleton = _AWK_REGEX.sub(lambda m: m.group(1) + "//", skeleton)
+    return _AWK_PIPE.search(skeleton)
 _DEVICE_TEXT = re.compile(
     r"/dev/+(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|mapper/|disk/|sr|mtd|nbd|rbd|zd|mem\b|"
+    r"block/|char/|bsg/|sg[0-9]|ram[0-9]|zram|pmem|cciss/|"
     r"kmem\b|port\b)"
 )
 
@@ -1421,27 +1550,15 @@ _DELETE_CODE = re.compile(
 )
 
 
-_SED_SUBST = re.compile(r"([sy])([^\w\s\\])((?:\\.|(?!\2).)*)\2((?:\\.|(?!\2).)*)\2([a-zA-Z0-9]*)")
-_SED_ADDRESS = re.compile(r"/(?:\\.|[^/\\])*/|\\(.)(?:\\.|(?!\1).)*\1")
-_SED_EXEC = re.compile(r"(?:^|[;\n{}!,$0-9/])\s*e(?:\s|;|$)")
-
-
 def _sed_runs(script: str) -> bool:
     """GNU sed's 'e' command and the 'e' flag of 's' run shell commands.
 
-    Patterns, replacements and addresses are blanked first, so an 'e' inside them is text.
+    Read by :func:`_sed_parse_runs` alone, in one pass. (Regular expressions that blanked
+    's' parts by their delimiter were dropped: each 's' followed by a delimiter that never
+    closes scanned to the end of the script, quadratic in its length, 2.6 s for 16 KB; and
+    what they found beyond the reader was text of 'a'/'i'/'c', file names and comments.)
     """
-    runs = False
-
-    def blank(match: re.Match[str]) -> str:
-        nonlocal runs
-        if match.group(1) == "s" and "e" in match.group(5):
-            runs = True
-        return match.group(1) + "//" + match.group(5)
-
-    skeleton = _SED_SUBST.sub(blank, script)
-    skeleton = _SED_ADDRESS.sub("/", skeleton)
-    return runs or bool(_SED_EXEC.search(skeleton)) or _sed_parse_runs(script)
+    return _sed_parse_runs(script)
 
 
 def _sed_parse_runs(script: str) -> bool:
@@ -1534,7 +1651,8 @@ def _sed_parse_runs(script: str) -> bool:
                         i = n
                         break
                     i = end + 1
-                    if command not in "aic" or not script[:end].endswith("\\"):
+                    # (Not 'script[:end].endswith': a copy per line is quadratic.)
+                    if command not in "aic" or script[end - 1 : end] != "\\":
                         i = end
                         break
             else:
@@ -1547,11 +1665,16 @@ def _sed_parse_runs(script: str) -> bool:
     return False
 
 
-def _check_interpreter(family: str, name: str, values: Sequence[str], findings: _Findings) -> None:
+def _check_interpreter(
+    family: str, name: str, words: Sequence[_Word], findings: _Findings
+) -> None:
     spec = _INTERPRETERS[family]
+    values = [w.value for w in words]
     codes: list[str] = []
+    code_words: list[_Word] = []  # the words that hold inline code
     sources: list[str] = []  # program files named by options (awk -f FILE, sed -f FILE)
     has_source = False
+    stop = False
     i, n = 0, len(values)
     while i < n:
         arg = values[i]
@@ -1561,13 +1684,15 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
         if not arg.startswith("-") or arg == "-":
             break
         if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
+            _, eq, value = arg.partition("=")
+            key = _long_option(arg, (*spec.long_code, *spec.long_values)) or arg.split("=")[0]
             takes = key in spec.long_code or key in spec.long_values
             if takes and not eq and i + 1 < n:
                 i += 1
                 value = values[i]
             if key in spec.long_code:
                 codes.append(value)
+                code_words.append(words[i])
             elif takes and key in _LONG_SOURCES | _LONG_LIBRARIES:
                 has_source = has_source or key in _LONG_SOURCES
                 sources.append(value)
@@ -1596,6 +1721,7 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
                     value = values[i]
                 if letter in spec.code:
                     codes.append(value)
+                    code_words.append(words[i])
                     # python -c: everything after the code is its arguments.
                     stop = family in ("python", "pypy")
                 if letter in spec.source_options:
@@ -1618,10 +1744,26 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
         if stop:
             break
     operands = values[i:] if i <= n else []
+    # Options are read up to the first operand, and that word may be one: 'python3 "$X"' runs
+    # '-cCODE', 'awk "$X"' and 'perl $X' may be '-e CODE'. GNU sed reads options anywhere.
+    # After python's -c CODE (or -m) everything is the program's.
+    end = n if family == "sed" else (i if stop else i + 1)
+    hidden = next((w for w in words[:end] if _from_variable(w)), None)
+    if hidden is not None:
+        _hidden_word(name, hidden, findings)
     if not codes and spec.first_operand_is_code and operands and not has_source:
         codes.append(operands[0])
+        code_words.append(words[i])
     elif not codes and not has_source and operands and not spec.first_operand_is_code:
         has_source = not _stdin_file(operands[0])
+    for word in code_words:
+        if word.shell and _UNKNOWN in word.path:
+            # 'python3 -c "print($X)"', "sed \"s/a/$B/\"": the variable's value is code too.
+            findings.destroy(
+                f"inline {family} code holds a variable's value ({word.expansion}), code the "
+                "guard does not see: the user must confirm this exact call"
+            )
+            break
     if any(_stdin_file(source) for source in sources if family not in ("python", "pypy")):
         # 'awk -f /dev/stdin', 'sed -f -': the program comes from standard input.
         if family == "sed":
@@ -1656,7 +1798,7 @@ def _check_interpreter(family: str, name: str, values: Sequence[str], findings: 
                 )
         else:
             spawn = _SPAWN.search(code) or (
-                _AWK_PIPE.search(code) if family in ("awk", "gawk", "mawk", "nawk") else None
+                _awk_pipe(code) if family in ("awk", "gawk", "mawk", "nawk") else None
             )
             if spawn:
                 # Interpreters' inline code can run anything: it is not refused (python -c is an
@@ -1700,6 +1842,19 @@ def _git_key(findings: _Findings, pair: str, how: str) -> None:
     if _GIT_CODE_KEYS.match(key):
         findings.inject(f"{how} {key} makes git run a program (or load configuration) of the "
                         "caller's choosing")
+
+
+# Options of git subcommands that run a program (or take configuration), by subcommand.
+_GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "clone": ("--upload-pack", "--config"),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "ls-remote": ("--upload-pack",),
+    "fetch-pack": ("--upload-pack", "--exec"),
+    "archive": ("--exec",),
+    "push": ("--receive-pack", "--exec"),
+    "send-pack": ("--receive-pack", "--exec"),
+}
 
 
 def _check_git(
@@ -1757,8 +1912,11 @@ def _check_git(
             _git_key(findings, operands[0], "'git config'")
     elif sub in ("clone", "fetch", "pull", "ls-remote", "archive", "push", "remote", "submodule",
                  "fetch-pack", "send-pack"):
+        # Abbreviations ('--upload-pa') are matched among the options this subcommand has, so
+        # that '--rec' of fetch stays '--recurse-submodules'.
+        own = _GIT_PROGRAM_OPTIONS.get(sub, ())
         for k, value in enumerate(rest):
-            key = value.split("=", 1)[0]
+            key = _long_option(value, own) or value.split("=", 1)[0]
             if key in ("--upload-pack", "--receive-pack", "--exec") or (
                 value == "-u" and sub in ("clone", "ls-remote", "fetch-pack")
             ):
@@ -1776,27 +1934,29 @@ def _check_git(
                              depth)
     elif sub == "rebase":
         for k, value in enumerate(rest):
-            if value in ("-x", "--exec") and k + 1 < len(rest):
+            exec_option = _long_option(value, ("--exec",)) is not None  # '--exe' too
+            if (value == "-x" or exec_option and "=" not in value) and k + 1 < len(rest):
                 findings.inject(f"'git rebase {value}' runs a shell command")
                 _nested_line(rest[k + 1], "git rebase --exec", findings, allow_pipes, depth)
-            elif value.startswith("--exec=") or (value.startswith("-x") and len(value) > 2):
+            elif exec_option or (value.startswith("-x") and len(value) > 2):
                 script = value.split("=", 1)[1] if "=" in value else value[2:]
                 findings.inject("'git rebase --exec' runs a shell command")
                 _nested_line(script, "git rebase --exec", findings, allow_pipes, depth)
     elif sub == "bisect" and rest[:1] == ["run"]:
         _check_command(words[1:], findings, allow_pipes, depth + 1)
     elif sub in ("difftool", "mergetool"):
-        if any(v in ("-x", "--extcmd") or v.startswith(("--extcmd=", "-x")) for v in rest):
+        if any(v.startswith("-x") or _long_option(v, ("--extcmd",)) for v in rest):
             findings.inject(f"'git {sub} --extcmd' runs a program of the caller's choosing")
     elif sub == "filter-branch":
         findings.inject("'git filter-branch' runs its filters as shell commands")
     elif sub == "grep":
-        if any(v in ("-O", "--open-files-in-pager") or v.startswith(("-O", "--open-files-in"))
+        if any(v.startswith("-O") or _long_option(v, ("--open-files-in-pager",))
                for v in rest):
             findings.inject("'git grep -O' runs a pager program of the caller's choosing")
     elif sub == "send-email":
-        if any(v.startswith(("--smtp-server=/", "--to-cmd", "--cc-cmd", "--header-cmd",
-                             "--sendmail-cmd")) for v in rest):
+        if any(_long_option(v, ("--to-cmd", "--cc-cmd", "--header-cmd", "--sendmail-cmd"))
+               or (_long_option(v, ("--smtp-server",)) and v.partition("=")[2].startswith("/"))
+               for v in rest):
             findings.inject("'git send-email' would run a program of the caller's choosing")
     loss = _git_data_loss(sub, rest)
     if loss:
@@ -1892,7 +2052,8 @@ def _check_find(
         # quoted one into '-delete': what find would do is not in the text.
         findings.destroy(f"'find ... {hidden}' takes part of its expression from a variable, "
                          "which may hold -delete or -exec")
-    restricted = False
+    # The expression as operators and primaries (narrows, deletes), for _find_guarded.
+    items: list[str | tuple[bool, bool]] = []
     k = i
     while k < n:
         value = values[k]
@@ -1901,28 +2062,35 @@ def _check_find(
             while end < n and values[end] not in (";", "+"):
                 end += 1
             inner = list(args[k + 1 : end])
+            removes = False
             if inner:
                 _check_command(inner, findings, allow_pipes, depth + 1)
                 program = _basename(inner[0].value)
-                if program in ("rm", "shred", "unlink", "rmdir", "srm", "wipe"):
-                    deletes = True
+                removes = program in ("rm", "shred", "unlink", "rmdir", "srm", "wipe")
+                deletes = deletes or removes
+            items.append((False, removes))
             k = end + 1
             continue
-        if value in _FIND_RESTRICTING and k + 1 < n:
-            if _find_narrows(value, values[k + 1]):
-                restricted = True
+        if value in _FIND_OPERATORS:
+            items.append(value)
+            k += 1
+            continue
+        if value in _FIND_VALUE_TESTS and k + 1 < n:
+            items.append((value in _FIND_RESTRICTING and _find_narrows(value, values[k + 1]),
+                          False))
             k += 2
             continue
-        if value == "-empty":
-            restricted = True
         if value in ("-fprint", "-fprint0", "-fprintf", "-fls") and k + 1 < n:
             if _is_device(args[k + 1].path):
                 findings.destroy(f"'find {value} {values[k + 1]}' overwrites a disk device")
-            k += 2
+            k += 3 if value == "-fprintf" else 2
+            items.append((False, False))
             continue
+        items.append((value == "-empty", value == "-delete"))
         k += 1
     if not deletes:
         return
+    restricted = _find_guarded(items)
     for root in roots or [_Word.literal(".")]:
         danger = _target_danger(root.path)
         if danger is None:
@@ -1930,6 +2098,71 @@ def _check_find(
         if _local(danger) and restricted:
             continue
         findings.destroy(f"'find {root.value} ... -delete' deletes {danger}")
+
+
+_FIND_OPERATORS = frozenset({"!", "-not", "(", ")", "-o", "-or", "-a", "-and", ","})
+
+
+def _find_guarded(items: Sequence[str | tuple[bool, bool]]) -> bool:
+    """Whether every deletion in a find expression runs only once a narrowing test held.
+
+    ``items``: operators and primaries (narrows, deletes). Read as find reads it (``!`` binds
+    closest, then ``-a``, then ``-o``, then ``,``): under ``-a`` a test narrows what follows it;
+    ``! -name keep -delete`` and ``-name keep -o -delete`` delete everything else. An
+    expression that does not parse counts as not narrowed.
+    """
+    pos = 0
+
+    def primary() -> tuple[bool, bool] | None:  # (narrows, safe) of one operand
+        nonlocal pos
+        if pos >= len(items):
+            return None
+        item = items[pos]
+        pos += 1
+        if item in ("!", "-not"):
+            inner = primary()
+            return None if inner is None else (False, inner[1])
+        if item == "(":
+            inner = alternatives(",")
+            if inner is None or pos >= len(items) or items[pos] != ")":
+                return None
+            pos += 1
+            return inner
+        if isinstance(item, str):
+            return None
+        narrows, deletes = item
+        return narrows, not deletes
+
+    def chain() -> tuple[bool, bool] | None:  # '-a' (explicit or implied)
+        nonlocal pos
+        narrowed, safe = False, True
+        while True:
+            operand = primary()
+            if operand is None:
+                return None
+            # A deletion in this operand is safe if an earlier operand narrowed, or itself is.
+            safe = safe and (narrowed or operand[1])
+            narrowed = narrowed or operand[0]
+            if pos < len(items) and items[pos] in ("-a", "-and"):
+                pos += 1
+            elif pos >= len(items) or items[pos] in ("-o", "-or", ",", ")"):
+                return narrowed, safe
+
+    def alternatives(top: str = "") -> tuple[bool, bool] | None:  # '-o', then ','
+        nonlocal pos
+        narrowed, safe = True, True
+        while True:
+            branch = chain()
+            if branch is None:
+                return None
+            narrowed, safe = narrowed and branch[0], safe and branch[1]
+            if pos < len(items) and items[pos] in ("-o", "-or", ","):
+                pos += 1
+            else:
+                return narrowed, safe
+
+    whole = alternatives()
+    return whole is not None and pos == len(items) and whole[1]
 
 
 # Tests (with a value) that may narrow what 'find -delete' deletes; _find_narrows judges the value.
@@ -1993,10 +2226,7 @@ def _check_remote_shells(
             if name in ("scp", "sftp") and (value == "-S" or value.startswith("-S")):
                 findings.inject(f"'{name} -S' runs a program of the caller's choosing")
         elif name == "rsync":
-            if value in ("-e", "--rsh") or value.startswith(("--rsh=", "--rsync-path")) or (
-                value.startswith("-") and not value.startswith("--") and "e" in value[1:]
-                and value[1:].isalpha() and value.endswith("e")
-            ):
+            if _long_option(value, ("--rsh", "--rsync-path")) or _rsync_short_e(value):
                 findings.inject("'rsync -e/--rsh/--rsync-path' runs a command of the caller's "
                                 "choosing")
         elif name in ("tar", "bsdtar", "gtar"):
@@ -2011,8 +2241,9 @@ def _check_remote_shells(
             if value in ("-c", "--cmd", "-S") or value.startswith("+"):
                 findings.inject(f"'{name} {value}' runs editor commands, which can run programs")
         elif name in ("gdb", "lldb"):
-            if value in ("-ex", "-x", "-iex", "-ix", "--eval-command", "--command", "-batch",
-                         "-o", "--one-line") or value.startswith(("--eval-command=", "--command=")):
+            if value in ("-ex", "-x", "-iex", "-ix", "-batch", "-o") or _long_option(
+                value, ("--eval-command", "--command", "--one-line", "--init-eval-command",
+                        "--init-command")):
                 findings.inject(f"'{name} {value}' runs debugger commands, which can run programs")
         elif name in ("at", "batch", "crontab"):
             if not (name == "crontab" and value in ("-l", "-r", "-e")):
@@ -2023,6 +2254,22 @@ def _check_remote_shells(
             break
     if name in ("at", "batch") and not values:
         findings.inject(f"'{name}' schedules shell commands to run later")
+    if name in ("vim", "vi", "nvim", "ex", "view", "vimdiff", "gvim"):
+        _check_ed(name, args, findings, allow_pipes, depth)  # ex mode reads stdin
+
+
+def _rsync_short_e(value: str) -> bool:
+    """rsync's -e among short flags, its value attached or next: '-e', '-avze', '-e"sh -c id"',
+    '-avessh'. rsync's other short options take no value, except -B, -M, -T and -@ ('-T DIR'),
+    whose value ends the word."""
+    if not value.startswith("-") or value.startswith("--"):
+        return False
+    for letter in value[1:]:
+        if letter == "e":
+            return True
+        if letter in "BMTf@" or not letter.isalnum():
+            return False
+    return False
 
 
 _TAR_PROGRAM_OPTIONS = ("--to-command", "--checkpoint-action", "--use-compress-program",
@@ -2148,6 +2395,85 @@ def _check_runs_options(
                     _nested_line(found, name, findings, allow_pipes, depth)
             else:
                 findings.inject(f"'{name} {spelled}' runs a program of the caller's choosing")
+            if option.joins_rest:
+                # Every later word is part of the command just analysed, not an option of
+                # this program: reading them again re-analysed each suffix ('pnpm -c -c -c
+                # ...', quadratic: 39 s for 16 KB).
+                return
+
+
+# sqlite3's dot-commands that only show or set something; any other one (.shell, .system,
+# '.once |CMD', .import '|CMD', .load, .edit, ...) may run a program. Matched on the command's
+# first word, which sqlite3 takes by its prefix too ('.sh' is '.shell').
+_SQLITE_PLAIN = frozenset(
+    {".tables", ".schema", ".headers", ".header", ".mode", ".dump", ".indexes", ".indices",
+     ".quit", ".exit", ".help", ".databases", ".show", ".width", ".separator", ".nullvalue",
+     ".timer", ".print", ".changes", ".echo", ".eqp", ".explain", ".fullschema", ".stats",
+     ".bail", ".limit", ".lint", ".dbinfo", ".dbconfig", ".selftest", ".scanstats",
+     ".version", ".timeout", ".expert", ".parameter", ".binary"}
+)
+_SQLITE_VALUES = frozenset(
+    {"-cmd", "-init", "-separator", "-newline", "-nullvalue", "-vfs", "-pagecache",
+     "-lookaside", "-heap", "-maxsize", "-mmap", "-escape", "-A", "-zip"}
+)
+_SQLITE_CODE = re.compile(r"(?i)\b(?:edit|load_extension|writefile|fts3_tokenizer)\s*\(")
+
+
+def _check_sqlite(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    values = [a.value for a in args]
+    commands: list[str] = []  # SQL and dot-commands: -cmd values and operands after the DB
+    operands = 0
+    k = 0
+    while k < len(values):
+        value = values[k]
+        option = "-" + value.lstrip("-") if value.startswith("-") else ""
+        if option in _SQLITE_VALUES and k + 1 < len(values):
+            if option == "-cmd":
+                commands.append(values[k + 1])
+            elif option == "-init" and _stdin_file(args[k + 1].path):
+                commands.append(".stdin")
+            k += 2
+            continue
+        if not option or value == "-":
+            operands += 1
+            if operands > 1:
+                commands.append(value)
+        k += 1
+    if operands <= 1 and not any(v.lstrip("-") in ("version", "help") for v in values):
+        findings.destroy(
+            f"'{name}' with no SQL reads its commands from standard input, and its dot-commands "
+            "(.shell, .system) run programs the guard does not see: the user must confirm this "
+            "exact call"
+        )
+    for text in commands:
+        for line in re.split(r"[\n;]", text):
+            word = line.strip().split(None, 1)[0].lower() if line.strip() else ""
+            if word.startswith(".") and word not in _SQLITE_PLAIN:
+                findings.inject(f"'{name}' dot-command '{_clip(word, 20)}' may run a program "
+                                "(.shell, .system, a pipe)")
+                rest = line.strip().split(None, 1)[1:] or [""]
+                if word in (".shell", ".system", ".sh", ".sys") and rest[0]:
+                    _nested_line(rest[0].strip("\"'"), name, findings, allow_pipes, depth)
+        match = _SQLITE_CODE.search(text)
+        if match:
+            findings.destroy(f"'{name}' SQL calls {match.group().rstrip('( ')!r}, which runs a "
+                             "program, loads code or writes files: the user must confirm this "
+                             "exact call")
+
+
+def _check_ed(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    # ed and ex take their commands from standard input, and '!CMD' runs a shell command:
+    # whatever the tool sends as input is unseen.
+    if name in ("ed", "ex") or any(v in ("-e", "-E", "-es", "-Es") for v in
+                                     (a.value for a in args)):
+        findings.destroy(
+            f"'{name}' reads editor commands from standard input, and '!CMD' there runs a "
+            "shell command the guard does not see: the user must confirm this exact call"
+        )
 
 
 _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
@@ -2159,6 +2485,8 @@ _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]
         "nvim", "ex", "view", "vimdiff", "gvim", "gdb", "lldb", "at", "batch", "crontab",
         "parallel")},
     **{name: _check_runs_options for name in _RUNS_OPTIONS},
+    "sqlite3": _check_sqlite,
+    "ed": _check_ed,
 }
 
 
@@ -2177,8 +2505,11 @@ _SYSTEM_DIRS = frozenset(
     {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "var",
      "root", "sys", "proc", "opt", "srv", "snap", "efi"}
 )
+# Disks by every name udev gives them: /dev/block/MAJ:MIN and /dev/char/MAJ:MIN are links to
+# the same devices as /dev/sda or /dev/mem.
 _DEVICE = re.compile(
     r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk/|md|dm-|loop|mapper/|sr|root|mtd|nbd|rbd|zd|ubi|"
+    r"block/|char/|bsg/|sg[0-9]|ram[0-9]|zram|pmem|cciss/|fd[0-9]|"
     r"mem$|kmem$|port$)|^/proc/sysrq-trigger$|^/sys/(?:block|class/block|firmware)/"
 )
 _SAFE_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/zero", "/dev/tty"})
@@ -2371,6 +2702,20 @@ def _abbreviates(arg: str, option: str, exact: Iterable[str] = ()) -> bool:
     return len(key) > 2 and key.startswith("--") and option.startswith(key) and key not in exact
 
 
+def _long_option(arg: str, options: Iterable[str]) -> str | None:
+    """The option of ``options`` that ``arg`` (``--exe``, ``--upload-pa=x``) names: itself, or
+    the first one it is a prefix of (GNU getopt_long and git take unambiguous prefixes; an
+    ambiguous one makes the program fail, so naming the first is safe). Callers list the
+    options that run code first. None when ``arg`` is no long option of these."""
+    key = arg.split("=", 1)[0]
+    if len(key) <= 2 or not key.startswith("--"):
+        return None
+    options = tuple(options)
+    if key in options:
+        return key
+    return next((option for option in options if option.startswith(key)), None)
+
+
 def _has_long(flags: Iterable[str], option: str, exact: Iterable[str] = ()) -> bool:
     return any(_abbreviates(flag, option, exact) for flag in flags)
 
@@ -2457,14 +2802,23 @@ def _check_destructive(name: str, args: Sequence[_Word], findings: _Findings) ->
     elif name == "systemctl" and set(operands) & {"poweroff", "reboot", "halt", "kexec",
                                                   "emergency", "rescue"}:
         findings.destroy("'systemctl' stops or restarts the machine")
-    elif name in ("kill", "pkill", "killall"):
-        # 'kill -9 -1' and 'kill -- -1' signal every process; 'kill 1' signals init.
-        # ('kill -1 123' is SIGHUP to 123: -1 is only a target when it comes last.)
-        if name == "kill" and ((len(values) >= 2 and values[-1] == "-1")
-                               or (values and values[-1] == "1")):
+    elif name == "kill":
+        # 'kill -9 -1 1234' and 'kill -- -1' signal every process; 'kill 1' signals init.
+        # Only a first word with a dash is the signal ('kill -1 123' is SIGHUP to 123); after
+        # it (and after '--') every word is a target.
+        k = 2 if values[:1] in (["-s"], ["-n"]) else (
+            1 if values[:1] and values[0].startswith("-") and values[0] != "--" else 0)
+        if values[k : k + 1] == ["--"]:
+            k += 1
+        if {"-1", "1"} & set(values[k:]):
             findings.destroy("'kill' would signal every process, or init")
-    elif name in ("nc", "ncat", "netcat") and flags & {"e", "c"}:
+    elif name in ("nc", "ncat", "netcat") and (flags & {"e", "c"} or any(
+        _long_option(flag, ("--exec", "--sh-exec", "--lua-exec")) for flag in flags
+    )):
         findings.destroy(f"'{name} -e' attaches a shell or program to a network socket")
+    elif name == "socat" and any(re.match(r"(?i)[^:,]*\b(?:exec|system)[:,]", v)
+                                 for v in operands):
+        findings.destroy("'socat EXEC:/SYSTEM:' attaches a shell or program to a socket")
 
 
 def _check_writes(
