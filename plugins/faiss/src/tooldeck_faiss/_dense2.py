@@ -52,10 +52,9 @@ _ROMANCE_WORDS = frozenset(
 # every retriever (several decks, MCP sessions, tests) can share it.
 _ENCODER: Any = None
 _ENCODER_LOCK = threading.Lock()
-# The channel encodes and searches on this thread while the caller's thread runs MiniLM:
-# both release the GIL in their matrix products, so the two encodings overlap on two cores
-# (measured 6.3-6.8 ms for both against 9.3-9.4 ms one after the other), and the channel's
-# scan comes off the critical path too.
+# Query vectors are computed on this thread while the caller's thread runs MiniLM: both
+# release the GIL in their matrix products, so the two encodings overlap on two cores
+# (measured 6.3-6.8 ms for both against 9.3-9.4 ms one after the other).
 _PREFETCH: ThreadPoolExecutor | None = None
 
 
@@ -324,16 +323,18 @@ class SecondChannel:
                 self._query_cache.popitem(last=False)
         return vector
 
-    def prefetch(self, query: str, k: int) -> Future[list[tuple[str, float]]] | None:
-        """Start :meth:`search` for ``query`` on a side thread (None while inactive).
-
-        The whole search runs there, not only the query's vector: the caller's thread spends
-        the same time encoding the query with MiniLM, so the channel's scan (1.3 ms at 10k
-        tools) no longer comes after it. Errors surface in ``result()``.
-        """
+    def prefetch(self, query: str) -> Future[np.ndarray] | None:
+        """Start computing ``query``'s vector on a side thread (None while inactive); pass the
+        future to :meth:`search`. Errors surface there."""
         if not self.active:
             return None
-        return _prefetch_pool().submit(self.search, query, k)
+        with self._lock:
+            cached = self._query_cache.get(query)
+        if cached is not None:  # no thread hop for a repeated query
+            done: Future[np.ndarray] = Future()
+            done.set_result(cached)
+            return done
+        return _prefetch_pool().submit(self.query_vector, query)
 
     # ------------------------------------------------------------------ index maintenance
 
@@ -409,11 +410,16 @@ class SecondChannel:
 
     # ------------------------------------------------------------------ search
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """The ``k`` tools closest to the whole query, as (name, cosine), best first."""
+    def search(
+        self, query: str, k: int, prefetched: Future[np.ndarray] | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` tools closest to the whole query, as (name, cosine), best first.
+
+        ``prefetched`` is :meth:`prefetch`'s future for the same query, if one was started.
+        """
         if not self.active or not self._slot_of or k <= 0:
             return []
-        qvec = self.query_vector(query)
+        qvec = prefetched.result() if prefetched is not None else self.query_vector(query)
         with self._lock, faiss_threads(1):  # one short query: OpenMP threads only spin
             n = min(k, len(self._slot_of))
             scores, ids = self._index.search(qvec[None, :], n)

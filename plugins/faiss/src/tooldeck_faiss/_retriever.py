@@ -970,9 +970,7 @@ class FaissRetriever:
             return self._rank(segments, self._embed_query(segments), k)
         depth = max(k, self.settings.second_depth)
         whole = self._clean(query)
-        # The channel's whole search runs on its side thread while this one encodes the
-        # query with MiniLM and ranks the hybrid (measured: see ``SecondChannel.prefetch``).
-        prefetched = dense2.prefetch(whole, depth)
+        prefetched = dense2.prefetch(whole)  # overlaps with the MiniLM encoding below
         hits, best_intent = self._rank_intents(segments, self._embed_query(segments), depth)
         intents = len(segments) - 1 if len(segments) > 1 else 1  # the whole-query row
         weight = channel_weight(
@@ -981,9 +979,9 @@ class FaissRetriever:
             margin_scale=self.settings.second_margin_scale,
         )
         if weight <= 0:
-            return hits[:k]  # the side search still leaves its vector in the channel's cache
-        found = prefetched.result() if prefetched is not None else dense2.search(whole, depth)
-        second = [(n, c) for n, c in found if n in self._slot_of]
+            return hits[:k]  # the prefetched vector still lands in the channel's query cache
+        second = [(n, c) for n, c in dense2.search(whole, depth, prefetched)
+                  if n in self._slot_of]
         # The hybrid's spread over intents is redone on the mixed scores: sorting the mix by
         # score alone undid it (intent_diversity 0 and 0.03 measured the same with the
         # channel on). Tools only the channel found answer the whole query (the last row).
