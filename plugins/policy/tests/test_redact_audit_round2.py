@@ -205,3 +205,18 @@ def test_a_credential_named_in_a_sibling_field_is_redacted(index: int) -> None:
 )
 def test_names_and_values_that_are_no_credential_stay(value: object) -> None:
     assert redact_value(value) == value
+
+
+@pytest.mark.parametrize(
+    "template",
+    ['{{"password": "{s}"}}', '{{"a": 1, "db_password": "{s}", "b": [2]}}',
+     '{{"config": {{"secret": "{s}"}}}}'],
+)
+def test_redacted_json_text_still_parses(template: str) -> None:
+    """A rule whose secret takes its quotes along ('"[^"]*"') left JSON that no longer parsed:
+    the quotes stay now."""
+    secret = _r(20)
+    text = template.format(s=secret)
+    out = redact_text(text)
+    assert secret not in out and "[REDACTED:" in out
+    json.loads(out)

@@ -2147,9 +2147,14 @@ def _redact_text(text: str) -> str:
         return text
     parts, cursor = [], 0
     for f in findings:
-        parts.append(text[cursor : f.start])
+        start, end = f.start, f.end
+        if end - start > 2 and text[start] in "\"'" and text[end - 1] == text[start]:
+            # A rule whose secret takes its quotes along (hashicorp-tf-password's
+            # '"[^"]*"'): the quotes stay, so redacted JSON or code still parses.
+            start, end = start + 1, end - 1
+        parts.append(text[cursor:start])
         parts.append(REDACTION_FORMAT.format(rule=f.rule_id))
-        cursor = f.end
+        cursor = end
     parts.append(text[cursor:])
     return "".join(parts)
 
