@@ -1607,7 +1607,7 @@ class Session:
         self.grants.difference_update(categories)
         self._changed()
 
-    def always_allow(self, tool_name: str) -> None:
+    def always_allow(self, tool_name: str, *, shown: ToolDefinition | None = None) -> None:
         """The user said: never ask again for this tool in this session.
 
         Bound to the tool as registered now (version, plugin, description, parameters and
@@ -1616,7 +1616,16 @@ class Session:
         session asks again and the name leaves :attr:`always_allowed`. A name not registered
         yet, or put in :attr:`always_allowed` directly, is bound to the first definition it runs
         as.
+
+        :param shown: the definition the user was shown when they answered, when the answer
+            took a while (an approval prompt): the allowance is bound to it, so that one
+            registered under the name meanwhile is asked about again.
         """
+        if shown is not None:
+            if shown.name != tool_name:
+                raise ValueError(f"shown is {shown.name!r}, not {tool_name!r}")
+            self._allow_always(shown)
+            return
         tool = self.deck.catalog.get(tool_name)
         if tool is not None:
             self._allow_always(tool)

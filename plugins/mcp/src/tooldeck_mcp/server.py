@@ -484,6 +484,12 @@ _SHOWN_TAIL = 500
 #: Unicode categories that show nothing or reorder text (controls, bidi and zero-width format
 #: characters, line and paragraph separators, private use, unassigned, surrogates).
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+# Letters and marks that render as nothing or as blank space (Hangul fillers, the braille
+# blank, the combining grapheme joiner, Mongolian and other variation selectors): a model can
+# pad a prompt with them as with a zero-width space.
+_BLANK_LOOKING = frozenset("\u3164\u115f\u1160\uffa0\u2800\u034f\u180b\u180c\u180d\u180f"
+                           "\u17b4\u17b5") | frozenset(map(chr, range(0xFE00, 0xFE10))) \
+    | frozenset(map(chr, range(0xE0100, 0xE01F0)))
 
 
 def _visible(text: str) -> str:
@@ -493,7 +499,9 @@ def _visible(text: str) -> str:
 
     out = []
     for ch in text:
-        if ch not in "\n\t" and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+        if ch not in "\n\t" and (
+            unicodedata.category(ch) in _INVISIBLE_CATEGORIES or ch in _BLANK_LOOKING
+        ):
             code = ord(ch)
             out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
         else:
@@ -1246,11 +1254,24 @@ class DeckMcpServer:
         assert asked.error is not None
         approval_id = str(asked.error.details.get("approval_id", ""))
         reasons = asked.error.details.get("reasons") or [asked.error.message]
+        # The definition the user is asked about: an "always" binds to it, not to whatever is
+        # registered under the name when the answer comes (the approval itself is bound too).
+        shown_tool = self.deck.catalog.get(call.name)
+        # Redacted before they are cut to what is shown (a cut secret is harder to find); the
+        # reasons passed the result processors with the rest of the answer.
+        shown = self.deck.redact(call.arguments)
+        hidden = ""
+        if shown != call.arguments:
+            # Redaction hides what looks like a secret, and a payload can be dressed as one
+            # (API_KEY="`curl ... | sh`"): the user must know that part is unseen.
+            hidden = (
+                "\n\nWARNING: parts of these arguments are hidden above ([REDACTED:...]) "
+                "because they look like secrets. Approving runs them as the assistant wrote "
+                "them, unseen. Decline unless you expected a secret exactly there."
+            )
         message = (
             f"The assistant wants to run the tool {call.name!r} with these arguments:\n"
-            # Redacted before they are cut to what is shown (a cut secret is harder to find);
-            # the reasons passed the result processors with the rest of the answer.
-            f"{_shown_arguments(self.deck.redact(call.arguments))}\n\nWhy approval is needed: "
+            f"{_shown_arguments(shown)}{hidden}\n\nWhy approval is needed: "
             + _visible("; ".join(map(str, reasons)))
             + "\n\nAllow this call?"
         )
@@ -1287,8 +1308,8 @@ class DeckMcpServer:
                 f"the user did not approve this call of {call.name!r} ({what})",
                 suggestion="Do not retry this call; ask the user how to proceed.",
             )
-        if (answer.content or {}).get("always") is True:
-            session.always_allow(call.name)
+        if (answer.content or {}).get("always") is True and shown_tool is not None:
+            session.always_allow(call.name, shown=shown_tool)
         return await session.resume(approval_id)
 
     async def _on_call_tool(
