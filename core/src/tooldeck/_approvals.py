@@ -33,27 +33,43 @@ class InMemoryApprovalStore:
     Used by the core when no plugin provides ``tooldeck_approval_store``. State is per process;
     the Redis plugin shares it across processes.
 
-    At most ``max_pending`` approvals are kept. When full, the oldest approval of the session
-    holding the most goes: a model that floods its own session with requests pushes out its
-    own, never the approval another session's user already gave.
+    At most ``max_pending`` approvals are kept. When full, the oldest *undecided* request of
+    the session holding the most undecided ones goes (the requesting session's own, when it is
+    among them): a model that floods its own session with requests pushes out its own, never
+    an approval a user already gave. Given approvals only leave when used, denied or expired.
     """
 
     def __init__(self, *, timer: Callable[[], float] = time.monotonic, max_pending: int = 10_000):
         self._timer = timer
         self._max_pending = max_pending
         self._items: dict[str, Approval] = {}
-        # Session id -> its approval ids, oldest first (dicts keep insertion order).
+        # Session id -> its undecided approval ids, oldest first (dicts keep insertion order).
         self._by_session: dict[str, dict[str, None]] = {}
+
+    def _undecided(self, approval: Approval) -> None:
+        """Forget ``approval`` as a request that may be pushed out (it was decided or went)."""
+        ids = self._by_session.get(approval.session_id)
+        if ids is not None:
+            ids.pop(approval.approval_id, None)
+            if not ids:
+                del self._by_session[approval.session_id]
 
     def _drop(self, approval_id: str) -> None:
         approval = self._items.pop(approval_id, None)
-        if approval is None:
-            return
-        ids = self._by_session.get(approval.session_id)
-        if ids is not None:
-            ids.pop(approval_id, None)
-            if not ids:
-                del self._by_session[approval.session_id]
+        if approval is not None:
+            self._undecided(approval)
+
+    def _evict_for(self, session_id: str) -> bool:
+        """Push out one undecided request to make room; False when none is left."""
+        if not self._by_session:
+            return False
+        most = max(len(ids) for ids in self._by_session.values())
+        own = self._by_session.get(session_id)
+        victims = own if own is not None and len(own) == most else next(
+            ids for ids in self._by_session.values() if len(ids) == most
+        )
+        self._drop(next(iter(victims)))
+        return True
 
     def _sweep(self) -> None:
         now = self._timer()
@@ -64,9 +80,10 @@ class InMemoryApprovalStore:
         """Record a pending approval; return its unguessable id."""
         self._sweep()
         while self._items and len(self._items) >= self._max_pending:
-            # Memory stays bounded, and the flooding session pays: its oldest goes first.
-            busiest = max(self._by_session.values(), key=len)
-            self._drop(next(iter(busiest)))
+            # Memory stays bounded, and the flooding session pays: its oldest request goes
+            # first. With only given approvals left, the oldest of them goes: memory first.
+            if not self._evict_for(session_id):
+                self._drop(next(iter(self._items)))
         approval_id = "apr_" + secrets.token_urlsafe(16)
         self._by_session.setdefault(session_id, {})[approval_id] = None
         self._items[approval_id] = Approval(
@@ -99,6 +116,7 @@ class InMemoryApprovalStore:
         if session_id is not None and approval.session_id != session_id:
             return False
         approval.state = "approved" if approved else "denied"
+        self._undecided(approval)  # decided: never pushed out by others' requests
         return True
 
     async def consume(

@@ -168,11 +168,43 @@ class Config:
         return self.enabled is None or plugin_name in self.enabled
 
 
+#: How much of a task selection reads by default (``hand.max_task_chars``; see
+#: ``tooldeck._deck._bounded_task`` for why).
+DEFAULT_MAX_TASK_CHARS = 8_000
+
+#: ``[hand]`` numbers an untrusted configuration may lower but not raise: the defaults. A file
+#: anyone could plant in a parent folder must not lift the task-size bound (a minute of a core
+#: per MB of task) or deal a hundred thousand tools.
+_UNTRUSTED_HAND_CEILINGS = {
+    "limit": 15, "recall": 20, "fallback_recall": 40, "sticky_turns": 3,
+    "max_task_chars": DEFAULT_MAX_TASK_CHARS,
+}
+
+
+def _tightened_hand(hand: dict[str, Any], file: Path) -> dict[str, Any]:
+    """An untrusted ``[hand]`` with each number above its default brought down to it."""
+    out = dict(hand)
+    for key, ceiling in _UNTRUSTED_HAND_CEILINGS.items():
+        value = out.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > ceiling:
+            log.warning("tooldeck: %s is not trusted: hand.%s = %r is lowered to %r (an "
+                        "untrusted file may only tighten it)", file, key, value, ceiling)
+            out[key] = ceiling
+    return out
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    return _parse_toml(path, _read_config_bytes(path))
+
+
+def _read_config_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from exc
+
+
+def _parse_toml(path: Path, data: bytes) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -389,11 +421,24 @@ def _write_store(store: Path, files: Mapping[str, str]) -> None:
         raise ConfigError(f"cannot write the trust store {store}: {exc}") from exc
 
 
-def is_trusted(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this file, with exactly its current content, is in the trust store."""
+def is_trusted(
+    path: str | os.PathLike[str],
+    environ: Mapping[str, str] | None = None,
+    *,
+    content: bytes | None = None,
+) -> bool:
+    """Whether this file, with exactly its current content, is in the trust store.
+
+    :param content: the bytes the caller read and will use: trust is then judged on them, not
+        on a second read of the file, which a writer could swap in between (a planted config
+        parsed, the trusted one hashed).
+    """
     real = os.path.realpath(path)
     recorded = _read_store(trust_store_path(environ)).get(real)
-    return recorded is not None and recorded == config_digest(real)
+    if recorded is None:
+        return False
+    digest = hashlib.sha256(content).hexdigest() if content is not None else config_digest(real)
+    return recorded == digest
 
 
 def trust_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str:
@@ -445,16 +490,20 @@ def load_config(
         file = find_config_file(Path(cwd or os.getcwd()).resolve())
     if file is None:
         return Config().with_environment(environ)
-    document = _read_toml(file)
+    # Read once: what is parsed is what trust is judged on.
+    content = _read_config_bytes(file)
+    document = _parse_toml(file, content)
     table = _table_of(file, document) or {}
     prefix = _prefix_of(file, document)
     # validate=False: Deck.load() validates the whole of what applies once plugins are known,
     # so that every problem, the plugins' tables' too, is reported in one go.
-    if explicit is not None or is_trusted(file, environ):
+    if explicit is not None or is_trusted(file, environ, content=content):
         return Config.from_mapping(
             table, source=str(file), validate=False, table_prefix=prefix
         ).with_environment(environ)
     kept = {k: v for k, v in table.items() if k in UNTRUSTED_KEYS}
+    if isinstance(kept.get("hand"), dict):
+        kept["hand"] = _tightened_hand(kept["hand"], file)
     ignored = tuple(sorted(k for k in table if k not in UNTRUSTED_KEYS))
     if ignored:
         log.warning(

@@ -59,6 +59,7 @@ from tooldeck_hookspecs._progress import clean_progress
 
 from ._approvals import InMemoryApprovalStore
 from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
+from ._config import DEFAULT_MAX_TASK_CHARS as _DEFAULT_MAX_TASK_CHARS
 from ._config import Config, load_config
 from ._events import EventPump
 from ._imports import shadow_rules
@@ -309,7 +310,7 @@ _RECALL_TIMEOUT_S = 60.0
 #: a whole transcript or document made every stage pay for all of it: a 1 MB task took about a
 #: minute of a core in the retriever (its second channel reads every token) and was kept, whole,
 #: in the hand, the history and the query caches.
-DEFAULT_MAX_TASK_CHARS = 8_000
+DEFAULT_MAX_TASK_CHARS = _DEFAULT_MAX_TASK_CHARS
 
 
 def _bounded_task(task: str, limit: int) -> tuple[str, str | None]:

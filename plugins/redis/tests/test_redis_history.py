@@ -301,3 +301,34 @@ async def test_auto_picks_redis_when_a_url_is_configured(
     )
     await off.search(SIMILAR, 3)
     assert off.history.statistics().store is None and len(off.history) == 0
+
+
+def test_a_planted_row_with_an_infinite_vector_or_count_lifts_nothing(redis_url: str) -> None:
+    """Whoever can write the shared Redis planted one row: an infinite vector component and a
+    count of 10^15 made the tool rank first for half of all queries. The file loader already
+    refused the same row."""
+    import numpy as np
+    from tooldeck_faiss._history import SelectionHistory
+    from tooldeck_redis.history import _record_id
+
+    prefix = "tooldeck:history:planted:"
+    client = redis.Redis.from_url(redis_url)
+    store = RedisHistoryStore(redis_url, prefix=prefix, model_id="m", max_records=100)
+    rid = _record_id("anything", "shell_exec")
+    bad = np.zeros(8, np.float16)
+    bad[0] = np.inf
+    client.hset(prefix + "rec", rid, json.dumps({"q": "anything", "tool": "shell_exec"}))
+    client.hset(prefix + "n", rid, "999999999999999")
+    client.zadd(prefix + "lru", {rid: 1})
+    client.hset(prefix + "vec", "m|" + rid, bad.tobytes())
+    history = SelectionHistory(None, model_id="m", store=store)
+    history.sync(force=True)
+    rows = history.as_rows()
+    assert [r["tool"] for r in rows] == ["shell_exec"]
+    assert rows[0]["count"] <= 1 << 31
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        query = rng.normal(size=8).astype(np.float32)
+        query /= np.linalg.norm(query)
+        lifts = history.similar(query[None, :], threshold=0.6, curve=1.5)
+        assert all(np.isfinite(v) for v in lifts.values()), lifts

@@ -17,10 +17,12 @@ exchanges the new uses with the store from the search thread, at most every
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import logging
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -250,6 +252,31 @@ class SelectionHistory:
         # bigger file is not ours to read whole: a planted 2 GB file would be, at every start.
         return 4096 + self.max_records * (12 * self.max_query_chars + 16_384)
 
+    def _read_bounded(self) -> str:
+        """The file's text, read from a regular file only and never past the size bound.
+
+        Opened without following a symbolic link and without blocking: a FIFO in its place
+        hung the deck's start, and a link to /dev/zero (size 0 to ``stat``) was read until
+        memory ran out. Raises OSError or ValueError for a file not to be read.
+        """
+        assert self.path is not None
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ValueError("a symbolic link, not a file") from None
+            raise
+        limit = self._max_file_bytes()
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ValueError("not a regular file")
+            data = handle.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"more than {limit:,} bytes")
+        return data.decode("utf-8")
+
     def _set_aside(self, why: str) -> None:
         """Move an unusable history file out of the way (never overwrite it), and say so."""
         path = self.path
@@ -270,20 +297,15 @@ class SelectionHistory:
         # huge) is set aside with one warning: it used to be ignored silently, then replaced
         # at the next save, and a huge one was read whole into memory first.
         try:
-            size = self.path.stat().st_size
+            text = self._read_bounded()
         except FileNotFoundError:
             return
-        except OSError as exc:
-            self._set_aside(f"{type(exc).__name__}: {exc.strerror}")
-            return
-        if size > self._max_file_bytes():
-            self._set_aside(f"{size:,} bytes, more than {self._max_file_bytes():,}")
+        except (OSError, ValueError) as exc:
+            self._set_aside(f"{type(exc).__name__}: {exc}")
             return
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, RecursionError) as exc:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
             self._set_aside(f"{type(exc).__name__}: {exc}")
             return
         if isinstance(data, dict) and isinstance(data.get("format"), int) and (

@@ -38,6 +38,9 @@ from tooldeck_hookspecs import ConfigError
 
 from ._settings import mask_url, redis_settings
 
+#: The most uses one record counts for (the file store's bound, tooldeck_faiss._history).
+_MAX_COUNT = 1 << 31
+
 __all__ = ["RedisHistoryStore", "history_store"]
 
 logger = logging.getLogger("tooldeck.redis")
@@ -236,13 +239,22 @@ class RedisHistoryStore:
             vector = None
             if raw and len(raw) % 2 == 0:
                 vector = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+                if not np.isfinite(vector).all():
+                    # As the file loader refuses it: an infinite component made the tool's
+                    # lift infinite for half of all queries. Without a vector, it is re-embedded.
+                    vector = None
             # +inf or a far-future score (a manual ZADD) would rank the record above every
             # other for ever: as the file loader does, a non-finite time counts as long ago.
             last = float(score) / 1000
             if not math.isfinite(last) or last > now + 86_400:
                 last = 0.0
+            try:
+                # Bounded as in the file: a planted count of 10^15 must not outweigh all use.
+                uses = max(1, min(int(count), _MAX_COUNT))
+            except (TypeError, ValueError):
+                uses = 1
             rows.append(HistoryRow(
-                query=query, tool=tool, count=int(count), last=last, vector=vector
+                query=query, tool=tool, count=uses, last=last, vector=vector
             ))
         return rows, now
 
