@@ -441,23 +441,36 @@ _INLINE_ITEMS = 50_000
 
 
 def _bulky(value: Any, budget: int = _INLINE_ITEMS) -> bool:
-    """Whether ``value`` holds more than ``budget`` items in its dicts and lists (and sets and
-    tuples). Stops as soon as it knows: never more than ``budget`` items visited."""
+    """Whether ``value`` is to be made plain JSON in a worker thread: it holds more than
+    ``budget`` items in its dicts and lists (and sets and tuples), or an object of another
+    type (the tool's own class, a dict or list subclass): turning that into JSON runs the
+    tool's code (``__str__``, ``model_dump``, ``__iter__``), which on the event loop froze every
+    session when it never returned. Stops as soon as it knows: never more than ``budget`` items
+    visited."""
+    if type(value) not in _CONTAINERS:
+        return type(value) not in _PLAIN_LEAVES
     stack = [value]
     seen = 0
     while stack:
         item = stack.pop()
         kind = type(item)
-        if kind in _CONTAINERS:
-            seen += len(item)
-            if seen > budget:
+        seen += len(item)
+        if seen > budget:
+            return True
+        if kind is dict and any(type(key) not in _PLAIN_LEAVES for key in item):
+            return True  # a key of the tool's own type is written by its __str__
+        for child in item.values() if kind is dict else item:
+            child_kind = type(child)
+            if child_kind in _CONTAINERS:
+                stack.append(child)
+            elif child_kind not in _PLAIN_LEAVES:
                 return True
-            children = item.values() if kind is dict else item
-            stack.extend(c for c in children if type(c) in _CONTAINERS)
     return False
 
 
 _CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
+#: Values whose JSON form runs no code of the tool's.
+_PLAIN_LEAVES = frozenset({str, int, float, bool, type(None), bytes, bytearray})
 
 
 #: Arguments are refused with INVALID_ARGUMENTS beyond these totals, counted over every nested

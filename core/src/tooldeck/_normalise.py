@@ -236,20 +236,27 @@ def _convert(value: Any, depth: int = 0) -> Any:
                 key = _distinct(out, key, k)
             out[key] = _convert(v, depth + 1)
         return out
-    if isinstance(value, set | frozenset):
-        converted = [_convert(v, depth + 1) for v in value]
+    if isinstance(value, set | frozenset | list | tuple):
+        try:
+            members = list(value)  # a subclass's __iter__ is the tool's code: it may raise
+        except Exception:
+            return _safe_str(value)
+        converted = [_convert(v, depth + 1) for v in members]
+        if not isinstance(value, set | frozenset):
+            return converted
         try:
             return sorted(converted)
         except TypeError:
             return sorted(converted, key=lambda v: orjson.dumps(v))
-    if isinstance(value, list | tuple):
-        return [_convert(v, depth + 1) for v in value]
     if isinstance(value, Content):  # an image, audio clip, resource: its tagged JSON form
         try:
             return value.to_json()
         except Exception:
             return _safe_str(value)
-    model_dump = getattr(value, "model_dump", None)
+    try:
+        model_dump = getattr(value, "model_dump", None)
+    except Exception:  # a __getattr__ that raises something else than AttributeError
+        model_dump = None
     if callable(model_dump) and not isinstance(value, type):
         try:  # a pydantic model, as FastMCP and Pydantic AI return them: its JSON form
             return _convert(model_dump(mode="json"), depth + 1)

@@ -67,9 +67,11 @@ class SessionBridge:
 
     def __init__(self, session: PortalSession | Session) -> None:
         self.portal: DeckPortal | None
+        self._portal_session: PortalSession | None = None
         if isinstance(session, PortalSession):
             self.portal = session.portal
             self.session: Session = session.session
+            self._portal_session = session
         elif isinstance(session, Session):
             self.portal = None
             self.session = session
@@ -86,6 +88,10 @@ class SessionBridge:
                 "a trio Session cannot be used from synchronous code: open the session through "
                 "tooldeck.portal.DeckPortal(deck).session(...) instead"
             )
+        if self._portal_session is not None:
+            # Through the session's own guard: a blocking call on the loop its confirm
+            # callback needs is refused (RuntimeError), not a wait until the confirm timeout.
+            return self._portal_session._sync(lambda: function(*args))
         return self.portal.run(function, *args)
 
     async def arun(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -96,6 +96,8 @@ from ._outcomes import (
     failure_result,
     host_owned,
     not_a_value_result,
+    prerender,
+    rendered_traceback,
 )
 from ._unwind import bounded, holds, passes_for_the_callers
 
@@ -869,6 +871,9 @@ class _Worker:
                         )
                         error.__cause__ = result.error
                         result = outcome.Error(error)
+                    if isinstance(result, outcome.Error):
+                        # Its text is the tool's code: written here, not on the event loop.
+                        prerender(result.error)
                 if not pool.finished(self, job, result):
                     return  # the executor closed while it ran: nothing will call it again
                 del job, result  # drop the references while parked
@@ -918,6 +923,18 @@ def _tool_result(tool: ToolDefinition, value: Any) -> ToolResult:
     :class:`ToolResult` it built made consistent and :func:`_bounded`."""
     result = as_result(value)
     return _bounded(tool, result) if isinstance(value, ToolResult) else result
+
+
+def _log_raised(logger: logging.Logger | None, tool: ToolDefinition, exc: BaseException) -> None:
+    """Log a tool's exception: by the traceback its thread wrote (:func:`prerender`) when it
+    ran in one, since formatting it here would run the tool's ``__str__`` on the event loop."""
+    if logger is None:
+        return
+    rendered = rendered_traceback(exc)
+    if rendered is not None:
+        logger.warning("tool %r raised\n%s", tool.name, rendered)
+    else:
+        logger.warning("tool %r raised", tool.name, exc_info=exc)
 
 
 def _forged_cancellation(tool: ToolDefinition, exc: BaseException) -> ToolResult:
@@ -1278,8 +1295,7 @@ class RunnerExecutor:
         except ToolFailure as exc:
             result = _bounded(tool, failure_result(exc))
         except (Exception, SystemExit) as exc:
-            if context.logger is not None:
-                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
+            _log_raised(context.logger, tool, exc)
             result = exception_result(exc)
         except BaseException as exc:
             # Nothing here ever yields to trio: no real cancellation can arrive, so a Cancelled
@@ -1553,7 +1569,6 @@ class RunnerExecutor:
                 raise
             # Any bug of the tool is a structured result; SystemExit too, since a tool calling
             # sys.exit() must not stop the deck.
-            if context.logger is not None:
-                context.logger.warning("tool %r raised", tool.name, exc_info=exc)
+            _log_raised(context.logger, tool, exc)
             return exception_result(exc)
         return _tool_result(tool, value)

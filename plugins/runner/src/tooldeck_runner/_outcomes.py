@@ -28,6 +28,8 @@ __all__ = [
     "failure_result",
     "exception_result",
     "exception_text",
+    "prerender",
+    "rendered_traceback",
     "signal_result",
     "memory_result",
 ]
@@ -231,13 +233,56 @@ def exception_result(exc: BaseException, *, memory_mb: int | None = None) -> Too
     )
 
 
+#: Where :func:`prerender` leaves an exception's text and traceback (in its ``__dict__``).
+_RENDERED = "_tooldeck_rendered"
+#: The longest traceback :func:`prerender` keeps for the log.
+_MAX_TRACEBACK = 20_000
+
+
+def prerender(exc: BaseException) -> None:
+    """Write ``exc``'s message and traceback as text now, in the tool's own thread.
+
+    Both run the tool's code (its ``__str__``, its ``__repr__`` in a frame's locals): done on
+    the event loop, one that never returns froze every session and no timeout could fire. In
+    the tool's thread it only keeps that thread, which the call's timeout abandons.
+    """
+    import traceback
+
+    try:
+        text = exception_text(exc)
+        tb = shorten("".join(traceback.format_exception(exc)), _MAX_TRACEBACK)
+        object.__getattribute__(exc, "__dict__")[_RENDERED] = (text, tb)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # an exception without a __dict__, a traceback that cannot print
+        pass
+
+
+def _rendered(exc: BaseException) -> tuple[str, str] | None:
+    # object.__getattribute__: the class's own __getattribute__ is the tool's code too.
+    try:
+        found = object.__getattribute__(exc, "__dict__").get(_RENDERED)
+    except Exception:
+        return None
+    return found if isinstance(found, tuple) else None
+
+
+def rendered_traceback(exc: BaseException) -> str | None:
+    """The traceback :func:`prerender` wrote for ``exc``, or None (log it with ``exc_info``)."""
+    found = _rendered(exc)
+    return found[1] if found is not None else None
+
+
 def exception_text(exc: BaseException, limit: int = MAX_EXCEPTION_MESSAGE) -> str:
     """``str(exc)`` shortened to about ``limit`` characters; never raises.
 
     The exception is the tool's: its ``__str__`` may raise (even ``SystemExit``), fail on an
     integer too long to print, or return megabytes. Each is the tool's failure, reported as
-    such, never an executor's or a worker's crash.
+    such, never an executor's or a worker's crash. Text :func:`prerender` wrote is used as is.
     """
+    found = _rendered(exc)
+    if found is not None:
+        return shorten(found[0], limit)
     try:
         text = str(exc)
     except KeyboardInterrupt:
