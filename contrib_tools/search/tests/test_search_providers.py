@@ -326,3 +326,22 @@ async def test_deck_validates_arguments_and_caches_results(providers, monkeypatc
         assert first.success and second.success and second.data == first.data
         assert second.metadata.get("cached") is True
         assert len(providers.requests_to("/search")) == 1
+
+
+def test_a_hostile_providers_fields_are_read_only_as_far_as_they_are_kept() -> None:
+    """A backend sent one 512 kB title of '<': the tag pattern read to the end of it from every
+    '<' (quadratic: 161 s through the deck, past the tool's 30 s timeout). A field is now read
+    no further than 16 characters per character kept, and no tag holds a '<'."""
+    from tooldeck_tools_search._normalize import MAX_URL_CHARS, normalize, strip_html
+    from tooldeck_tools_search._providers import RawResult
+
+    assert strip_html("a" * (16 * 300) + "<b>beyond</b>", 300).count("beyond") == 0
+    assert strip_html("<" * 5000 + "<b>x</b>", 300).endswith("…")  # the '<'s are text
+    assert strip_html("<<b>bold</b>", 300) == "< bold"
+    assert strip_html("<script>" * 1000 + "<b>kept</b>", 20_000) == "kept"
+    results = normalize(
+        [RawResult(title="long", url="https://example.com/" + "q" * MAX_URL_CHARS, snippet=""),
+         RawResult(title="fine", url="https://example.com/ok", snippet="")],
+        base_url="https://search.example/", limit=10,
+    )
+    assert [r["title"] for r in results] == ["fine"]  # the rest of the search is kept

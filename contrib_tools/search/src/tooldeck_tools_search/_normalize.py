@@ -16,19 +16,28 @@ from typing import Any
 
 from ._providers import RawResult
 
-__all__ = ["MAX_SNIPPET_CHARS", "MAX_TITLE_CHARS", "normalize", "strip_html"]
+__all__ = ["MAX_SNIPPET_CHARS", "MAX_TITLE_CHARS", "MAX_URL_CHARS", "normalize", "strip_html"]
 
 MAX_TITLE_CHARS = 300
 MAX_SNIPPET_CHARS = 600
 
-_TAG = re.compile(r"<[^>]*>")
+# A tag cannot hold '<': '<[^>]*>' read to the end of the text from every '<' of a title that
+# never closed one (64,000 '<' took 2.5 s, quadratic).
+_TAG = re.compile(r"<[^<>]*>")
 _SPACE = re.compile(r"\s+")
-_HIDDEN = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_HIDDEN = re.compile(r"<(script|style)\b[^<>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+#: How much of a field is read at most, per character kept: markup and entities shrink, but a
+#: provider's field is never read past this (a hostile one sent 4 MB titles).
+_READ_FACTOR = 16
+#: The longest URL kept: a longer one is not a result a model can use (and one of 250 kB lost
+#: the whole search to the output cap).
+MAX_URL_CHARS = 2048
 
 
 def strip_html(text: str, limit: int) -> str:
     """Plain text of an HTML fragment: no tags, entities decoded, whitespace collapsed, capped
-    (with an ellipsis when cut)."""
+    (with an ellipsis when cut). At most ``16 * limit`` characters of it are read."""
+    text = text[: max(limit, 1) * _READ_FACTOR]
     text = _HIDDEN.sub(" ", text)
     text = html.unescape(_TAG.sub(" ", text))
     # Markup inside entities (&lt;b&gt;) is text the page meant to show; leave it.
@@ -52,7 +61,7 @@ def normalize(raw: Iterable[RawResult], *, base_url: str, limit: int) -> list[di
     seen: set[str] = set()
     for item in raw:
         url = item.url.strip()
-        if not url:
+        if not url or len(url) > MAX_URL_CHARS:
             continue
         try:
             url = urllib.parse.urljoin(base_url, url)
