@@ -134,6 +134,26 @@ class _SessionState:
         factory=collections.OrderedDict
     )
     last_used: float = attrs.field(factory=time.monotonic)
+    #: The checks of pages the site opened, kept referenced while they run.
+    reaping: set[Any] = attrs.field(factory=set)
+
+
+def _close_if_stray(state: _SessionState, page: Any) -> None:
+    """Close ``page`` unless it is one of the session's own (opened by :meth:`new_page`)."""
+    import asyncio
+
+    async def check() -> None:
+        # new_page registers its page as soon as Playwright returns it, which may be just
+        # after this event: give it that moment.
+        for _ in range(20):
+            if any(entry.page is page for entry in state.pages.values()):
+                return
+            await asyncio.sleep(0.01)
+        await _quietly(page.close())
+
+    task = asyncio.ensure_future(check())
+    state.reaping.add(task)
+    task.add_done_callback(state.reaping.discard)
 
 
 class BrowserEngine:
@@ -325,6 +345,10 @@ class BrowserEngine:
             if not self._opening[allow]:
                 del self._opening[allow]
         state = _SessionState(context=context, proxy=proxy)
+        # Pages the site opens (window.open, a target=_blank link) are not the model's: they
+        # got no id, escaped the page limit, kept running their scripts through the proxy and
+        # outlived browser_close (30 pop-ups from one page). Each is closed as it opens.
+        context.on("page", lambda page: _close_if_stray(state, page))
         self._sessions[session_id] = state
         while len(self._sessions) > self.max_sessions:
             oldest = next(iter(self._sessions))

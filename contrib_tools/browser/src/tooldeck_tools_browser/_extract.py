@@ -72,21 +72,49 @@ def clean_text(text: str) -> str:
     return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
 
 
-async def page_snapshot(page: Any, *, max_chars: int = MAX_TEXT_CHARS) -> dict[str, Any]:
-    """Title, URL, readable text (capped, with ``truncated``) and links of ``page``."""
-    raw = await page.evaluate(EXTRACT_JS, [max_chars, MAX_LINKS])
+class PageBusy(Exception):
+    """The page's own script kept it busy past the time given to read it."""
+
+
+#: A title or URL longer than this is cut (and ``title_truncated`` / ``url_truncated`` say so):
+#: a 600 kB title lost the whole result to the output cap.
+MAX_TITLE_CHARS = 1_000
+MAX_URL_CHARS = 4_000
+
+
+async def page_snapshot(
+    page: Any, *, max_chars: int = MAX_TEXT_CHARS, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """Title, URL, readable text (capped, with ``truncated``) and links of ``page``.
+
+    Reading the page runs a script in it, which waits for the page's own scripts: a page that
+    loops forever after its load event held the call until the tool's execution timeout (two
+    minutes). Past ``timeout_s`` this raises :class:`PageBusy`.
+    """
+    import asyncio
+
+    try:
+        raw = await asyncio.wait_for(page.evaluate(EXTRACT_JS, [max_chars, MAX_LINKS]), timeout_s)
+        title = await asyncio.wait_for(page.title(), timeout_s)
+    except TimeoutError:
+        raise PageBusy(f"the page's scripts kept it busy for more than {timeout_s:g} s") from None
     text = clean_text(str(raw.get("text") or ""))
     truncated = len(text) > max_chars or int(raw.get("text_chars") or 0) > max_chars * 2
     if len(text) > max_chars:
         text = text[:max_chars]
+    title, url = str(title or ""), str(page.url or "")
     snapshot: dict[str, Any] = {
-        "title": await page.title(),
-        "url": page.url,
+        "title": title[:MAX_TITLE_CHARS],
+        "url": url[:MAX_URL_CHARS],
         "text": text,
         "truncated": truncated,
         "links": list(raw.get("links") or []),
         "link_count": int(raw.get("link_count") or 0),
     }
+    if len(title) > MAX_TITLE_CHARS:
+        snapshot["title_truncated"] = True
+    if len(url) > MAX_URL_CHARS:
+        snapshot["url_truncated"] = True
     if truncated:
         snapshot["note"] = (
             f"The page text was cut at {max_chars} characters. Use browser_click or a more "

@@ -21,7 +21,7 @@ from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure, ToolResult
 from tooldeck_hookspecs.content import Image
 
 from ._engine import BrowserEngine, engine
-from ._extract import page_snapshot
+from ._extract import PageBusy, page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
 from ._sandbox import requested_mode, requested_uid
@@ -159,13 +159,15 @@ async def _navigate(
             raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not connect to "
                               f"{_host(page.url)!r} for {url!r} (connection refused or "
                               "unreachable)", suggestion="Check the URL; the site may be down.")
-        snapshot = await page_snapshot(page)
+        snapshot = await _snapshot(eng, session_id, entry.page_id, page, timeout_ms)
     except BaseException:
         if fresh:  # a page the model never got an id for would leak
             await eng.close_page(session_id, entry.page_id)
         raise
+    content_type = headers.get("content-type")
     result: dict[str, Any] = {"page_id": entry.page_id, "status": status,
-                              "content_type": headers.get("content-type"), **snapshot}
+                              "content_type": content_type[:200] if content_type else None,
+                              **snapshot}
     blocked_requests = _blocked_since(eng, session_id, before)
     if blocked_requests:
         result["blocked_requests"] = blocked_requests
@@ -174,6 +176,23 @@ async def _navigate(
         result["note_pages"] = (f"At most {eng.max_pages_per_session} pages stay open per "
                                 f"session; closed the oldest: {', '.join(closed)}.")
     return result
+
+
+async def _snapshot(
+    eng: BrowserEngine, session_id: str, page_id: str, page: Any, timeout_ms: float
+) -> dict[str, Any]:
+    """The page as the model reads it, within the call's ``timeout_s``. A page whose scripts
+    keep it busy past that is closed (its loop would run on, a core at 100%, for as long as it
+    stayed open) and the call fails with TIMEOUT."""
+    try:
+        return await page_snapshot(page, timeout_s=max(timeout_ms / 1000.0, 0.5))
+    except PageBusy as exc:
+        await eng.close_page(session_id, page_id)
+        raise ToolFailure(
+            ErrorCode.TIMEOUT,
+            f"{exc}; the page {page_id!r} was closed",
+            suggestion="The page runs a script that never ends; try another page or site.",
+        ) from None
 
 
 def _engine_for(context: ToolContext) -> BrowserEngine:
@@ -252,7 +271,7 @@ async def _click(
         await page.wait_for_load_state("load", timeout=timeout_ms)
     except Exception:  # a slow load is reported through the snapshot's state
         pass
-    snapshot = await page_snapshot(page)
+    snapshot = await _snapshot(eng, session_id, page_id, page, timeout_ms)
     result: dict[str, Any] = {"page_id": page_id, "clicked": target, **snapshot}
     blocked = _blocked_since(eng, session_id, before)
     if blocked:
