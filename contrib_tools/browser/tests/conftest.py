@@ -21,6 +21,18 @@ import pytest
 
 HUGE_WORDS = 30_000  # about 180 kB of text: well over the 50 k characters cap
 
+#: Hostile pages (test_browser_hostile_pages): a script looping after the load event, 30
+#: pop-ups, a 600 kB title, a 1.5 MB URL.
+HOSTILE_PAGES = {
+    "/loop": "<title>loop</title><p>x</p>"
+             "<script>window.onload=()=>setTimeout(()=>{while(true){}},0)</script>",
+    "/popups": "<title>pop</title><p>x</p>"
+               "<script>for(let i=0;i<30;i++){window.open('/form?'+i)}</script>",
+    "/bigtitle": "<title>" + "t" * 600_000 + "</title><p>hello</p>",
+    "/bigurl": "<title>u</title><p>x</p>"
+               "<script>history.replaceState(null,'','/bigurl?'+'q'.repeat(1500000))</script>",
+}
+
 
 def _page(title: str, body: str, charset: str = "utf-8") -> str:
     return (f"<!doctype html><html><head><meta charset='{charset}'><title>{title}</title>"
@@ -110,6 +122,8 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(200, _page("Slow", "<p>finally</p>").encode())
             elif path == "/binary":
                 self._send(200, os.urandom(4096), "application/octet-stream")
+            elif path in HOSTILE_PAGES:
+                self._send(200, HOSTILE_PAGES[path].encode())
             elif path == "/huge":
                 words = " ".join(f"word{i}" for i in range(HUGE_WORDS))
                 self._send(200, _page("Huge", f"<main><p>{words}</p><p>THE-END</p></main>")

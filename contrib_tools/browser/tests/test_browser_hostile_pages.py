@@ -11,9 +11,6 @@ An audit found:
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,45 +34,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
-PAGES = {
-    "/loop": "<title>loop</title><p>x</p>"
-             "<script>window.onload=()=>setTimeout(()=>{while(true){}},0)</script>",
-    "/ok": "<title>ok</title><p>fine</p>",
-    "/popups": "<title>pop</title><p>x</p>"
-               "<script>for(let i=0;i<30;i++){window.open('/ok?'+i)}</script>",
-    "/bigtitle": "<title>" + "t" * 600_000 + "</title><p>hello</p>",
-    "/bigurl": "<title>u</title><p>x</p>"
-               "<script>history.replaceState(null,'','/bigurl?'+'q'.repeat(1500000))</script>",
-}
 
 
-@pytest.fixture
-def site(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+@pytest.fixture(autouse=True)
+def _allow_the_site(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            body = PAGES.get(self.path.split("?")[0])
-            if body is None:
-                self.send_error(404)
-                return
-            data = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
 
 
 def _session(deck: Any) -> Any:
@@ -93,16 +56,16 @@ async def _pages(session_id: str) -> tuple[int, int]:
 
 
 async def test_a_page_that_loops_after_loading_ends_at_timeout_s_and_is_closed(
-    site: str,
+    site: Any,
 ) -> None:
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
         session = _session(deck)
-        ok = await session.call("browser_navigate", {"url": site + "/ok"})
+        ok = await session.call("browser_navigate", {"url": site.url("/form")})
         assert ok.success, ok.error
         page_id = ok.data["page_id"]
         with trio.fail_after(60):  # not a timing figure: the tool's own timeout is 120 s
             looped = await session.call(
-                "browser_navigate", {"url": site + "/loop", "page_id": page_id, "timeout_s": 3}
+                "browser_navigate", {"url": site.url("/loop"), "page_id": page_id, "timeout_s": 3}
             )
         assert looped.error is not None and looped.error.code == "TIMEOUT", looped
         assert "closed" in looped.error.message
@@ -111,10 +74,10 @@ async def test_a_page_that_loops_after_loading_ends_at_timeout_s_and_is_closed(
         assert again.error is not None and again.error.code != "TIMEOUT"
 
 
-async def test_pop_ups_are_closed_and_never_counted_as_the_models_pages(site: str) -> None:
+async def test_pop_ups_are_closed_and_never_counted_as_the_models_pages(site: Any) -> None:
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
         session = _session(deck)
-        result = await session.call("browser_navigate", {"url": site + "/popups"})
+        result = await session.call("browser_navigate", {"url": site.url("/popups")})
         assert result.success, result.error
         with trio.fail_after(30):
             while (await _pages(session.id))[0] > 1:
@@ -125,10 +88,10 @@ async def test_pop_ups_are_closed_and_never_counted_as_the_models_pages(site: st
 @pytest.mark.parametrize(("path", "field", "flag"), [("/bigtitle", "title", "title_truncated"),
                                                       ("/bigurl", "url", "url_truncated")])
 async def test_a_huge_title_or_url_is_cut_not_the_whole_result(
-    site: str, path: str, field: str, flag: str
+    site: Any, path: str, field: str, flag: str
 ) -> None:
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
-        result = await _session(deck).call("browser_navigate", {"url": site + path})
+        result = await _session(deck).call("browser_navigate", {"url": site.url(path)})
     assert result.success, result.error
     assert result.data[flag] is True and len(result.data[field]) <= 4_000
     assert result.data["text"]  # the page itself came back
