@@ -718,14 +718,16 @@ class _GitleaksRule(_Rule):
             self.lead = lead.group(1).lower()
             self.anchored = False
             regex = regex[lead.end():]
-        self._regex = _quote_bounded_dots(regex)
+        self._regex = regex
 
     # The pattern and the rule's allowlists compile at the rule's first use: compiling all 221
     # rules costs ~50 ms, which a new process's first call would pay whatever its output, and
     # a rule only runs when one of its keywords occurs in the text.
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
-        return re.compile(self._regex)
+        # Rewritten here, with the compile, not when the rule is made: only the rules whose
+        # keywords occur are ever compiled (see _quote_bounded_dots).
+        return re.compile(_quote_bounded_dots(self._regex))
 
     @functools.cached_property
     def allowlists(self) -> tuple[_Allowlist, ...]:
