@@ -186,3 +186,36 @@ def closed_port() -> int:
     port = int(sock.getsockname()[1])
     sock.close()
     return port
+
+
+def _chromium_missing() -> str | None:
+    """Why Debian's Chromium cannot be used here, or None when it can."""
+    from tooldeck_tools_browser import find_executable
+
+    from tooldeck_hookspecs import ToolFailure
+
+    try:
+        find_executable()
+    except ToolFailure as exc:
+        return exc.message
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "chromium: drives real Chromium; skipped, with the reason, where it is missing"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [item for item in items if item.get_closest_marker("chromium") is not None]
+    if not marked:
+        return
+    missing = _chromium_missing()
+    if missing is None:
+        return
+    skip = pytest.mark.skip(
+        reason=f"Chromium is not installed ({missing}); `apt-get install chromium`"
+    )
+    for item in marked:
+        item.add_marker(skip)

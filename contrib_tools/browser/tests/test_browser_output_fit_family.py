@@ -14,23 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tooldeck_tools_browser import find_executable
 
 from tooldeck.testing import make_deck
-from tooldeck_hookspecs import ToolFailure
 
-
-def _chromium_missing() -> str | None:
-    try:
-        find_executable()
-    except ToolFailure as exc:
-        return exc.message
-    return None
-
-
-pytestmark = pytest.mark.skipif(
-    _chromium_missing() is not None, reason=f"Chromium is not installed ({_chromium_missing()})"
-)
+# Skipped with the reason when Chromium is missing (conftest.py).
+pytestmark = pytest.mark.chromium
 
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
 LONG_QUERY = "u=" + "x" * 3000

@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from tooldeck_tools_browser import MAX_TEXT_CHARS, browser_navigate, engine, find_executable
+from tooldeck_tools_browser import MAX_TEXT_CHARS, browser_navigate, engine
 
 from tooldeck.testing import make_deck
 from tooldeck_hookspecs import ToolContext, ToolFailure
 
-
-def chromium_missing() -> str | None:
-    try:
-        find_executable()
-    except ToolFailure as exc:
-        return exc.message
-    return None
-
-
-pytestmark = pytest.mark.skipif(
-    chromium_missing() is not None,
-    reason=f"Chromium is not installed ({chromium_missing()}); `apt-get install chromium`",
-)
+# Skipped with the reason when Chromium is missing (conftest.py).
+pytestmark = pytest.mark.chromium
 
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
 

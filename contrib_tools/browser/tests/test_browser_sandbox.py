@@ -39,18 +39,8 @@ from tooldeck_hookspecs import ConfigError, ToolFailure
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
 
 
-def chromium_missing() -> str | None:
-    try:
-        find_executable()
-    except ToolFailure as exc:
-        return exc.message
-    return None
-
-
-pytestmark = pytest.mark.skipif(
-    chromium_missing() is not None,
-    reason=f"Chromium is not installed ({chromium_missing()}); `apt-get install chromium`",
-)
+# Skipped with the reason when Chromium is missing (conftest.py).
+pytestmark = pytest.mark.chromium
 
 AS_ROOT = os.geteuid() == 0
 #: The uid Chromium must run as: nobody when the tests run as root, else our own.

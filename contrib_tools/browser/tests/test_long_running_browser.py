@@ -12,23 +12,12 @@ from pathlib import Path
 
 import pytest
 import trio
-from tooldeck_tools_browser import _guard, engine, find_executable
+from tooldeck_tools_browser import _guard, engine
 
 from tooldeck.testing import make_deck
-from tooldeck_hookspecs import ToolFailure
 
-
-def _chromium_missing() -> str | None:
-    try:
-        find_executable()
-    except ToolFailure as exc:
-        return exc.message
-    return None
-
-
-pytestmark = pytest.mark.skipif(
-    _chromium_missing() is not None, reason=f"Chromium is not installed ({_chromium_missing()})"
-)
+# Skipped with the reason when Chromium is missing (conftest.py).
+pytestmark = pytest.mark.chromium
 
 
 def _ours(allow: tuple[str, ...]) -> bool:

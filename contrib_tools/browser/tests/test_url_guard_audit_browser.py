@@ -20,26 +20,15 @@ from typing import Any
 import attrs
 import pytest
 from tooldeck_policy import _urls
-from tooldeck_tools_browser import _guard, engine, find_executable
+from tooldeck_tools_browser import _guard, engine
 
 from tooldeck.testing import make_deck
-from tooldeck_hookspecs import ToolFailure
 
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
 
 
-def _chromium_missing() -> str | None:
-    try:
-        find_executable()
-    except ToolFailure as exc:
-        return exc.message
-    return None
-
-
-needs_chromium = pytest.mark.skipif(
-    _chromium_missing() is not None,
-    reason=f"Chromium is not installed ({_chromium_missing()}); `apt-get install chromium`",
-)
+# Skipped with the reason when Chromium is missing (conftest.py).
+needs_chromium = pytest.mark.chromium
 
 
 @attrs.define
