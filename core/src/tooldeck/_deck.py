@@ -3122,7 +3122,9 @@ class Session:
             ) as late:
                 await self.approve(approval_id)
         except Exception as exc:
-            return self._plugin_error("approval store", exc)
+            # The store's own words (a URL with its password, a key): redacted like any
+            # answer that leaves the deck.
+            return self.deck.redact(self._plugin_error("approval store", exc))
         if late.cancelled_caught:
             if tool is None:
                 return ToolResult.fail(

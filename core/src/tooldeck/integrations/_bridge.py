@@ -19,7 +19,7 @@ import trio
 
 from tooldeck_hookspecs import ErrorCode, SecurityLevel, ToolCall, ToolDefinition, ToolResult
 
-from .._deck import Hand, Session
+from .._deck import Hand, Session, _tool_fingerprint
 from ..adapters import result_payload
 from ..portal import DeckPortal, PortalSession
 
@@ -196,15 +196,52 @@ def _same_call(pending: ToolCall, call: ToolCall) -> bool:
 
 
 async def pending_flow(session: Session, book: ApprovalBook, call: ToolCall) -> str | None:
-    """The approval this exact call still waits for, if the book knows one."""
+    """The approval this exact call still waits for, if the book (or the session) knows one.
+
+    A framework re-runs a paused call with the same call id. When the book lost it (a new
+    middleware or toolset instance on the same session, an agent built per request), the
+    session's own pending approval of that call id, name and arguments is the one the user
+    was shown: answering it keeps the deck's check of the tool's definition, where asking
+    afresh would bind the answer to whatever is registered by then.
+    """
+    pending = session.pending_approvals()
     approval_id = book.get(call.id)
-    if approval_id is None:
-        return None
-    pending = session.pending_approvals().get(approval_id)
-    if pending is None or not _same_call(pending, call):
+    if approval_id is not None:
+        found = pending.get(approval_id)
+        if found is not None and _same_call(found, call):
+            return approval_id
         book.forget(call.id)
+    if not call.id:
         return None
-    return approval_id
+    for approval_id, found in pending.items():
+        if found.id == call.id and _same_call(found, call):
+            return approval_id
+    return None
+
+
+def _changed_since_shown(
+    session: Session, call: ToolCall, shown: ToolDefinition | None
+) -> ToolResult | None:
+    """A refusal when the tool registered under the call's name is no longer the definition
+    the model was dealt (``shown``, else the session's hand's): the user's answer was about
+    that one."""
+    if shown is None and session.hand is not None:
+        shown = next((t for t in session.hand.tools if t.name == call.name), None)
+    if shown is None:
+        return None
+    current = session.deck.catalog.get(call.name)
+    if current is shown or (
+        current is not None and _tool_fingerprint(current) == _tool_fingerprint(shown)
+    ):
+        return None
+    return ToolResult.fail(
+        ErrorCode.PERMISSION_DENIED,
+        f"the tool {call.name!r} was "
+        + ("removed" if current is None else "registered again with another definition")
+        + " after the user was asked about this call; it did not run",
+        suggestion="Make the call again: the user will be asked about the tool as it is now.",
+        details={"reason": "tool_changed"},
+    )
 
 
 async def call_flow(session: Session, book: ApprovalBook, call: ToolCall) -> ToolResult:
@@ -222,23 +259,36 @@ async def answer_flow(
     call: ToolCall,
     approved: bool,
     message: str | None = None,
+    *,
+    shown: ToolDefinition | None = None,
 ) -> ToolResult:
     """The framework's user answered for this exact call: run it once, or refuse it.
 
-    Uses the approval booked for the call when it is still pending with the same arguments;
-    otherwise (another process asked, or it expired) asks the deck afresh and answers that, so an
-    approval never covers arguments other than the ones the user saw.
+    Uses the approval pending for the call when there is one with the same arguments (the
+    deck then checks the tool is still the one the user was asked about); otherwise (another
+    process asked, or it expired) asks the deck afresh and answers that, so an approval never
+    covers arguments other than the ones the user saw. A fresh approval only runs when the
+    tool registered under the call's name is still ``shown`` (the definition the framework
+    showed; by default the one in the session's hand).
     """
     approval_id = await pending_flow(session, book, call)
     book.forget(call.id)
     if approval_id is None:
         if not approved:
             return rejected(call, message)
+        changed = _changed_since_shown(session, call, shown)
+        if changed is not None:
+            return changed
         first = await session.call(call)
         if not needs_approval(first):
             return first  # ran (or was refused) without needing an approval any more
         assert first.error is not None
         approval_id = str(first.error.details["approval_id"])
+    elif approved and shown is not None:
+        changed = _changed_since_shown(session, call, shown)
+        if changed is not None:
+            await session.resume(approval_id, approved=False)
+            return changed
     result = await session.resume(approval_id, approved=approved)
     if approved and approval_id in session.pending_approvals():
         # The approval store failed (the deck kept the call pending for a retry): the

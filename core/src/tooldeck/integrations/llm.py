@@ -22,8 +22,10 @@ A call the deck holds for approval pauses the chain with :class:`ApprovalPending
 ``PauseChain``, which llm re-raises out of ``chain()`` instead of showing the model an error).
 Answer it with ``approve()`` or ``deny()`` and re-run the chain on its history: llm executes the
 unresolved call again, and the tool answers the deck's approval for exactly that call (same call id,
-same arguments), running it once or refusing it. Pass ``confirm=`` (a function of the tool name and
-arguments returning True or False) to decide inline instead, as ``llm --tools-approve`` does.
+same arguments), running it once or refusing it. The turn's other calls, which that history does
+not answer, get the answer they already had and do not run again. Pass ``confirm=`` (a function of
+the tool name and arguments returning True or False) to decide inline instead, as
+``llm --tools-approve`` does.
 
 llm only lets the model call the tools a chain carries: tools given here that the session's current
 hand does not hold still run through the deck's widening fallback, which decides whether they may.
@@ -66,11 +68,33 @@ def _llm() -> Any:
     return require("llm", extra="llm", framework="llm (simonw/llm)")
 
 
+#: Answered calls remembered per set of tools (each entry is one call's result text).
+_MAX_ANSWERED = 4096
+
+
 class _Decisions:
-    """The user's answers to pending approvals, by approval id (shared by one set of tools)."""
+    """The user's answers to pending approvals, by approval id, and the calls already answered,
+    by llm's tool call id (shared by one set of tools)."""
 
     def __init__(self) -> None:
         self.answers: dict[str, bool] = {}
+        self._answered: dict[str, tuple[str, dict[str, Any], str]] = {}
+
+    def answered(self, call: ToolCall) -> str | None:
+        """The result this exact call (id, name, arguments) already got, if any."""
+        found = self._answered.get(call.id) if call.id else None
+        if found is None or found[0] != call.name or found[1] != dict(call.arguments):
+            return None
+        return found[2]
+
+    def remember(self, call: ToolCall, text: str) -> str:
+        """Record what this call answered (a resumed chain runs it again)."""
+        if call.id:
+            self._answered.pop(call.id, None)
+            while len(self._answered) >= _MAX_ANSWERED:
+                del self._answered[next(iter(self._answered))]
+            self._answered[call.id] = (call.name, dict(call.arguments), text)
+        return text
 
 
 @functools.cache
@@ -145,12 +169,18 @@ def _llm_tool(
             # keyword ``llm_tool_call``, which replaces a tool parameter of that name.
             arguments = dict(sent)
         call = ToolCall(name=name, arguments=arguments, id=call_id)
+        # A chain resumed on a history without the paused turn's completed results (llm's
+        # PauseChain recipe) runs every call of that turn again: a call that already got its
+        # answer gets the same answer, and does not run (or ask the user) a second time.
+        done = decisions.answered(call)
+        if done is not None:
+            return done
         approval_id = bridge.run(pending_flow, session, book, call) if call_id else None
         first = None
         if approval_id is None:
             first = bridge.run(call_flow, session, book, call)
             if not needs_approval(first):
-                return result_text(first)
+                return decisions.remember(call, result_text(first))
             assert first.error is not None
             approval_id = str(first.error.details["approval_id"])
         if confirm is not None:
@@ -159,7 +189,9 @@ def _llm_tool(
             answer = decisions.answers.pop(approval_id)
         else:
             raise pause(call, approval_id, first)
-        return result_text(bridge.run(answer_flow, session, book, call, answer))
+        return decisions.remember(
+            call, result_text(bridge.run(answer_flow, session, book, call, answer))
+        )
 
     description, parameters = provider_schema(definition)
     return llm.Tool(

@@ -30,6 +30,7 @@ names) still run through the deck's widening fallback, which decides whether the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,8 +80,12 @@ def _function_tool(
         call_id = str(getattr(context, "tool_call_id", "") or "")
         call = ToolCall(name=name, arguments=arguments, id=call_id)
         if confirms and call_id and context.is_tool_approved(name, call_id) is True:
-            # The user approved this call in the RunState: answer the deck's approval for it.
-            result = await bridge.arun(answer_flow, session, book, call, True)
+            # The user approved this call in the RunState: answer the deck's approval for it,
+            # for the definition this FunctionTool showed (a tool registered again since then
+            # is refused, not run on the strength of an answer about the old one).
+            result = await bridge.arun(
+                functools.partial(answer_flow, shown=definition), session, book, call, True
+            )
         else:
             result = await bridge.arun(call_flow, session, book, call)
         return result_text(result)
