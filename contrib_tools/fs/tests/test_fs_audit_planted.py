@@ -12,6 +12,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 
 import pytest
 from tooldeck_tools_fs import file_read, file_write
@@ -121,7 +122,11 @@ ORDINARY = [
 ]
 
 
-async def test_ordinary_source_edits_stay_allowed(tmp_path):
+async def test_ordinary_source_edits_stay_allowed(tmp_path, monkeypatch):
+    # `python -m pytest` puts the repository on sys.path: its noxfile.py would be a module
+    # importable from elsewhere, which a workdir's top may not shadow.
+    here = os.path.realpath(os.getcwd())
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.realpath(p or ".") != here])
     async with _deck() as deck:
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
         for path in ORDINARY:

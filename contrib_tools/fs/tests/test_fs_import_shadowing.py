@@ -26,7 +26,8 @@ from tooldeck import _imports  # noqa: E402
 # Modules `python -m tooldeck` imports on its way to the CLI: the package's dependencies, the
 # standard library modules it loads after start-up, and tooldeck's own plugin packages.
 PLANTED_MODULES = ["trio", "attrs", "pluggy", "cattrs", "json", "tooldeck_hookspecs",
-                   "tooldeck_policy", "numpy", "argparse"]
+                   "tooldeck_policy", "numpy", "argparse", "__future__", "threading",
+                   "annotationlib", "org"]
 
 SHADOWING = [
     ("json.py", "/json.py"),
@@ -110,12 +111,43 @@ async def test_the_projects_own_modules_and_files_stay_writable(tmp_path, monkey
         assert (await _write(session, "mypkg/__init__.py")).success
 
 
-async def test_a_workdir_python_does_not_import_from_keeps_every_name(tmp_path):
+async def test_the_workdirs_top_is_protected_even_when_this_process_does_not_import_from_it(
+    tmp_path,
+):
+    """A session under the ``tooldeck`` command does not import from its workdir, but the next
+    ``python -m tooldeck`` or ``python agent.py`` started there does."""
     assert str(tmp_path) not in sys.path
     async with _deck() as deck:
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
-        for path in ("json.py", "trio/__init__.py", "numpy.py"):
+        for path, rule in (("json.py", "/json.py"), ("trio/__init__.py", "/trio/__init__.py"),
+                           ("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+                           ("__future__.py", "/__future__.py")):
+            result = await _write(session, path)
+            assert result.error is not None and f"rule {rule!r}" in result.error.message, path
+        # Below the top, a folder Python does not import from keeps every name.
+        for path in ("sub/json.py", "sub/trio/__init__.py", "sub/numpy.py", "main.py"):
             assert (await _write(session, path)).success, path
+
+
+async def test_a_name_this_process_looked_for_and_did_not_find_is_protected(
+    tmp_path, monkeypatch
+):
+    """An optional dependency that is not installed (cattrs tries ``annotationlib``, ``copy``
+    tries ``org``): a file of that name would be imported at the next start."""
+    name = "tooldeck_optional_dependency_not_installed"
+    with pytest.raises(ImportError):
+        __import__(name)
+    assert name in _imports.missed_modules()
+    (tmp_path / "src").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    async with _deck() as deck:
+        session = deck.session(workdir=tmp_path, grants={"filesystem"})
+        for path in (f"src/{name}.py", f"src/{name}/__init__.py", f"src/{name}/portion.py",
+                     f"{name}.py"):
+            result = await _write(session, path)
+            assert result.error is not None and result.error.code == "PATH_NOT_ALLOWED", path
+        assert (await _write(session, "src/another_new_module.py")).success
+    assert not (tmp_path / "src" / name).exists()
 
 
 async def test_an_import_folder_below_the_workdir_is_protected_there(tmp_path, monkeypatch):
@@ -125,7 +157,7 @@ async def test_an_import_folder_below_the_workdir_is_protected_there(tmp_path, m
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
         refused = await _write(session, "src/json.py")
         assert refused.error is not None and "rule '/src/json.py'" in refused.error.message
-        assert (await _write(session, "json.py")).success  # the top is not on the path
+        assert (await _write(session, "docs/json.py")).success  # not an import folder
 
 
 async def test_the_folder_python_dash_m_started_in_stays_protected(tmp_path, monkeypatch):
@@ -142,16 +174,16 @@ async def test_the_folder_python_dash_m_started_in_stays_protected(tmp_path, mon
 
 async def test_sessions_of_one_deck_each_get_their_workdirs_rules(tmp_path, monkeypatch):
     plain, imported = tmp_path / "plain", tmp_path / "imported"
-    plain.mkdir()
-    imported.mkdir()
-    monkeypatch.syspath_prepend(str(imported))
+    (plain / "lib").mkdir(parents=True)
+    (imported / "lib").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(imported / "lib"))
     async with _deck() as deck:
         first = deck.session(workdir=plain, grants={"filesystem"})
         second = deck.session(workdir=imported, grants={"filesystem"})
-        assert (await _write(first, "json.py")).success
-        result = await _write(second, "json.py")
-        assert result.error is not None and "rule '/json.py'" in result.error.message
-        assert (await _write(first, "trio.py")).success
+        assert (await _write(first, "lib/json.py")).success
+        result = await _write(second, "lib/json.py")
+        assert result.error is not None and "rule '/lib/json.py'" in result.error.message
+        assert (await _write(first, "lib/trio.py")).success
 
 
 def test_shadow_rules_name_every_form_and_skip_the_folders_own_modules(tmp_path):
@@ -177,4 +209,7 @@ def test_shadow_rules_name_every_form_and_skip_the_folders_own_modules(tmp_path)
     assert not any(r.startswith("/plainfolder") for r in rules)
     assert "/own.py" not in rules and "/own/" not in rules
     assert "/test.py" not in rules  # CPython's regression tests: nobody imports them
-    assert _imports.shadow_rules(str(site), [str(project)]) == ()
+    # A workdir holding no import folder: rules for its top only.
+    top_only = _imports.shadow_rules(str(site), [str(project)])
+    assert "/json.py" in top_only and "/installed_pkg.py" not in top_only
+    assert all(rule.count("/") <= 2 for rule in top_only)

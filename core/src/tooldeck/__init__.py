@@ -19,11 +19,11 @@ guarded execution::
 The contract (data model, error codes, markers) is re-exported from :mod:`tooldeck_hookspecs`.
 """
 
-from __future__ import annotations
-
 # First of all: under ``python -m tooldeck`` nothing may be imported from the current folder
-# (a tool may have written a ``trio.py`` there). The imports below come after it on purpose.
-from ._imports import drop_cwd_for_dash_m
+# (a tool may have written a ``trio.py`` there). The imports below come after it on purpose, and
+# this module has no ``from __future__`` line: that statement imports ``__future__``, which a
+# planted ``__future__.py`` in the current folder would replace.
+from ._cwd import drop_cwd_for_dash_m
 
 drop_cwd_for_dash_m()
 

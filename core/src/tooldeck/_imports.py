@@ -7,18 +7,28 @@ process that puts the folder first on its path. That is the deck itself when it 
 or the script's, first), on its next start and at its next lazy import (FAISS, the encoders),
 and every script a developer starts there. The protected path rules of
 :mod:`tooldeck_hookspecs.protected` are static names; these are not, so a session adds them for
-its workdir (:func:`shadow_rules`): for each folder this process imports from that lies in the
-workdir, every module name importable from *somewhere else* (the standard library, the other
-folders on ``sys.path``, modules already imported from elsewhere) in each form the import
-system takes there: ``name.py``, a package's ``name/__init__.py`` (the whole ``name/`` folder
-for a namespace package such as ``google``, whose portions join) and any extension module
-(``*.so``). A plain folder named like a module (a site's ``html/``) shadows nothing.
-Changing a module that lives only in that folder (the project's own code, which the developer
-runs on purpose like any script of theirs) is not shadowing and stays allowed; a name that also
-exists elsewhere is refused there, since the folder comes first.
+its workdir (:func:`shadow_rules`).
 
-:func:`drop_cwd_for_dash_m` is the other half: ``python -m tooldeck`` must not import its own
-dependencies (``trio``, ``attrs``, ...) from the folder it was started in.
+Which folders: every folder this process imports from that lies in the workdir, and always the
+workdir's top and this process's current folder when it lies in the workdir, whether or not
+this process imports from them: the next start there may be another way in (a session under
+the ``tooldeck`` command, then ``python -m tooldeck`` or ``python agent.py`` started in the same
+folder, or an MCP server started by the deck with that folder as its current one).
+
+Which names: every module name importable from *somewhere else* (the standard library, the
+other folders on ``sys.path``, modules already imported from elsewhere), and every top-level
+name this process looked for and did not find (optional dependencies such as ``tornado``, or
+``org`` that ``copy`` tries: a file of that name would be found next time), each in the forms
+the import system takes: ``name.py``, a package's ``name/__init__.py`` (the whole ``name/``
+folder for a namespace package such as ``google``, whose portions join, and for a name nothing
+provides, whose first portion would be the module) and any extension module (``*.so``). A plain
+folder named like a module (a site's ``html/``) shadows nothing. Changing a module that lives
+only in that folder (the project's own code, which the developer runs on purpose like any
+script of theirs) is not shadowing and stays allowed; a name that also exists elsewhere is
+refused there, since the folder comes first.
+
+:func:`tooldeck._cwd.drop_cwd_for_dash_m` is the other half: ``python -m tooldeck`` must not
+import its own dependencies (``trio``, ``attrs``, ...) from the folder it was started in.
 """
 
 from __future__ import annotations
@@ -28,41 +38,27 @@ import sys
 import threading
 from collections.abc import Sequence
 
-__all__ = ["drop_cwd_for_dash_m", "import_roots", "shadow_rules"]
+from ._cwd import DROPPED as _DROPPED
+from ._cwd import MISSED as _MISSED
+from ._cwd import drop_cwd_for_dash_m
 
-#: Folders this process no longer imports from but that Python put first on its path, and will
-#: again at the next start (the current folder of ``python -m tooldeck``).
-_DROPPED: list[str] = []
+__all__ = ["drop_cwd_for_dash_m", "import_roots", "missed_modules", "shadow_rules"]
 
-#: Standard-library names no library imports: CPython's own test suite and demos. A project's
-#: ``test.py`` shadows nothing anyone runs.
+#: Names no library imports: CPython's own test suite and demos, and the folders a broken wheel
+#: installs at the top of site-packages (``tests/``, ``docs/``). A project's ``test.py`` or
+#: ``tests/__init__.py`` is source its developer runs on purpose, and shadows nothing else.
 _NEVER_IMPORTED = frozenset({
     "test", "this", "antigravity", "idlelib", "turtledemo", "__hello__", "__phello__",
+    "tests", "testing", "docs", "doc", "examples", "example", "scripts", "benchmarks", "bench",
 })
 
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[object, ...], tuple[str, ...]] = {}
 
 
-def drop_cwd_for_dash_m() -> None:
-    """Under ``python -m``, stop importing from the current folder (as ``python -P`` would).
-
-    Called first thing by ``tooldeck/__init__.py``: while ``python -m`` locates the package,
-    ``sys.argv[0]`` is ``"-m"`` and ``sys.path[0]`` the current folder, so nothing of ours or of
-    our dependencies has been imported from it yet. The folder is remembered
-    (:func:`import_roots`): the next ``python -m`` puts it first again.
-    """
-    if sys.argv[:1] != ["-m"] or not sys.path or sys.flags.safe_path:
-        return
-    first = sys.path[0]
-    try:
-        here = os.path.realpath(os.getcwd())
-        same = os.path.realpath(first or ".") == here
-    except OSError:
-        return
-    if same:
-        del sys.path[0]
-        _DROPPED.append(here)
+def missed_modules() -> list[str]:
+    """Top-level module names this process looked for and found nowhere, so far."""
+    return [n for n in list(_MISSED.names) if n.isidentifier()]
 
 
 def import_roots() -> list[str]:
@@ -151,23 +147,33 @@ def shadow_rules(workdir: str, roots: Sequence[str] | None = None) -> tuple[str,
 
     :param workdir: the session's working folder.
     :param roots: the import folders (:func:`import_roots` when None).
-    :returns: no rules when no import folder lies in ``workdir`` (the usual case: a deck
-        started elsewhere, or a sandbox-only workdir).
+    :returns: rules for the workdir's top, this process's current folder when it lies in the
+        workdir, and every import folder in the workdir.
     """
     try:
         base = os.path.realpath(workdir)
     except (OSError, TypeError, ValueError):
         return ()
     roots = list(import_roots() if roots is None else roots)
-    inside = [(root, rel) for root in roots if (rel := _within(root, base)) is not None]
-    if not inside:
-        return ()
-    key = (base, tuple(roots), len(sys.modules))
+    here: list[str] = [base]
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = base
+    if cwd not in here and _within(cwd, base) is not None:
+        here.append(cwd)
+    here.extend(r for r in roots if r not in here)
+    inside = [(root, rel) for root in here if (rel := _within(root, base)) is not None]
+    missed = missed_modules()
+    key = (base, cwd, tuple(roots), len(sys.modules), len(missed))
     with _LOCK:
         cached = _CACHE.get(key)
     if cached is not None:
         return cached
     common = dict.fromkeys(set(sys.stdlib_module_names) | set(sys.builtin_module_names), False)
+    # A name nothing provides: any form planted becomes the module, a plain folder included
+    # (the first namespace portion found is the package).
+    common.update(dict.fromkeys(missed, True))
     by_root = {root: _names_in(root) for root in roots}
     rules: list[str] = []
     for root, rel in inside:
