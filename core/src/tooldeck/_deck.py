@@ -343,13 +343,101 @@ _MAX_REASON_CHARS = 300
 _INLINE_REDACT_CHARS = 16 * 1024
 
 
-def _rules_cover_config(source: str, rules: Sequence[str]) -> bool:
-    """Whether the protected path rules (defaults included) already cover a configuration
-    file's name, or the name is not a usable rule (a path that is not a plain file name)."""
-    name = os.path.basename(source)
-    if not name or name in (".", ".."):
-        return True
-    return protected_rule(name, normalise_rules(rules)) is not None
+def _literal_rule(text: str) -> str:
+    """``text`` as a protected path rule that matches it alone: its ``*``, ``?`` and ``[`` are
+    glob characters to the rules, so each is written as a one-character class."""
+    return re.sub(r"([*?\[\]])", r"[\1]", text)
+
+
+def _config_names(source: str) -> list[str]:
+    """The file names a configuration file is reached by: its own, each symbolic link's on
+    the way, and its real file's (``deck.toml -> conf/base.toml`` is changed through either)."""
+    names: list[str] = []
+    path = source
+    for _ in range(40):  # the kernel's own limit of links followed
+        names.append(os.path.basename(path))
+        try:
+            if not os.path.islink(path):
+                break
+            path = os.path.join(os.path.dirname(path), os.readlink(path))
+        except OSError:
+            break
+    try:
+        names.append(os.path.basename(os.path.realpath(source)))
+    except (OSError, ValueError):
+        pass
+    return [n for n in dict.fromkeys(names) if n and n not in (".", "..")]
+
+
+def _config_rules(source: str, rules: Sequence[str]) -> list[str]:
+    """Rules protecting a configuration file by every name it is reached by (literally: a
+    ``deck[prod].toml`` is not a pattern), except names the rules already cover."""
+    current = normalise_rules(rules)
+    return [
+        _literal_rule(name)
+        for name in _config_names(source)
+        if protected_rule(name, current) is None
+    ]
+
+
+#: Where the home-folder rules of the defaults (anchored at a workdir's top: ``/.ssh/``) also
+#: apply when the home folder lies deeper in a workdir: these environment variables, and the
+#: user database's home of this process's user.
+_HOME_VARIABLES = ("HOME",)
+#: XDG folders that stand for a home folder's ``.config``, ``.local/share``, ``.local/state``
+#: and ``.cache/tooldeck`` when set elsewhere.
+_XDG_FOLDERS = {
+    "XDG_CONFIG_HOME": "",
+    "XDG_DATA_HOME": "",
+    "XDG_STATE_HOME": "",
+    "XDG_CACHE_HOME": "tooldeck/",
+}
+
+
+def _home_rules(workdir: str, defaults: Sequence[str]) -> list[str]:
+    """The anchored (home-folder) rules of ``defaults`` again, anchored at the user's home
+    folder when it lies below the top of ``workdir``, and the XDG folders set inside it.
+
+    A workdir of ``/`` or ``/home`` holds a home folder without being one: ``/.ssh/`` matched
+    at the top protects nothing there.
+    """
+    try:
+        base = os.path.realpath(workdir)
+    except (OSError, TypeError, ValueError):
+        return []
+    homes: list[str] = []
+    for variable in _HOME_VARIABLES:
+        value = os.environ.get(variable)
+        if value:
+            homes.append(value)
+    try:
+        import pwd
+
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError, OSError):
+        pass
+    prefix = base.rstrip("/") + "/"
+    anchored = [r for r in defaults if r.startswith("/")]
+    rules: list[str] = []
+    for home in homes:
+        try:
+            real = os.path.realpath(home)
+        except (OSError, ValueError):
+            continue
+        if real.startswith(prefix):
+            rel = _literal_rule(real[len(prefix):])
+            rules.extend(f"/{rel}{rule}" for rule in anchored)
+    for variable, below in _XDG_FOLDERS.items():
+        value = os.environ.get(variable)
+        if not value or not os.path.isabs(value):
+            continue
+        try:
+            real = os.path.realpath(value)
+        except (OSError, ValueError):
+            continue
+        if real.startswith(prefix):
+            rules.append(f"/{_literal_rule(real[len(prefix):])}/{below}")
+    return list(dict.fromkeys(rules))
 
 
 def _whole(name: str, value: Any, minimum: int) -> int:
@@ -656,11 +744,12 @@ class Deck:
             #: Rules of paths no tool writes (defaults plus ``protected_paths``), handed to every
             #: tool in its context.
             rules = list(config.settings.get("protected_paths") or ())
-            if config.source and not _rules_cover_config(config.source, rules):
+            if config.source:
                 # The file this deck was configured from, whatever its name (TOOLDECK_CONFIG,
                 # --config, Deck.load(path)): a model that rewrites it configures the next
-                # deck (grants, MCP servers to start). Its name is protected in every folder.
-                rules.append(os.path.basename(config.source))
+                # deck (grants, MCP servers to start). Its names (through any symbolic link)
+                # are protected in every folder.
+                rules.extend(_config_rules(config.source, rules))
             self.protected_paths = normalise_rules(rules)
         except ValueError as exc:
             raise ConfigError(f"{config.source or 'config'}: protected_paths: {exc}") from exc
@@ -796,6 +885,29 @@ class Deck:
         for problem in problems:
             log.warning("tooldeck: %s", problem)
         required = config.settings.get("required_plugins", DEFAULT_REQUIRED_PLUGINS)
+        if getattr(manager, "scanned_all", False):
+            # A full scan: a required plugin that is not installed at all is no smaller a
+            # gap than one that failed (without the policy, moderate tools run ungranted and
+            # nothing is redacted). A plugin the configuration disables was left out on
+            # purpose; inline plugins count as installed.
+            absent = sorted(
+                name for name in set(required)
+                if manager.pm.get_plugin(name) is None
+                and name not in manager.failed
+                and config.allows(name)
+            )
+            if absent:
+                from ._plugins import BUILTIN_ENTRY_POINTS
+
+                raise PluginLoadError(
+                    "required plugin(s) not installed: "
+                    + ", ".join(
+                        f"{name!r} (pip install {BUILTIN_ENTRY_POINTS.get(name, '<the package>')})"
+                        for name in absent
+                    )
+                    + ". Install them, or list the plugins you can do without in "
+                    "required_plugins"
+                )
         broken = sorted(set(manager.failed) & set(required))
         if broken:
             raise PluginLoadError(
@@ -3189,14 +3301,20 @@ class Session:
         return context
 
     def _protected_paths(self) -> tuple[str, ...]:
-        """The deck's protected path rules, plus, when this process imports from a folder in
-        the workdir, every importable module name there (:func:`tooldeck._imports.shadow_rules`).
-        Worked out once per workdir (an application may move the session)."""
+        """The deck's protected path rules, plus the module names a planted file would shadow
+        (:func:`tooldeck._imports.shadow_rules`) and the home-folder rules again where a home
+        folder lies below the workdir's top (:func:`_home_rules`). Worked out once per
+        workdir (an application may move the session)."""
         workdir = self.workdir
         known = self._shadowing
         if known is not None and known[0] == workdir:
             return known[1]
-        extra = shadow_rules(workdir) if isinstance(workdir, str) else ()
+        extra: tuple[str, ...] = ()
+        if isinstance(workdir, str):
+            extra = (
+                *shadow_rules(workdir),
+                *_home_rules(workdir, self.deck.protected_paths),
+            )
         rules = (
             normalise_rules((*self.deck.protected_paths, *extra))
             if extra

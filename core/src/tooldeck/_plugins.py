@@ -66,6 +66,40 @@ class FailedPlugin:
     problems: tuple[str, ...] = ()
 
 
+#: The entry points tooldeck's own distributions declare: a third-party entry point of one of
+#: these names never replaces ours (a user's policy plugin named ``policy`` would otherwise
+#: switch off tooldeck-policy's grants, path guards and redaction, depending on sort order).
+BUILTIN_ENTRY_POINTS: dict[str, str] = {
+    "cache": "tooldeck-cache",
+    "faiss": "tooldeck-faiss",
+    "mcp": "tooldeck-mcp",
+    "otel": "tooldeck-otel",
+    "policy": "tooldeck-policy",
+    "ratelimit": "tooldeck-ratelimit",
+    "redis": "tooldeck-redis",
+    "runner": "tooldeck-runner",
+    "schema": "tooldeck-schema",
+    "browser": "tooldeck-tools-browser",
+    "code": "tooldeck-tools-code",
+    "fs": "tooldeck-tools-fs",
+    "process": "tooldeck-tools-process",
+    "search": "tooldeck-tools-search",
+    "shell": "tooldeck-tools-shell",
+}
+
+
+def _canonical(name: str | None) -> str:
+    return (name or "").lower().replace("_", "-").replace(".", "-")
+
+
+def _claim_order(ep: importlib.metadata.EntryPoint) -> tuple[int, str, str]:
+    """Which of several entry points of one name keeps it: tooldeck's own distribution for a
+    built-in name, otherwise the first by distribution name (never by import order)."""
+    dist = _canonical(_distribution_of(ep)[0])
+    own = BUILTIN_ENTRY_POINTS.get(ep.name)
+    return (0 if own is not None and dist == own else 1, dist, ep.value)
+
+
 def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
     """The name and version of the distribution that declares ``ep``."""
     return (ep.dist.name, ep.dist.version) if ep.dist is not None else (None, None)
@@ -131,6 +165,7 @@ class TooldeckPluginManager:
         #: Entry-point plugins that failed, by name (see :class:`FailedPlugin`).
         self.failed: dict[str, FailedPlugin] = {}
         self._entry_points: list[importlib.metadata.EntryPoint] | None = None
+        self.scanned_all = False
 
     def add_hookspecs(self, module: types.ModuleType) -> None:
         """Add a module of hook specifications once (re-adding the same module is a no-op)."""
@@ -168,16 +203,31 @@ class TooldeckPluginManager:
             :attr:`failed` and the others load (a broken pack must not stop the deck).
         """
         wanted = None if only is None else set(only)
+        #: Whether every installed entry point was considered (not a chosen few, as tests
+        #: and ``tooldeck eval`` load): only then is a required plugin's absence a fact.
+        self.scanned_all = wanted is None
         loaded: list[str] = []
         errors: list[str] = []
         failures: list[tuple[str, str, str, str | None, str | None]] = []
-        seen: set[str] = set()
+        seen: dict[str, importlib.metadata.EntryPoint] = {}
         for ep in self._group():
-            if ep.name in seen:
-                # Two distributions claiming one name: the first (by sort order) wins, loudly.
-                log.warning("duplicate tooldeck entry point %r ignored (%s)", ep.name, ep.value)
+            holder = seen.get(ep.name)
+            if holder is not None:
+                # Two distributions claiming one name: one keeps it (_group sorted them), the
+                # other is left out as a failed plugin, so that `tooldeck plugins` shows it and
+                # --strict refuses the installation.
+                if (wanted is None or ep.name in wanted) and allows(ep.name):
+                    dist, version = _distribution_of(ep)
+                    message = (
+                        f"entry point {ep.name!r} ({ep.value}, distribution {dist}) was left "
+                        f"out: distribution {_distribution_of(holder)[0]} already provides a "
+                        f"plugin named {ep.name!r}. Give the entry point another name (e.g. "
+                        f"{_canonical(dist).replace('-', '_')}_{ep.name})"
+                    )
+                    errors.append(message)
+                    failures.append((f"{ep.name}@{dist}", "duplicate", message, dist, version))
                 continue
-            seen.add(ep.name)
+            seen[ep.name] = ep
             if wanted is not None and ep.name not in wanted:
                 continue
             if not allows(ep.name):
@@ -213,7 +263,7 @@ class TooldeckPluginManager:
             self._unread_dists[ep.name] = ep
             loaded.append(ep.name)
         if wanted is not None:
-            missing = wanted - seen
+            missing = wanted - set(seen)
             if missing:
                 # Naming a plugin explicitly is a request, never a broken install: always fatal.
                 strict = True
@@ -274,7 +324,8 @@ class TooldeckPluginManager:
         # Scanning the installed distributions costs milliseconds: once per manager.
         if self._entry_points is None:
             self._entry_points = sorted(
-                importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
+                importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
+                key=lambda e: (e.name, _claim_order(e)),
             )
         return self._entry_points
 
