@@ -493,6 +493,8 @@ class ProtectedScan:
     matches: tuple[ProtectedMatch, ...]
     #: True when the walk stopped early (depth or entry budget): deeper paths were not seen.
     complete: bool
+    #: Entries below the top the walk counted against ``max_entries``.
+    seen: int = 0
 
 
 def find_protected(
@@ -532,7 +534,7 @@ def find_protected(
             if depth:
                 seen += 1
                 if seen > max_entries:
-                    return ProtectedScan(tuple(found), False)
+                    return ProtectedScan(tuple(found), False, seen - 1)
             path = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
@@ -547,4 +549,4 @@ def find_protected(
                     queue.append((path, depth + 1))
                 else:
                     complete = False
-    return ProtectedScan(tuple(found), complete)
+    return ProtectedScan(tuple(found), complete, seen)

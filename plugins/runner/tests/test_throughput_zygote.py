@@ -404,13 +404,14 @@ async def test_the_calls_proc_keeps_host_wide_knobs_read_only(
         assert result.data["other_procs"] == [], result.data
 
 
-@pytest.mark.parametrize(("seccomp", "mode", "filters"), [(True, "2", "1"), (False, "0", "0")])
-async def test_every_call_is_born_under_exactly_one_seccomp_filter(
+@pytest.mark.parametrize(("seccomp", "mode", "filters"), [(True, "2", "2"), (False, "0", "0")])
+async def test_every_call_is_born_under_the_zygotes_filter_and_its_user_namespace_guard(
     tmp_path: Path, seccomp: bool, mode: str, filters: str
 ) -> None:
-    # The zygote installs the filter on itself before any call process exists: each call
-    # inherits that one filter (a second one, stacked by the call, would show as 2) and
-    # reports it; with seccomp = false there is none at all.
+    # The zygote installs the filter on itself before any call process exists, without the
+    # user-namespace rules (it makes one per call); each call's PID 1, forked ahead of its
+    # call, stacks those once its namespaces exist. So two filters, neither installed on the
+    # call's path; with seccomp = false there is none at all.
     ex = executor(seccomp=seccomp)
     zygote_usable(ex)
     argv = ["sh", "-c", "grep -E '^Seccomp(_filters)?:' /proc/self/status"]

@@ -52,6 +52,8 @@ class RunnerSettings:
     tmp_size_mb: int = 64
     #: Growth of the workdir's file system one writing call may cause, in MiB.
     workdir_write_mb: int = 256
+    #: Files and folders (inodes) one writing call may add to the workdir's file system.
+    workdir_max_new_entries: int = 200_000
     #: Per-call cgroups (memory, pids) when the machine allows them; off: per-process rlimits.
     cgroups: bool = True
     #: The sandbox's seccomp filter (setuid bits, Unix sockets without network, io_uring).
@@ -116,7 +118,8 @@ class RunnerSettings:
                 if not isinstance(table[name], bool):
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be true or false")
                 kw[name] = table[name]
-        for name in ("max_processes", "tmp_size_mb", "workdir_write_mb"):
+        for name in ("max_processes", "tmp_size_mb", "workdir_write_mb",
+                     "workdir_max_new_entries"):
             if name in table:
                 value = table[name]
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:

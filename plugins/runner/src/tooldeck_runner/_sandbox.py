@@ -189,7 +189,10 @@ _SWEEP_MAX_ENTRIES = 50_000
 _PRELOAD_KEYS = 256
 #: Answers bigger than this are decoded in a worker thread (a few ms of JSON on the loop at most).
 _INLINE_FRAME_BYTES = 256 * 1024
-_PROTECTED_DEPTH = 16
+_PROTECTED_DEPTH = 64
+#: Sessions whose zygote failed to start a call before the whole pool stops using zygotes.
+_ZYGOTE_BROKEN_AFTER_SESSIONS = 3
+_ZYGOTE_FAILED_SESSIONS_KEPT = 1024
 _PROTECTED_ENTRIES = 50_000
 # The zygote's own cgroup (it imports and forks; the calls run in cgroups of their own).
 _ZYGOTE_MEMORY_MB = 512
@@ -244,16 +247,21 @@ class _Protected:
     #: ``relative path -> the rule that covers it``, as :func:`find_protected` told it (it
     #: knows whether the entry is a file: a ``HEAD`` file is protected, a folder is not).
     rules: dict[str, str] = attrs.field(factory=dict)
+    #: Entries the walk counted (below the top folder).
+    seen: int = 0
 
     @classmethod
-    def scan(cls, workdir: str, rules: Sequence[str]) -> _Protected:
+    def scan(
+        cls, workdir: str, rules: Sequence[str], max_entries: int = 0
+    ) -> _Protected:
         # Deeper than find_protected's default (4): a .pth or .git nested in a project's
-        # sub-folders must be seen too. Before and after a call with the same bounds.
+        # sub-folders must be seen too. After a call, with room for what it may have made.
         found = find_protected(
-            workdir, rules, max_depth=_PROTECTED_DEPTH, max_entries=_PROTECTED_ENTRIES
+            workdir, rules, max_depth=_PROTECTED_DEPTH,
+            max_entries=max(max_entries, _PROTECTED_ENTRIES),
         )
         entries: dict[str, tuple[int, int, str | None]] = {}
-        rules: dict[str, str] = {}
+        matched: dict[str, str] = {}
         for match in found.matches:
             path = os.path.join(workdir, match.path)
             try:
@@ -262,8 +270,8 @@ class _Protected:
             except OSError:
                 continue
             entries[match.path] = (st.st_dev, st.st_ino, target)
-            rules[match.path] = match.rule
-        return cls(entries, found.complete, rules)
+            matched[match.path] = match.rule
+        return cls(entries, found.complete, matched, found.seen)
 
     def same_paths(self, other: _Protected) -> bool:
         return set(self.entries) == set(other.entries)
@@ -323,6 +331,8 @@ class _Exchange:
     truncated: bool = False
     #: Bytes the workdir's file system grew by, when that went over the budget.
     wrote_too_much: int = 0
+    #: Files and folders (inodes) the workdir's file system gained, when over the budget.
+    made_too_many: int = 0
     #: Why what came back on the response channel is no answer (garbage the tool wrote there).
     malformed: str = ""
 
@@ -469,12 +479,13 @@ def _unavailable_result(tool: ToolDefinition) -> ToolResult:
     )
 
 
-def _used_bytes(path: str) -> int | None:
+def _usage(path: str) -> tuple[int, int] | None:
+    """(bytes, inodes) in use on the file system holding ``path``."""
     try:
         st = os.statvfs(path)
     except OSError:
         return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
 
 
 @attrs.define(eq=False)
@@ -515,6 +526,10 @@ class SandboxPool:
     # Set when forking inside a zygote proved impossible here (no nested user namespaces, say):
     # from then on, single-use workers.
     _zygote_broken: str = ""
+    # Sessions whose zygote could not start a call process, and why. A call can bring that
+    # about in its own session (what it does to its workdir's mounts), so that session alone
+    # goes to single-use workers; the whole pool only once sessions of their own keep failing.
+    _zygote_failed_sessions: dict[str, str] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if not self.isolation:  # else decided at the deck's start-up (the executor's)
@@ -571,7 +586,11 @@ class SandboxPool:
         key = PoolKey(workdir, tool.security.writes_workdir, tool.security.network, rules)
         self._remember_module(key, entrypoint.partition(":")[0])
         # A workdir that is (or contains) the call's fresh /tmp would be covered by it.
-        if self._zygote_usable() and workdir not in ("/", "/tmp", "/dev", "/dev/shm"):
+        if (
+            self._zygote_usable()
+            and context.session_id not in self._zygote_failed_sessions
+            and workdir not in ("/", "/tmp", "/dev", "/dev/shm")
+        ):
             served = await self._run_in_zygote(key, tool, call, context, entrypoint, rules)
             if served is not None:
                 return served
@@ -910,11 +929,19 @@ class SandboxPool:
                 await self._retire((context.session_id, key), zygote)
                 if alive:
                     # The zygote lives but cannot isolate a call (no nested user namespaces,
-                    # say): single-use workers from now on.
-                    self._zygote_broken = why or "the call process could not start"
+                    # say): single-use workers for this session from now on, and for every
+                    # session once several have failed (the machine, not one session's call).
+                    why = why or "the call process could not start"
+                    failed = self._zygote_failed_sessions
+                    failed[context.session_id] = why
+                    while len(failed) > _ZYGOTE_FAILED_SESSIONS_KEPT:
+                        del failed[next(iter(failed))]
+                    if len(failed) >= _ZYGOTE_BROKEN_AFTER_SESSIONS:
+                        self._zygote_broken = why
                     logger.warning(
                         "tooldeck-runner: cannot fork calls in a zygote (%s); single-use "
-                        "workers instead", self._zygote_broken,
+                        "workers instead for %s", why,
+                        "every session" if self._zygote_broken else "this session",
                     )
                 return None
             # Off the event loop: on cgroup v1 a move waits for an RCU grace period (ms).
@@ -976,7 +1003,7 @@ class SandboxPool:
         async def kill() -> None:
             group.kill()
 
-        baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
+        baseline = _usage(worker.key.workdir) if worker.key.writable else None
         try:
             view = memoryview(request)
             while view:
@@ -1020,10 +1047,8 @@ class SandboxPool:
             rest = _drain_now(output.fileno(), room + 1)
             got.output += rest[:room]
             got.truncated = len(rest) > room
-        if baseline is not None and not got.wrote_too_much:
-            used = _used_bytes(worker.key.workdir)
-            if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
-                got.wrote_too_much = used - baseline
+        if baseline is not None and not (got.wrote_too_much or got.made_too_many):
+            self._over_budget(worker, baseline, got)
         return await self._interpret(got, returncode, limits)
 
     # -- limits -------------------------------------------------------------------------------
@@ -1068,6 +1093,7 @@ class SandboxPool:
         applied["file_size_mb"] = self.settings.file_size_mb
         if worker.key.writable:
             applied["workdir_write_mb"] = self.settings.workdir_write_mb
+            applied["workdir_max_new_entries"] = self.settings.workdir_max_new_entries
             applied["workdir_write"] = (
                 "growth of the workdir's file system (statvfs every 50 ms; other writers on the "
                 "same file system count too) + RLIMIT_FSIZE per file"
@@ -1138,8 +1164,14 @@ class SandboxPool:
             )
         if worker.protected is None:
             return result
-        after = _Protected.scan(key.workdir, key.protected)
         before = worker.protected
+        # Room for every entry the call may have made (its budget of new files and folders,
+        # which the write watch enforces): a call that made 50,001 files used to leave the
+        # walk incomplete and what it planted after them unseen.
+        after = _Protected.scan(
+            key.workdir, key.protected,
+            max_entries=before.seen + self.settings.workdir_max_new_entries + 1024,
+        )
         identities = {(d, i): rel for rel, (d, i, _) in before.entries.items()}
         created: list[tuple[str, str]] = []
         for rel, (dev, ino, _) in after.entries.items():
@@ -1151,17 +1183,12 @@ class SandboxPool:
                     created.append((rel, after.rules.get(rel, "protected")))
                 continue
             created.append((rel, after.rules.get(rel, "protected")))
-            path = os.path.join(key.workdir, rel)
             original = identities.get((dev, ino))
             if original is not None:
                 # A protected folder moved with its parent: put it back, never delete it.
-                if not os.path.lexists(os.path.join(key.workdir, original)):
-                    try:
-                        os.renames(path, os.path.join(key.workdir, original))
-                    except OSError as exc:
-                        logger.warning("tooldeck-runner: could not move %s back: %s", rel, exc)
+                _move_back_beneath(key.workdir, rel, original)
                 continue
-            _remove(path)
+            _remove_beneath(key.workdir, rel)
         for rel, (_, _, target) in before.entries.items():
             if target is None:
                 continue
@@ -1169,17 +1196,29 @@ class SandboxPool:
             now = after.entries.get(rel)
             if now is not None and now[2] == target:
                 continue
-            path = os.path.join(key.workdir, rel)
-            if os.path.lexists(path):
-                _remove(path)
-            try:
-                os.symlink(target, path)
-            except OSError as exc:
-                logger.warning("tooldeck-runner: could not restore symlink %s: %s", rel, exc)
+            _remove_beneath(key.workdir, rel)
+            _symlink_beneath(key.workdir, rel, target)
             if rel not in {r for r, _ in created}:
                 created.append((rel, before.rules.get(rel, "protected")))
         if not after.complete:
             applied["protected_scan"] = "incomplete (deep or very large workdir)"
+            if before.complete and result is not None:
+                # The workdir was checked whole before the call and cannot be now: the call
+                # (or another one writing there at the same time) made more than can be
+                # checked. What it planted may be anywhere: fail closed.
+                logger.warning(
+                    "tooldeck-runner: a call left the workdir %s too large to check for "
+                    "protected paths; its result is withheld", key.workdir,
+                )
+                return ToolResult.fail(
+                    ErrorCode.PATH_NOT_ALLOWED,
+                    "the call left more files and folders in the working directory than can "
+                    "be checked for protected paths (tooldeck configuration, .git, start-up "
+                    "files); its result is withheld. Remove what it made before going on",
+                    suggestion="Tell the user: the working directory needs cleaning up; "
+                    "create fewer files.",
+                    details={"protected_scan": "incomplete", "entries_seen": after.seen},
+                )
         if not created:
             return result
         if result is None:
@@ -1690,7 +1729,7 @@ class SandboxPool:
         async def kill() -> None:
             await self._kill_quick(worker)
 
-        baseline = _used_bytes(worker.key.workdir) if worker.key.writable else None
+        baseline = _usage(worker.key.workdir) if worker.key.writable else None
         try:
             try:
                 await stdin.send_all(request)
@@ -1747,30 +1786,42 @@ class SandboxPool:
                 await self._kill(worker)
             raise
         await self._kill(worker)
-        if baseline is not None and not got.wrote_too_much:
-            used = _used_bytes(worker.key.workdir)
-            if used is not None and used - baseline > self.settings.workdir_write_mb * 1048576:
-                got.wrote_too_much = used - baseline
+        if baseline is not None and not (got.wrote_too_much or got.made_too_many):
+            self._over_budget(worker, baseline, got)
         return await self._interpret(got, process.returncode, limits)
 
     async def _watch_writes(
         self,
         worker: _Worker,
-        baseline: int,
+        baseline: tuple[int, int],
         got: _Exchange,
         kill: Callable[[], Awaitable[None]],
     ) -> None:
-        """Kill the call (``kill``) once the workdir grew past the write budget."""
+        """Kill the call (``kill``) once the workdir grew past the write budget (bytes, or
+        files and folders made)."""
         # Polled, not evented: no kernel interface counts bytes written below a folder.
         # Precision: the poll interval times the write rate (RLIMIT_FSIZE bounds each file).
-        budget = self.settings.workdir_write_mb * 1024 * 1024
         while True:
             await trio.sleep(_WRITE_POLL_S)
-            used = _used_bytes(worker.key.workdir)
-            if used is not None and used - baseline > budget:
-                got.wrote_too_much = used - baseline
+            if self._over_budget(worker, baseline, got):
                 await kill()
                 return
+
+    def _over_budget(self, worker: _Worker, baseline: tuple[int, int], got: _Exchange) -> bool:
+        """Whether the workdir's file system grew past a budget since ``baseline``; records by
+        how much in ``got``. Inodes count as much as bytes: 318,000 empty files took 6.7 MB of
+        a 256 MB budget, while two such calls of 300 s would use up the host's inodes."""
+        used = _usage(worker.key.workdir)
+        if used is None:
+            return False
+        grown, made = used[0] - baseline[0], used[1] - baseline[1]
+        if grown > self.settings.workdir_write_mb * 1048576:
+            got.wrote_too_much = grown
+            return True
+        if made > self.settings.workdir_max_new_entries:
+            got.made_too_many = made
+            return True
+        return False
 
     async def _kill_quick(self, worker: _Worker) -> None:
         process = worker.process
@@ -1804,6 +1855,17 @@ class SandboxPool:
                 suggestion="Write less data into the working directory (delete temporary "
                 "files, write outputs compressed or in parts).",
                 details={"workdir_write_mb": budget, "grown_bytes": got.wrote_too_much},
+            )
+        if got.made_too_many:
+            entries = self.settings.workdir_max_new_entries
+            return ToolResult.fail(
+                ErrorCode.TOO_LARGE,
+                f"the call went over its budget of {entries} new files and folders in the "
+                f"working directory: its file system gained {got.made_too_many} while the call "
+                "ran (by this call and any other writer on that file system); it was stopped",
+                suggestion="Create fewer files (write one archive or one file with many "
+                "records instead of many small files).",
+                details={"workdir_max_new_entries": entries, "new_entries": got.made_too_many},
             )
         if got.truncated:
             return ToolResult.fail(
@@ -1878,69 +1940,179 @@ def _stage_read_only(mapper: _idmap.IdMapper, paths: Sequence[str]) -> _Ids:
     return ids
 
 
-def _remove(path: str) -> None:
-    """Remove a file, link or folder tree without following links out of it."""
+#: Folders are opened one component at a time, never through a link: another call running in
+#: the same workdir can swap any folder on a path for a symbolic link between the scan and the
+#: fix-up, and the fix-up runs as the deck (root, often) on the host.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_beneath(root: str, rel: str, *, create: bool = False) -> tuple[int, str] | None:
+    """A descriptor of the folder holding ``rel`` (below ``root``) and ``rel``'s last name,
+    reached without following a link on the way; None when a folder on the way is a link,
+    missing (unless ``create``: then it is made) or not a folder (the caller then leaves it,
+    and says so)."""
+    parts = [part for part in rel.split("/") if part]
+    if not parts or any(part in (".", "..") for part in parts):
+        return None
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        os.close(fd)
+        return None
+    return fd, parts[-1]
+
+
+def _remove_beneath(root: str, rel: str) -> None:
+    """Remove a file, link or folder tree below ``root``, by descriptor: never through a link,
+    wherever it lies on the path (:func:`_open_beneath`)."""
+    found = _open_beneath(root, rel)
+    if found is None:
+        logger.warning("tooldeck-runner: left protected path %s: a folder on its way changed", rel)
+        return
+    fd, name = found
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=fd)  # the descriptor-based walk: links are not followed
         else:
-            os.unlink(path)
+            os.unlink(name, dir_fd=fd)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        logger.warning("tooldeck-runner: could not remove protected path %s: %s", path, exc)
+        logger.warning("tooldeck-runner: could not remove protected path %s: %s", rel, exc)
+    finally:
+        os.close(fd)
+
+
+def _symlink_beneath(root: str, rel: str, target: str) -> None:
+    """Create the symbolic link ``rel`` -> ``target`` below ``root``, by descriptor."""
+    found = _open_beneath(root, rel)
+    if found is None:
+        logger.warning("tooldeck-runner: could not restore symlink %s: its folder changed", rel)
+        return
+    fd, name = found
+    try:
+        os.symlink(target, name, dir_fd=fd)
+    except OSError as exc:
+        logger.warning("tooldeck-runner: could not restore symlink %s: %s", rel, exc)
+    finally:
+        os.close(fd)
+
+
+def _move_back_beneath(root: str, rel: str, original: str) -> None:
+    """Rename ``rel`` back to ``original`` (both below ``root``), by descriptor, when the
+    original's folder still exists and its name is free; otherwise leave it, loudly."""
+    source = _open_beneath(root, rel)
+    if source is None:
+        logger.warning("tooldeck-runner: could not move %s back: a folder on its way changed", rel)
+        return
+    target = _open_beneath(root, original, create=True)  # as os.renames made its folders
+    try:
+        if target is None:
+            logger.warning("tooldeck-runner: could not move %s back to %s", rel, original)
+            return
+        try:
+            os.stat(target[1], dir_fd=target[0], follow_symlinks=False)
+            return  # the name is taken again: nothing is overwritten
+        except FileNotFoundError:
+            pass
+        os.rename(source[1], target[1], src_dir_fd=source[0], dst_dir_fd=target[0])
+    except OSError as exc:
+        logger.warning("tooldeck-runner: could not move %s back: %s", rel, exc)
+    finally:
+        os.close(source[0])
+        if target is not None:
+            os.close(target[0])
+
+
+#: A file capability: what ``setcap`` writes (the seccomp filter refuses it; this sweep is the
+#: backstop, as for set-user-ID bits).
+_CAPABILITY_XATTR = "security.capability"
 
 
 def _clear_setid_bits(root: str, since: float) -> list[str]:
-    """Clear S_ISUID/S_ISGID on regular files under ``root`` changed since ``since``.
+    """Clear S_ISUID/S_ISGID and file capabilities on regular files under ``root`` changed
+    since ``since``.
 
-    The status change time moves on creation and on chmod, so files the call did not touch
-    (a project's own setgid files, if any) are left alone. Bounded walk; links not followed.
+    The status change time moves on creation, on chmod and on setting an attribute, so files
+    the call did not touch (a project's own setgid files, if any) are left alone. Bounded walk
+    by descriptor (``os.fwalk``): links are not followed, and a folder swapped for a link
+    while the walk runs is not entered.
     """
     cleared: list[str] = []
     seen = 0
-    stack = [root]
     threshold = since - 2.0  # file systems with coarse timestamps
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        for entry in entries:
+    setid = stat.S_ISUID | stat.S_ISGID
+    for folder, folders, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        seen += len(folders)
+        for name in files:
             seen += 1
             if seen > _SWEEP_MAX_ENTRIES:
                 return cleared
             try:
-                st = entry.stat(follow_symlinks=False)
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(entry.path)
-            elif (
-                stat.S_ISREG(st.st_mode)
-                and st.st_mode & (stat.S_ISUID | stat.S_ISGID)
-                and st.st_ctime >= threshold
-            ):
+            if not stat.S_ISREG(st.st_mode) or st.st_ctime < threshold:
+                continue
+            rel = os.path.relpath(os.path.join(folder, name), root)
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=dir_fd)
+            except OSError:
+                if st.st_mode & setid:
+                    _unlink_at(dir_fd, name, rel)
+                    cleared.append(rel)
+                continue
+            try:
+                capable = _CAPABILITY_XATTR in _xattrs(fd)
+                if not (st.st_mode & setid or capable):
+                    continue
+                cleared.append(rel)
                 if st.st_nlink > 1:
                     # A hard link (made in degraded mode, say, to /usr/bin/passwd): clearing
                     # the bits would change the original. Remove this name of it instead.
-                    _remove(entry.path)
-                    cleared.append(os.path.relpath(entry.path, root))
+                    _unlink_at(dir_fd, name, rel)
                     continue
-                try:
-                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    try:
-                        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                    finally:
-                        os.close(fd)
-                    cleared.append(os.path.relpath(entry.path, root))
-                except OSError:
-                    # Cannot clear it: remove it rather than leave a setuid file behind.
-                    _remove(entry.path)
-                    cleared.append(os.path.relpath(entry.path, root))
+                if st.st_mode & setid:
+                    os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~setid)
+                if capable:
+                    os.removexattr(fd, _CAPABILITY_XATTR)
+            except OSError:
+                # Cannot clear it: remove it rather than leave a setuid file behind.
+                _unlink_at(dir_fd, name, rel)
+            finally:
+                os.close(fd)
     return cleared
+
+
+def _xattrs(fd: int) -> list[str]:
+    try:
+        return os.listxattr(fd)
+    except OSError:
+        return []
+
+
+def _unlink_at(dir_fd: int, name: str, rel: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("tooldeck-runner: could not remove %s: %s", rel, exc)
 
 
 async def _read_output(

@@ -32,6 +32,15 @@ What it refuses (``EPERM`` unless said otherwise):
   70 ms, far past the workdir's write budget, which is watched by polling (``_sandbox``). Without
   it, ``posix_fallocate`` (libc) falls back to writing the blocks, at the pace of writes that the
   call's memory limit already throttles through the page cache.
+- ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat`` (``EOPNOTSUPP``, what a file system
+  without extended attributes answers: ``cp -a`` and ``shutil.copystat`` skip them quietly). A
+  ``security.capability`` attribute is a file capability: set from a nested user namespace on the
+  id-mapped workdir, the kernel stores it as valid on the host, and the copied interpreter it
+  was set on gave root (``cap_setuid``) to any local user. A filter cannot read the attribute's
+  name (a pointer), so every extended attribute is refused.
+- new user namespaces: ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` (the way to uid 0 and
+  full capabilities over the files a call can reach, the step before the file capability
+  above), and ``clone3`` (``ENOSYS``: its flags sit in a struct; libc falls back to ``clone``).
 - any other architecture or ABI (the x32 ABI on x86-64, 32-bit compat calls) gets ``ENOSYS``
   for every call: their syscall numbers differ and would slip past the rules.
 """
@@ -59,6 +68,7 @@ _RET_ERRNO = 0x00050000
 _S_SETID = 0o6000
 _O_CREAT = 0o100
 _O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE, the same on x86-64 and arm64
+_CLONE_NEWUSER = 0x10000000
 _AF_UNIX = 1
 _SOCK_STREAM = 1
 _SOCK_TYPE_MASK = 0xF
@@ -98,6 +108,9 @@ _ARCHES = {
         "keys": (248, 249, 250),  # add_key, request_key, keyctl
         "socket": 41,
         "socketpair": 53,
+        "xattr": (188, 189, 190, 463),  # setxattr, lsetxattr, fsetxattr, setxattrat
+        "newuser": (272, 56),  # unshare(flags), clone(flags, ...)
+        "clone3": 435,
     },
     "aarch64": {
         "audit": 0xC00000B7,
@@ -117,6 +130,9 @@ _ARCHES = {
         "keys": (217, 218, 219),  # add_key, request_key, keyctl
         "socket": 198,
         "socketpair": 199,
+        "xattr": (5, 6, 7, 463),  # setxattr, lsetxattr, fsetxattr, setxattrat
+        "newuser": (97, 220),  # unshare(flags), clone(flags, ...)
+        "clone3": 435,
     },
 }
 
@@ -155,8 +171,14 @@ class _Program:
         return b"".join(out)
 
 
-def build_filter(*, network: bool, machine: str | None = None) -> bytes:
-    """The filter program (``struct sock_filter`` array) for this machine's architecture."""
+def build_filter(
+    *, network: bool, machine: str | None = None, new_userns: bool = False
+) -> bytes:
+    """The filter program (``struct sock_filter`` array) for this machine's architecture.
+
+    ``new_userns``: leave new user namespaces (and ``clone3``) allowed, for the zygote, which
+    makes one per call; each call's process then stacks :func:`build_userns_filter`.
+    """
     table = _ARCHES[machine or platform.machine()]
     p = _Program()
     p.op(_LD_W_ABS, _OFF_ARCH)
@@ -169,6 +191,12 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
     p.op(_JEQ_K, int(table["fallocate"]), "eopnotsupp", 0)  # type: ignore[call-overload]
     for nr in table["keys"]:  # type: ignore[attr-defined]
         p.op(_JEQ_K, nr, "eperm", 0)
+    for nr in table["xattr"]:  # type: ignore[attr-defined]
+        p.op(_JEQ_K, nr, "eopnotsupp", 0)
+    if not new_userns:
+        p.op(_JEQ_K, int(table["clone3"]), "enosys", 0)  # type: ignore[call-overload]
+        for nr in table["newuser"]:  # type: ignore[attr-defined]
+            p.op(_JEQ_K, nr, "newuser", 0)
     rules = list(table["mode"])  # type: ignore[call-overload]
     for index, (nr, _, _) in enumerate(rules):
         p.op(_JEQ_K, nr, f"mode{index}", 0)
@@ -199,6 +227,9 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
         p.op(_JSET_K, _SOCK_STREAM, "allow", "eacces")
         p.label("eacces")
         p.op(_RET_K, _RET_ERRNO | errno.EACCES)
+    p.label("newuser")
+    p.op(_LD_W_ABS, _arg(0))  # unshare's and clone's flags (the low 32 bits hold them all)
+    p.op(_JSET_K, _CLONE_NEWUSER, "eperm", "allow")
     p.label("allow")
     p.op(_RET_K, _RET_ALLOW)
     p.label("eperm")
@@ -210,20 +241,56 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
     return p.assemble()
 
 
+def build_userns_filter(machine: str | None = None) -> bytes:
+    """The rules :func:`build_filter` leaves out with ``new_userns``: no new user namespace
+    (``unshare``/``clone`` with ``CLONE_NEWUSER``), no ``clone3``. Stacked by a zygote's call
+    process once its own namespaces exist (filters add up: the strictest answer wins)."""
+    table = _ARCHES[machine or platform.machine()]
+    p = _Program()
+    p.op(_LD_W_ABS, _OFF_ARCH)
+    p.op(_JEQ_K, int(table["audit"]), 0, "enosys")  # type: ignore[call-overload]
+    p.op(_LD_W_ABS, _OFF_NR)
+    p.op(_JEQ_K, int(table["clone3"]), "enosys", 0)  # type: ignore[call-overload]
+    for nr in table["newuser"]:  # type: ignore[attr-defined]
+        p.op(_JEQ_K, nr, "newuser", 0)
+    p.op(_RET_K, _RET_ALLOW)
+    p.label("newuser")
+    p.op(_LD_W_ABS, _arg(0))
+    p.op(_JSET_K, _CLONE_NEWUSER, "eperm", 0)
+    p.op(_RET_K, _RET_ALLOW)
+    p.label("eperm")
+    p.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    p.label("enosys")
+    p.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
+    return p.assemble()
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install(*, network: bool) -> str:
+def install(*, network: bool, new_userns: bool = False) -> str:
     """Install the filter on every thread of this process; returns what was done.
 
     ``"on"`` when installed, else ``"unavailable: <reason>"`` (the caller reports it; the other
-    layers of the sandbox still hold).
+    layers of the sandbox still hold). ``new_userns``: see :func:`build_filter`.
     """
     machine = platform.machine()
     if machine not in _ARCHES:
         return f"unavailable: no rule table for architecture {machine!r}"
-    program = build_filter(network=network, machine=machine)
+    return _load(build_filter(network=network, machine=machine, new_userns=new_userns))
+
+
+def install_userns_guard() -> str:
+    """Stack :func:`build_userns_filter` on this process (see :func:`install`)."""
+    machine = platform.machine()
+    if machine not in _ARCHES:
+        return f"unavailable: no rule table for architecture {machine!r}"
+    return _load(build_userns_filter(machine))
+
+
+def _load(program: bytes) -> str:
+    machine = platform.machine()
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)

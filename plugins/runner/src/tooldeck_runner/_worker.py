@@ -48,6 +48,8 @@ _HERE = Path(__file__).resolve().parent
 # process it forks inherits the filter from birth, and reports it instead of installing it again
 # (assembling and loading it cost a call a few hundred microseconds).
 _INHERITED_SECCOMP: str | None = None
+#: In a zygote's call process: how stacking the user-namespace rules went (see ``_spare``).
+_USERNS_GUARD = "not installed"
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
@@ -369,8 +371,12 @@ def _serve(
         _apply_limits(limits)
         if _INHERITED_SECCOMP is not None:
             # Installed by the zygote before it forked this process (the same rules: its
-            # network is the call's); a filter cannot be removed, only reported.
+            # network is the call's); a filter cannot be removed, only reported. The zygote's
+            # leaves new user namespaces allowed (it makes one per call): the call's PID 1
+            # stacked the rest on itself once its namespaces existed (``_spare``).
             seccomp = _INHERITED_SECCOMP
+            if _USERNS_GUARD != "on":
+                seccomp = f"partial (new user namespaces allowed: {_USERNS_GUARD})"
         elif limits.seccomp:
             seccomp = seccomp_module.install(network=limits.network)
         result = _call(wire, outcomes, request, response_fd)
@@ -675,6 +681,7 @@ def _spare(
     namespace. P1 and T die with the zygote
     (the sandbox's PID 1: its PID namespace contains the call's).
     """
+    global _USERNS_GUARD
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     failure = ""
     try:
@@ -684,6 +691,11 @@ def _spare(
         # The call's PID 1 from here on: the first process of its PID namespace.
         _mount_private_proc()
         _drop_capabilities()
+        if _INHERITED_SECCOMP is not None:
+            # The zygote's filter leaves new user namespaces allowed (it makes one per call);
+            # from here on this call and everything it starts are refused them. Off the
+            # call's path: this process is forked ahead of its call.
+            _USERNS_GUARD = seccomp_module.install_userns_guard()
     except OSError as exc:
         # This process takes the call all the same, only to say why it cannot serve it (and
         # with no capability left: it runs no tool, but it may still hold some).
@@ -886,7 +898,7 @@ def zygote_main(args: list[str]) -> None:
         except BaseException:
             pass
     _warm_up(wire, outcomes, whole_call=True)
-    if "--seccomp" in args and seccomp_module.install(network=network) == "on":
+    if "--seccomp" in args and seccomp_module.install(network=network, new_userns=True) == "on":
         # Else each call installs it itself (and reports why not), as a single-use worker does.
         _INHERITED_SECCOMP = "on"
     _zygote(calls_fd, admin_fd, tmp_bytes, network, wire, outcomes, seccomp_module)
