@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import inspect
 import itertools
 import logging
 import math
@@ -2933,7 +2934,11 @@ class Session:
             if running is not None:
                 running.append(impl.plugin)
             try:
-                decision = impl.call_in_order(call, tool, info)
+                # Each hook judges its own copy of the arguments: one that rewrites them (a
+                # path, a command) after the guards judged theirs would otherwise send the
+                # executor arguments nobody checked, and the next hook would judge the rewrite.
+                seen = attrs.evolve(call, arguments=_json_copy(call.arguments))
+                decision = impl.call_in_order(seen, tool, info)
             except Exception as exc:
                 log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
                 decision = Decision.deny(
@@ -3413,6 +3418,19 @@ class Session:
                     f"({type(exc).__name__}); the result was withheld",
                 )
             if changed is not None:
+                if not isinstance(changed, ToolResult):
+                    # A str, a dict, a coroutine: what the processor meant is unknown, and the
+                    # result it was given may not go out unprocessed either.
+                    log.error("plugin %r: tooldeck_process_result answered %s, not a "
+                              "ToolResult; the result was withheld", impl.plugin,
+                              type(changed).__name__)
+                    if inspect.iscoroutine(changed):
+                        changed.close()
+                    return ToolResult.fail(
+                        ErrorCode.PLUGIN_ERROR,
+                        f"result processing by plugin {impl.plugin!r} answered "
+                        f"{type(changed).__name__}, not a ToolResult; the result was withheld",
+                    )
                 result = changed
         return result
 
