@@ -372,6 +372,7 @@ class ToolCatalog:
         self._validators: dict[str, ArgumentValidator] = {}
         self._aliases: dict[str, str] = {}
         self._tokens: dict[str, int] = {}
+        self._readers: tuple[str, ...] | None = None
 
     def get(self, name: str) -> ToolDefinition | None:
         """The tool called ``name``, or None."""
@@ -403,6 +404,18 @@ class ToolCatalog:
                 return 0
             count = self._tokens[name] = schema_tokens(tool)
         return count
+
+    def workdir_readers(self) -> tuple[str, ...]:
+        """Cacheable tools whose results are keyed by the session's workdir (their
+        ``cache_context`` names ``workdir``): what any tool that writes the workdir makes
+        stale, whether or not it lists them in ``invalidates``."""
+        readers = self._readers
+        if readers is None:
+            readers = self._readers = tuple(
+                t.name for t in self._tools.values()
+                if t.execution.cacheable and "workdir" in t.execution.cache_context
+            )
+        return readers
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -439,6 +452,7 @@ class ToolCatalog:
         """
         self._tools[tool.name] = tool
         self._tokens.pop(tool.name, None)
+        self._readers = None
         if validator is None:
             self._validators.pop(tool.name, None)
         else:
@@ -456,6 +470,7 @@ class ToolCatalog:
         """
         self._validators.pop(name, None)
         self._tokens.pop(name, None)
+        self._readers = None
         for alias in [a for a, target in self._aliases.items() if target == name]:
             del self._aliases[alias]
         if name in self._tools:

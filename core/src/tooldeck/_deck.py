@@ -456,6 +456,9 @@ def _whole(name: str, value: Any, minimum: int) -> int:
 #: a hostile schema's levels are shared rather than copied, so copying never recurses out.
 _COPY_DEPTH = 200
 
+#: How long a cancelled writing call may spend invalidating cached reads on its way out.
+_CANCELLED_INVALIDATE_S = 5.0
+
 
 def _json_copy(value: Any, depth: int = 0) -> Any:
     """A copy of the dicts and lists of a JSON-like value (scalars and other objects shared).
@@ -2513,23 +2516,50 @@ class Session:
         # What this call's result may be cached against: a write that invalidates this tool
         # while it runs (it read the old state) makes its result stale before it is stored.
         invalidations = deck._invalidations.get(tool.name, 0) if key is not None else 0
-        if deck._executor_cancels:
-            # The executor keeps a cancel scope per call already (Session.cancel asks it to
-            # cancel this session's calls): a second scope here would only cost time. Nothing
-            # awaits between the generation check above and the executor registering the call,
-            # so a cancel() cannot fall in between.
-            try:
-                result = await deck._executor.run(tool, call, self._context(call, tool))
-            except Exception as exc:
-                return self._plugin_error("executor", exc)
-            except BaseException as exc:
-                if _must_propagate(exc):
-                    raise
-                # Quotes the tool's exception: output, so it goes on to the result processors
-                # (redaction) below like any other result of the tool, never straight out.
-                result = self._tool_base_exception(tool, exc)
-        else:
-            result = await self._execute_scoped(call, tool)
+        writes = bool(self._invalidated_by(tool)) and deck._cache is not None
+        if writes:
+            # A write starts: reads running now must not store what they read before it,
+            # whatever this call's outcome (a write that fails or times out may have landed).
+            self._count_invalidations(tool)
+        executor_failed: ToolResult | None = None
+        try:
+            if deck._executor_cancels:
+                # The executor keeps a cancel scope per call already (Session.cancel asks it
+                # to cancel this session's calls): a second scope here would only cost time.
+                # Nothing awaits between the generation check above and the executor
+                # registering the call, so a cancel() cannot fall in between.
+                try:
+                    result = await deck._executor.run(tool, call, self._context(call, tool))
+                except Exception as exc:
+                    result = executor_failed = self._plugin_error("executor", exc)
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
+                    # Quotes the tool's exception: output, so it goes on to the result
+                    # processors (redaction) below like any other result, never straight out.
+                    result = self._tool_base_exception(tool, exc)
+            else:
+                result = await self._execute_scoped(call, tool)
+        except BaseException:
+            if writes:
+                # Cancelled mid-write: what it changed may be on disk; cached reads of the
+                # old state go all the same (shielded, bounded: the cancel still wins).
+                with trio.CancelScope(shield=True), trio.move_on_after(
+                    min(tool.execution.timeout_s, _CANCELLED_INVALIDATE_S)
+                ):
+                    try:
+                        await self._cache_update(tool, None, None)
+                    except Exception:
+                        log.exception("cache invalidation after a cancelled write failed")
+            raise
+        if executor_failed is not None:
+            if writes:  # it may have started the tool before failing
+                with trio.move_on_after(tool.execution.timeout_s):
+                    try:
+                        await self._cache_update(tool, None, None)
+                    except Exception:
+                        log.exception("cache invalidation after a failed executor failed")
+            return executor_failed
         self._used(tool.name)
         data = result.data
         if result.error is not None or not (type(data) in _LEAF_RESULTS or (
@@ -2543,9 +2573,9 @@ class Session:
         result = await self._finish(call, tool, result)
         if key is not None and deck._invalidations.get(tool.name, 0) != invalidations:
             key = None  # invalidated while it ran: storing it would serve the old state
-        if deck._cache is not None and result.success and (
-            key is not None or tool.execution.invalidates
-        ):
+        if not result.success:
+            key = None  # only successes are stored; a failed write still invalidates
+        if deck._cache is not None and (key is not None or writes):
             try:
                 stalls = deck._may_stall
                 if stalls.get("cache_put") or stalls.get("cache_invalidate"):
@@ -2628,18 +2658,34 @@ class Session:
         )
 
     async def _cache_update(
-        self, tool: ToolDefinition, key: str | None, result: ToolResult
+        self, tool: ToolDefinition, key: str | None, result: ToolResult | None
     ) -> None:
         cache = self.deck._cache
-        if key is not None:
+        if key is not None and result is not None:
             await cache.put(key, result, tool.execution.cache_ttl_s)
-        if tool.execution.invalidates:
-            # Counted before the cache is asked (a remote invalidate takes round trips): a call
-            # of these tools running now does not store what it read before this write.
-            counts = self.deck._invalidations
-            for name in tool.execution.invalidates:
-                counts[name] = counts.get(name, 0) + 1
-            await cache.invalidate(tool.execution.invalidates)
+        invalidated = self._invalidated_by(tool)
+        if invalidated:
+            # Counted again before the cache is asked (a remote invalidate takes round trips):
+            # a call of these tools that started during the write does not store what it read.
+            self._count_invalidations(tool)
+            await cache.invalidate(invalidated)
+
+    def _invalidated_by(self, tool: ToolDefinition) -> tuple[str, ...]:
+        """The cached tools a call of ``tool`` makes stale: its ``invalidates``, and for a tool
+        that writes the workdir every cacheable tool keyed by the workdir (a pack that forgot
+        to list ``file_read``, a screenshot saved over a file read before, a shell command)."""
+        declared = tool.execution.invalidates
+        if not tool.security.writes_workdir:
+            return declared
+        readers = self.deck.catalog.workdir_readers()
+        if not readers:
+            return declared
+        return tuple(dict.fromkeys((*declared, *readers)))
+
+    def _count_invalidations(self, tool: ToolDefinition) -> None:
+        counts = self.deck._invalidations
+        for name in self._invalidated_by(tool):
+            counts[name] = counts.get(name, 0) + 1
 
     def _used(self, name: str) -> None:
         if self._last_used.get(name) != self._turn:
