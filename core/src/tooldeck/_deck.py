@@ -475,6 +475,18 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def _problem_lines(answer: Any) -> list[str]:
+    """A validator's answer as problem lines: None or empty is none, one ``str`` is one (not
+    one per character), any other item is written out."""
+    if not answer:
+        return []
+    if isinstance(answer, str):
+        return [answer]
+    if isinstance(answer, Mapping) or not isinstance(answer, Iterable):
+        return [f"validator answered {type(answer).__name__}: {shorten(repr_safe(answer), 200)}"]
+    return [item if isinstance(item, str) else shorten(repr_safe(item), 200) for item in answer]
+
+
 def _excluded(reasons: Sequence[Exclusion]) -> ToolResult:
     """The refusal of a call whose tool the rule filters exclude, quoting their reasons."""
     return ToolResult.fail(
@@ -1242,7 +1254,7 @@ class Deck:
             found: list[str] = []
             for impl in validate_impls:
                 try:
-                    found.extend(impl(tool=tool, catalog=staged) or [])
+                    found.extend(_problem_lines(impl(tool=tool, catalog=staged)))
                 except Exception as exc:
                     found.append(
                         f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
@@ -1854,7 +1866,9 @@ class Session:
         if not isinstance(task, str):
             raise TypeError(f"task must be a string, not {type(task).__name__}")
         if limit is not None:
-            limit = _whole("limit", limit, 1)
+            # More than the catalog holds deals the whole catalog: a limit past the machine's
+            # integers (`--limit 10**20`) must not reach the retriever's slicing.
+            limit = min(_whole("limit", limit, 1), max(len(self.deck.catalog), 1))
         if max_tokens is not None:
             max_tokens = _whole("max_tokens", max_tokens, 0)
         deck = self.deck

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from tooldeck_hookspecs import ToolDefinition
+from tooldeck_hookspecs import TooldeckError, ToolDefinition
 
 from ._catalog import normalise_name
 
@@ -119,11 +119,11 @@ def load_dataset(
     must) and ``relevant`` is left as it is. Categories and parameters are taken as given
     (a missing category is ``general``); tools have no executable.
     """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = _read_dataset(path)
     tools: list[ToolDefinition] = []
     mapping: dict[str, str] = {}
     taken: set[str] = set()
-    for raw in data.get("tools", []):
+    for raw in data["tools"]:
         original = str(raw.get("name", ""))
         name = original
         if not keep_names:
@@ -145,7 +145,7 @@ def load_dataset(
             )
         )
     queries = []
-    for i, raw in enumerate(data.get("queries", [])):
+    for i, raw in enumerate(data["queries"]):
         relevant = [str(r) for r in raw.get("relevant", [])]
         queries.append(
             {
@@ -159,6 +159,59 @@ def load_dataset(
             }
         )
     return tools, queries
+
+
+#: Datasets larger than this are refused before parsing (the open sets are a few MB).
+_DATASET_MAX_BYTES = 1024 * 1024 * 1024
+
+
+def _read_dataset(path: str | Path) -> dict[str, Any]:
+    """The dataset's JSON, checked for the shape :func:`load_dataset` reads.
+
+    :raises TooldeckError: one line naming the file and what is wrong with it (the command
+        prints it and exits 2), never a traceback.
+    """
+
+    def bad(why: str) -> TooldeckError:
+        return TooldeckError(f"dataset {str(path)!r}: {why}")
+
+    try:
+        file = Path(path)
+        if not file.is_file():
+            raise bad("not found, or not a regular file")
+        if file.stat().st_size > _DATASET_MAX_BYTES:
+            raise bad(f"larger than {_DATASET_MAX_BYTES} bytes")
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise bad(f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise bad(f"is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except RecursionError:
+        raise bad("is nested too deeply to be read as JSON") from None
+    except ValueError as exc:  # JSONDecodeError, and integers too long to convert
+        raise bad(f"is not usable JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad(f'must be a JSON object {{"tools": [...], "queries": [...]}}, not a '
+                  f"{type(data).__name__}")
+    for table in ("tools", "queries"):
+        items = data.get(table)
+        if not isinstance(items, list):
+            raise bad(f"{table!r} must be a list, not {type(items).__name__}")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise bad(f"{table}[{index}] must be an object, not {type(item).__name__}")
+    for index, item in enumerate(data["tools"]):
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise bad(f"tools[{index}].name must be a non-empty string")
+        if item.get("parameters") is not None and not isinstance(item["parameters"], dict):
+            raise bad(f"tools[{index}].parameters must be an object")
+    for index, item in enumerate(data["queries"]):
+        if not isinstance(item.get("query"), str):
+            raise bad(f"queries[{index}].query must be a string")
+        relevant = item.get("relevant", [])
+        if not isinstance(relevant, list) or not all(isinstance(r, str) for r in relevant):
+            raise bad(f"queries[{index}].relevant must be a list of tool names")
+    return data
 
 
 def _percent(values: Sequence[float]) -> float:

@@ -237,7 +237,11 @@ class TooldeckPluginManager:
                 continue
             try:
                 obj = ep.load()
-            except Exception as exc:  # any import-time error: a broken pack
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # any import-time error: a broken pack
+                # SystemExit too: a pack that calls sys.exit() when a library is missing
+                # must not end the host (the CLI printed only its message and exited 1).
                 dist, version = _distribution_of(ep)
                 message = (
                     f"entry point {ep.name!r} ({ep.value}, distribution {dist}) failed to import: "
@@ -471,9 +475,20 @@ class TooldeckPluginManager:
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
     def call_provider(self, hook_name: str, settings: Mapping[str, Any]) -> tuple[Any, str | None]:
-        """Call a ``firstresult`` provider hook; return (provider, the plugin that gave it)."""
+        """Call a ``firstresult`` provider hook; return (provider, the plugin that gave it).
+
+        :raises PluginLoadError: a provider raised (a malformed ``TOOLDECK_REDIS_URL``, a
+            server that cannot be reached): one line naming the plugin and the hook, not a
+            traceback; the deck does not start without a stage it was configured with.
+        """
         for impl in self.impls(hook_name):
-            provider = impl(settings=settings)
+            try:
+                provider = impl(settings=settings)
+            except Exception as exc:
+                raise PluginLoadError(
+                    f"plugin {impl.plugin!r}: {hook_name} failed: {type(exc).__name__}: "
+                    f"{_one_line(exc)}"
+                ) from exc
             if provider is not None:
                 return provider, impl.plugin
         return None, None

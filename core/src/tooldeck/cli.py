@@ -15,6 +15,7 @@ import gc
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -200,12 +201,7 @@ def _read_arguments(spec: str | None) -> Any:
     if spec == "-":
         text = sys.stdin.read()
     elif spec.startswith("@"):
-        try:
-            with open(spec[1:], encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise _UsageError(f"ARGS_JSON: cannot read {spec[1:]!r}: {reason}") from None
+        text = _read_arguments_file(spec[1:])
     else:
         text = spec
     try:
@@ -217,6 +213,40 @@ def _read_arguments(spec: str | None) -> Any:
         raise _UsageError("ARGS_JSON is nested too deeply") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         raise _UsageError(f"ARGS_JSON is not usable JSON: {exc}") from None
+
+
+#: The most ``@FILE`` arguments read (the core refuses far smaller arguments anyway).
+_ARGS_FILE_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _read_arguments_file(path: str) -> str:
+    """``@FILE``'s text: a regular file of at most :data:`_ARGS_FILE_MAX_BYTES` (not a FIFO
+    that never ends, nor ``/dev/zero``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _UsageError(f"ARGS_JSON: cannot read {path!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _UsageError(f"ARGS_JSON: {path!r} is not a regular file")
+        if info.st_size > _ARGS_FILE_MAX_BYTES:
+            raise _UsageError(
+                f"ARGS_JSON: {path!r} is {info.st_size} bytes, more than the "
+                f"{_ARGS_FILE_MAX_BYTES} read"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(_ARGS_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise _UsageError(f"ARGS_JSON: cannot read {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > _ARGS_FILE_MAX_BYTES:
+        raise _UsageError(f"ARGS_JSON: {path!r} is larger than {_ARGS_FILE_MAX_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _UsageError(f"ARGS_JSON: cannot read {path!r}: {exc}") from None
 
 
 class _UsageError(Exception):
@@ -239,13 +269,14 @@ def _cmd_call(args: argparse.Namespace) -> int:
             return True
 
         confirm = approve_all if args.yes else (_terminal_confirm if sys.stdin.isatty() else None)
-        async with deck:
-            session = deck.session(
-                session_id=args.session,
-                workdir=args.workdir,
-                grants=args.grant or None,
-                confirm=confirm,
-            )
+        # The session is closed, not dropped: session.closed observers release what they
+        # hold for it (docs/hooks.md), as for any other owner of a session.
+        async with deck, deck.session(
+            session_id=args.session,
+            workdir=args.workdir,
+            grants=args.grant or None,
+            confirm=confirm,
+        ) as session:
             return await session.call(args.name, arguments)
 
     result = trio.run(run)
@@ -257,8 +288,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     deck = _load_deck()
 
     async def run() -> Any:
-        async with deck:
-            session = deck.session(workdir=args.workdir)
+        async with deck, deck.session(workdir=args.workdir) as session:
             return await session.select(args.query, limit=args.limit)
 
     hand = trio.run(run)
@@ -656,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("dataset", help="the dataset's name or path")
     e.add_argument("--limit", type=_positive_int, default=15,
                    help="hand size to evaluate (default 15)")
-    e.add_argument("--queries", type=int, default=None, help="evaluate only the first N queries")
+    e.add_argument("--queries", type=_positive_int, default=None,
+                   help="evaluate only the first N queries")
     e.add_argument(
         "--history",
         type=float,
@@ -797,11 +828,21 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `tooldeck tools --json | head`: the reader left; not an error of ours. (Before the
+        # OSError clause below, which would catch it first.)
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # replaces the closed stream for interpreter exit
+        return 0
     except (OSError, BaseExceptionGroup) as exc:
         # A server that cannot listen (busy port, address not ours, privileged port) is a
         # start-up error: one line, not trio's and hypercorn's nested exception groups.
         failure = _listen_failure(exc) if hasattr(args, "port") else None
         if failure is None:
+            if isinstance(exc, OSError) and exc.errno is not None:
+                # Writing our own output failed (a full disk, /dev/full): one line, exit 2.
+                sys.stderr.write(f"tooldeck: {exc.strerror or exc}\n")
+                return 2
             raise
         where = f"{getattr(args, 'host', '')}:{args.port}"
         command = " ".join(filter(None, (args.command, getattr(args, "protocol", None))))
@@ -810,11 +851,6 @@ def _main(argv: Sequence[str] | None) -> int:
             " (pick another --port, or 0 for any free one)\n"
         )
         return 2
-    except BrokenPipeError:
-        # `tooldeck tools --json | head`: the reader left; not an error of ours.
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # replaces the closed stream for interpreter exit
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
