@@ -372,3 +372,120 @@ def test_an_approval_store_failing_in_resume_is_reported_without_its_secrets(tmp
 
     trio.run(main)
     assert ran == []
+
+
+# ---------------------------------------------------------------- one session, many conversations
+
+
+def _small_tool(name: str, description: str) -> Any:
+    def function(text: str) -> str:
+        return f"{name}:{text}"
+
+    function.__name__ = name
+    function.__doc__ = f"{description}\n\n    Args:\n        text: the input\n    "
+    return tool(category="misc", execution={"cacheable": False})(function)
+
+
+CONVERSATION_TOOLS = [
+    _small_tool("weather_forecast", "Tell tomorrow's weather forecast for a city."),
+    _small_tool("stock_price", "Look up the latest stock price of a company."),
+    _small_tool("reverse_text", "Reverse the characters of a piece of text."),
+    _small_tool("word_count", "Count the words in a piece of text."),
+    _small_tool("send_sms", "Send an SMS text message to a phone number."),
+    _small_tool("book_flight", "Book a flight between two airports."),
+]
+
+
+@pytest.fixture
+def busy_portal(embeddings_dir: Path) -> Iterator[DeckPortal]:
+    deck = make_deck(
+        load_entry_points=["schema", "runner", "faiss"],
+        tools=CONVERSATION_TOOLS,
+        config={"faiss": {"cache_dir": str(embeddings_dir), "history": False},
+                "hand": {"limit": 2, "fallback_recall": 3}},
+    )
+    with DeckPortal(deck) as running:
+        yield running
+
+
+def test_langchain_each_thread_is_judged_against_its_own_hand(busy_portal, tmp_path):
+    pytest.importorskip("langchain.agents")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from tooldeck.integrations.langchain import TooldeckMiddleware
+
+    session = busy_portal.session(workdir=tmp_path)
+    middleware = TooldeckMiddleware(session)
+    offered: list[list[str]] = []
+
+    class FakeToolModel(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            offered.append([t.name for t in tools])
+            return self
+
+    class Interleaving(FakeToolModel):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            if not any(isinstance(m, ToolMessage) for m in messages):
+                # Meanwhile another user talks to the same agent, in another thread.
+                other.invoke({"messages": [("user", "reverse the text 'stressed'")]},
+                             {"configurable": {"thread_id": "user-2"}})
+            return super()._generate(messages, *args, **kwargs)
+
+    first = Interleaving(messages=iter([
+        AIMessage(content="", tool_calls=[
+            {"name": "weather_forecast", "args": {"text": "Oslo"}, "id": "w1"}
+        ]),
+        AIMessage(content="done"),
+    ]))
+    other = create_agent(FakeToolModel(messages=iter([AIMessage(content="done")])),
+                         middleware=[middleware], checkpointer=InMemorySaver())
+    agent = create_agent(first, middleware=[middleware], checkpointer=InMemorySaver())
+    state = agent.invoke({"messages": [("user", "what's the weather forecast in Oslo tomorrow")]},
+                         {"configurable": {"thread_id": "user-1"}})
+    answers = [json.loads(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert answers == [{"ok": True, "data": "weather_forecast:Oslo"}], answers
+    assert "weather_forecast" in offered[0] and "reverse_text" in offered[1]
+    # The first thread keeps the session given; the other got a fork of it.
+    assert session.hand is not None and "weather" in session.hand.query
+
+
+def test_pydantic_ai_concurrent_runs_are_judged_against_their_own_hands(busy_portal, tmp_path):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent, ToolReturnPart
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from tooldeck.integrations.pydantic_ai import TooldeckToolset
+
+    session = busy_portal.session(workdir=tmp_path)
+    toolset = TooldeckToolset(session)
+
+    async def first(messages: Any, info: Any) -> Any:
+        returns = [x for m in messages for x in getattr(m, "parts", ())
+                   if isinstance(x, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(json.dumps(returns[-1].content, default=str))])
+        await other.run("reverse the text 'stressed'")  # another user's run, meanwhile
+        return ModelResponse(parts=[ToolCallPart("weather_forecast", {"text": "Oslo"},
+                                                 tool_call_id="w1")])
+
+    async def second(messages: Any, info: Any) -> Any:
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(first), toolsets=[toolset])
+    other = Agent(FunctionModel(second), toolsets=[toolset])
+    result = asyncio.run(agent.run("what's the weather forecast in Oslo tomorrow"))
+    assert json.loads(result.output) == {"ok": True, "data": "weather_forecast:Oslo"}
+
+
+def test_a_fork_keeps_the_settings_and_none_of_the_state(busy_portal, tmp_path):
+    session = busy_portal.session(workdir=tmp_path, grants=["misc"])
+    session.select("what's the weather forecast in Oslo tomorrow")
+    fork = session.fork("other")
+    assert fork.id == "other" and fork.workdir == session.workdir
+    assert set(fork.session.grants) == {"misc"} and fork.hand is None
+    fork.session.grants.add("web")
+    assert "web" not in session.session.grants

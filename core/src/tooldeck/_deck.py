@@ -1739,6 +1739,28 @@ class Session:
             object.__setattr__(self, "_info", None)
             object.__setattr__(self, "_authority", self._authority + 1)
 
+    def fork(self, session_id: str) -> Session:
+        """A new session of the same deck with this one's settings as they are now (workdir,
+        grants, excluded categories, maximum level, confirm callback, pinned tools, attributes,
+        environment) and none of its state: its own hand, approvals, "always allow" answers
+        and calls.
+
+        For frameworks that serve many conversations through one configured session: each
+        conversation's calls are judged against the hand dealt to it, not another's.
+        """
+        return Session(
+            self.deck,
+            session_id=session_id,
+            workdir=self.workdir,
+            grants=set(self.grants),
+            excluded_categories=set(self.excluded_categories),
+            max_level=self.max_level,
+            confirm=self.confirm,
+            pinned=list(self.pinned),
+            attributes=dict(self.attributes),
+            environment=dict(self.environment),
+        )
+
     def grant(self, *categories: str) -> None:
         """Let ``moderate`` tools of these categories run."""
         self.grants.update(categories)

@@ -363,6 +363,13 @@ class PortalSession:
         self.session = session
         self._confirm_loop = confirm_loop
 
+    def fork(self, session_id: str) -> PortalSession:
+        """:meth:`Session.fork <tooldeck.Session.fork>`: a session with this one's settings
+        and a state of its own (hand, approvals), usable like this one."""
+        return PortalSession(
+            self.portal, self.session.fork(session_id), confirm_loop=self._confirm_loop
+        )
+
     # ------------------------------------------------------------------ state (read-only)
 
     @property

@@ -9,8 +9,11 @@ that each adapter's logic is written once, for trio.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
@@ -25,6 +28,8 @@ from ..portal import DeckPortal, PortalSession
 
 __all__ = [
     "ApprovalBook",
+    "Conversation",
+    "Conversations",
     "SessionBridge",
     "answer_flow",
     "call_flow",
@@ -189,6 +194,59 @@ class ApprovalBook:
     def forget(self, call_id: str) -> None:
         """Drop the record of this call."""
         self._by_call.pop(call_id, None)
+
+
+#: Conversations one adapter keeps a session for (least recently used out first).
+_MAX_CONVERSATIONS = 1024
+
+
+class Conversation:
+    """What an adapter keeps per conversation: its session (through a bridge), the approvals
+    booked by call id, and room for the adapter's own per-conversation state."""
+
+    def __init__(self, bridge: SessionBridge) -> None:
+        self.bridge = bridge
+        self.book = ApprovalBook()
+        self.state: dict[str, Any] = {}
+
+
+class Conversations:
+    """One configured session serving many conversations (LangGraph threads, Pydantic AI
+    conversations), each with a session of its own.
+
+    The first conversation seen is served by the session given; each other one by a fork of it
+    (:meth:`Session.fork <tooldeck.Session.fork>`: the same settings, a hand and approvals of
+    its own), so that one conversation's hand never judges another's calls and one's approvals
+    and "always allow" answers never cover another's. Calls outside any conversation (no key)
+    go to the session given. At most :data:`_MAX_CONVERSATIONS` forks are kept.
+    """
+
+    def __init__(self, session: PortalSession | Session) -> None:
+        self.default = Conversation(SessionBridge(session))
+        self._owner = session
+        self._first: str | None = None
+        self._forks: OrderedDict[str, Conversation] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str | None) -> Conversation:
+        """The conversation of ``key`` (made on first use)."""
+        if key is None:
+            return self.default
+        with self._lock:
+            if self._first is None:
+                self._first = key
+            if key == self._first:
+                return self.default
+            found = self._forks.get(key)
+            if found is not None:
+                self._forks.move_to_end(key)
+                return found
+            digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            fork = self._owner.fork(f"{self._owner.id}:conversation-{digest}")
+            found = self._forks[key] = Conversation(SessionBridge(fork))
+            while len(self._forks) > _MAX_CONVERSATIONS:
+                self._forks.popitem(last=False)
+            return found
 
 
 def _same_call(pending: ToolCall, call: ToolCall) -> bool:

@@ -47,7 +47,8 @@ from .._deck import Hand, Session
 from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
-    ApprovalBook,
+    Conversation,
+    Conversations,
     SessionBridge,
     answer_flow,
     call_flow,
@@ -188,41 +189,36 @@ def _build_middleware() -> type:
         ) -> None:
             super().__init__()
             self.session = session
-            self._bridge = SessionBridge(session)
             self._task = task or _task
-            self._book = ApprovalBook()
-            self._dealt: tuple[str, list[Any]] | None = None
+            # LangGraph thread id -> its session (Conversations: the first thread is served by
+            # the session given, each other by a fork of it), so one thread's hand never
+            # judges another's calls.
+            self._conversations = Conversations(session)
             # The deck's tools are dynamic (a new hand per task): wrap_tool_call runs them, so
             # the agent registers none up front.
             self.tools: list[Any] = []
 
+        def _conversation(self) -> Conversation:
+            """The conversation of the LangGraph thread running now."""
+            return self._conversations.get(_thread_id())
+
         # ---------------------------------------------------------------- model calls
 
-        def _tools_for(self, hand: Hand) -> list[Any]:
-            dealt = self._dealt
-            if dealt is not None and [t.name for t in dealt[1]] == hand.names:
-                return dealt[1]
-            tools = [_make_tool(self._bridge, d) for d in hand.tools]
-            self._dealt = (hand.query, tools)  # the StructuredTools of the last hand
-            return tools
-
-        def _current_hand(self, task: str) -> Hand | None:
-            hand = self._bridge.session.hand
-            return hand if hand is not None and hand.query == task else None
-
-        def _with_hand(self, request: Any, hand: Hand) -> Any:
+        def _with_hand(self, conversation: Conversation, request: Any, hand: Hand) -> Any:
             own = [t for t in request.tools if not _is_deck_tool(t)]
-            return request.override(tools=[*own, *self._tools_for(hand)])
+            return request.override(tools=[*own, *_tools_for(conversation, hand)])
 
         def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
             """Give the model the hand for the current task instead of the deck's other tools."""
             task = self._task(request.messages)
             if task is None:
                 return handler(request)
-            hand = self._current_hand(task)
+            conversation = self._conversation()
+            bridge = conversation.bridge
+            hand = _current_hand(conversation, task)
             if hand is None:
-                hand = self._bridge.run(self._bridge.session.select, task)
-            return handler(self._with_hand(request, hand))
+                hand = bridge.run(bridge.session.select, task)
+            return handler(self._with_hand(conversation, request, hand))
 
         async def awrap_model_call(
             self, request: Any, handler: Callable[[Any], Awaitable[Any]]
@@ -231,10 +227,12 @@ def _build_middleware() -> type:
             task = self._task(request.messages)
             if task is None:
                 return await handler(request)
-            hand = self._current_hand(task)
+            conversation = self._conversation()
+            bridge = conversation.bridge
+            hand = _current_hand(conversation, task)
             if hand is None:
-                hand = await self._bridge.arun(self._bridge.session.select, task)
-            return await handler(self._with_hand(request, hand))
+                hand = await bridge.arun(bridge.session.select, task)
+            return await handler(self._with_hand(conversation, request, hand))
 
         # ---------------------------------------------------------------- tool calls
 
@@ -298,17 +296,23 @@ def _build_middleware() -> type:
             if not self._ours(request):
                 return handler(request)
             call = self._call(request)
-            run = self._bridge.run
-            approval_id = run(pending_flow, self._bridge.session, self._book, call)
+            conversation = self._conversation()
+            session, book, run = conversation.bridge.session, conversation.book, (
+                conversation.bridge.run
+            )
+            approval_id = run(pending_flow, session, book, call)
             first = None
             if approval_id is None:
-                first = run(call_flow, self._bridge.session, self._book, call)
+                first = run(call_flow, session, book, call)
                 if not needs_approval(first):
                     return self._message(call, first)
                 assert first.error is not None
                 approval_id = str(first.error.details["approval_id"])
             kind, text = _decision(self._interrupt(call, approval_id, first))
-            return self._answered(call, kind, text, run)
+            if kind == "approve":
+                return self._message(call, run(answer_flow, session, book, call, True))
+            result = run(answer_flow, session, book, call, False, text)
+            return self._after_refusal(call, kind, text, result)
 
         async def awrap_tool_call(
             self, request: Any, handler: Callable[[Any], Awaitable[Any]]
@@ -317,28 +321,23 @@ def _build_middleware() -> type:
             if not self._ours(request):
                 return await handler(request)
             call = self._call(request)
-            arun = self._bridge.arun
-            approval_id = await arun(pending_flow, self._bridge.session, self._book, call)
+            conversation = self._conversation()
+            session, book, arun = conversation.bridge.session, conversation.book, (
+                conversation.bridge.arun
+            )
+            approval_id = await arun(pending_flow, session, book, call)
             first = None
             if approval_id is None:
-                first = await arun(call_flow, self._bridge.session, self._book, call)
+                first = await arun(call_flow, session, book, call)
                 if not needs_approval(first):
                     return self._message(call, first)
                 assert first.error is not None
                 approval_id = str(first.error.details["approval_id"])
             kind, text = _decision(self._interrupt(call, approval_id, first))
             if kind == "approve":
-                result = await arun(answer_flow, self._bridge.session, self._book, call, True)
+                result = await arun(answer_flow, session, book, call, True)
                 return self._message(call, result)
-            result = await arun(answer_flow, self._bridge.session, self._book, call, False, text)
-            return self._after_refusal(call, kind, text, result)
-
-        def _answered(self, call: ToolCall, kind: str, text: str | None, run: Any) -> Any:
-            if kind == "approve":
-                return self._message(
-                    call, run(answer_flow, self._bridge.session, self._book, call, True)
-                )
-            result = run(answer_flow, self._bridge.session, self._book, call, False, text)
+            result = await arun(answer_flow, session, book, call, False, text)
             return self._after_refusal(call, kind, text, result)
 
         def _after_refusal(
@@ -355,6 +354,33 @@ def _build_middleware() -> type:
 
     TooldeckMiddleware.__module__ = __name__
     return TooldeckMiddleware
+
+
+def _tools_for(conversation: Conversation, hand: Hand) -> list[Any]:
+    """The StructuredTools of a hand, made once per hand and conversation."""
+    dealt = conversation.state.get("dealt")
+    if dealt is not None and [t.name for t in dealt] == hand.names:
+        return dealt  # type: ignore[no-any-return]
+    tools = [_make_tool(conversation.bridge, d) for d in hand.tools]
+    conversation.state["dealt"] = tools
+    return tools
+
+
+def _current_hand(conversation: Conversation, task: str) -> Hand | None:
+    hand = conversation.bridge.session.hand
+    return hand if hand is not None and hand.query == task else None
+
+
+def _thread_id() -> str | None:
+    """The ``thread_id`` of the LangGraph run this code runs in, if any."""
+    try:
+        from langgraph.config import get_config
+
+        configurable = get_config().get("configurable") or {}
+    except (ImportError, RuntimeError, LookupError):
+        return None
+    thread = configurable.get("thread_id")
+    return None if thread is None else str(thread)
 
 
 def _is_deck_tool(tool: Any) -> bool:

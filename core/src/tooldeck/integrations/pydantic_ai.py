@@ -39,8 +39,8 @@ from .._deck import Hand, Session
 from ..adapters import provider_schema, result_payload
 from ..portal import PortalSession
 from ._bridge import (
-    ApprovalBook,
-    SessionBridge,
+    Conversation,
+    Conversations,
     answer_flow,
     call_flow,
     definitions,
@@ -98,11 +98,18 @@ def _build_toolset() -> type:
             max_retries: int = 1,
         ) -> None:
             self.session = session
-            self._bridge = SessionBridge(session)
-            self._fixed = None if tools is None else definitions(self._bridge.session, tools)
+            # Conversation id -> its session: the first conversation is served by the session
+            # given, each other by a fork of it, so concurrent runs of one agent (many users)
+            # never judge their calls against another run's hand or share its approvals.
+            self._conversations = Conversations(session)
+            base = self._conversations.default.bridge.session
+            self._fixed = None if tools is None else definitions(base, tools)
             self._id = id
             self.max_retries = max_retries
-            self._book = ApprovalBook()
+
+        def _conversation(self, ctx: Any) -> Conversation:
+            key = getattr(ctx, "conversation_id", None)
+            return self._conversations.get(None if key is None else str(key))
 
         @property
         def id(self) -> str | None:
@@ -112,13 +119,14 @@ def _build_toolset() -> type:
         async def _definitions(self, ctx: Any) -> list[ToolDefinition]:
             if self._fixed is not None:
                 return self._fixed
-            session = self._bridge.session
+            bridge = self._conversation(ctx).bridge
+            session = bridge.session
             task = _prompt_text(ctx.prompt)
             hand = session.hand
             if task is None:
                 return list(hand.tools) if hand is not None else []
             if hand is None or hand.query != task:
-                hand = await self._bridge.arun(session.select, task)
+                hand = await bridge.arun(session.select, task)
             return list(hand.tools)
 
         async def get_tools(self, ctx: Any) -> dict[str, Any]:
@@ -142,11 +150,13 @@ def _build_toolset() -> type:
         async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
             """Run the call through the session; a call needing approval is deferred for it."""
             call = ToolCall(name=name, arguments=tool_args, id=str(ctx.tool_call_id or ""))
-            session = self._bridge.session
+            conversation = self._conversation(ctx)
+            bridge, book = conversation.bridge, conversation.book
+            session = bridge.session
             if ctx.tool_call_approved:
-                result = await self._bridge.arun(answer_flow, session, self._book, call, True)
+                result = await bridge.arun(answer_flow, session, book, call, True)
             else:
-                result = await self._bridge.arun(call_flow, session, self._book, call)
+                result = await bridge.arun(call_flow, session, book, call)
                 if needs_approval(result):
                     assert result.error is not None
                     raise pydantic_ai.ApprovalRequired(
