@@ -148,7 +148,11 @@ async def test_a_session_with_a_call_in_flight_is_never_evicted(workdir: Path) -
 async def test_idle_sessions_make_room_and_pending_approvals_keep_theirs(workdir: Path) -> None:
     gate, closed = _Gate(), []
     with trio.fail_after(60):
-        async with _serving(_deck(gate, closed), workdir, max_sessions=1) as (server, url):
+        # allow_approvals: an approval can be given, so a pending one keeps its session (without
+        # an approval path it keeps nothing: see test_audit_mcp_limits.py).
+        async with _serving(
+            _deck(gate, closed), workdir, max_sessions=1, allow_approvals=True
+        ) as (server, url):
             async with _client(url) as first:
                 asked = await first.call_tool("launch", {})
                 assert asked.structured_content["error"]["code"] == "CONFIRMATION_REQUIRED"

@@ -47,6 +47,8 @@ MAX_DESCRIPTION_CHARS = 8192
 #: Longest ``description`` or ``title`` kept inside a remote input schema (annotations only:
 #: cutting them changes no constraint).
 MAX_SCHEMA_TEXT_CHARS = 2048
+#: Results of more content blocks than this are converted in a worker thread.
+_INLINE_BLOCKS = 64
 #: Largest remote input schema registered, as compact JSON; a larger one leaves its tool out
 #: (cutting constraints would change what the tool accepts).
 MAX_SCHEMA_BYTES = 256 * 1024
@@ -214,7 +216,12 @@ def _make_execute(remote: RemoteServer, remote_name: str) -> Any:
 
     async def execute(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         result = await remote.call(remote_name, dict(arguments), progress=context.emit)
-        return convert_result(server, remote_name, result)
+        if len(result.content) <= _INLINE_BLOCKS:
+            return convert_result(server, remote_name, result)
+        # Linear in the blocks (a remote server picks how many): not on the deck's loop.
+        import trio
+
+        return await trio.to_thread.run_sync(convert_result, server, remote_name, result)
 
     execute.__name__ = f"mcp_{slug(server)}_{slug(remote_name)}"
     execute.__qualname__ = execute.__name__

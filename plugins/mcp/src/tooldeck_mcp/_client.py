@@ -255,8 +255,14 @@ async def _list_all(client: Client, server: str = "?") -> list[types.Tool]:
     seen: set[str] = set()
     for _ in range(MAX_LIST_PAGES):
         page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
+        tools.extend(page.tools[: MAX_TOOLS + 1 - len(tools)])
         cursor = page.next_cursor
+        if len(tools) > MAX_TOOLS:
+            log.warning(
+                "MCP server %r lists more than %d tools; only the first %d are registered",
+                server, MAX_TOOLS, MAX_TOOLS,
+            )
+            return tools[:MAX_TOOLS]
         if not cursor:
             return tools
         if len(tools) >= MAX_TOOLS or cursor in seen:

@@ -58,6 +58,21 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 #: Bytes of an oversized line kept to find its id in (the id comes early in real frames).
 _HEAD_BYTES = 4096
 
+#: Most JSON values (objects, arrays and their elements) one message may hold, counted in its
+#: raw bytes before it is parsed: parsing multiplies a line's size in memory (a 30 MB line of
+#: ``{},{},...`` became 2 GB of objects, and seconds of work on the loop), so a message of
+#: ten million tiny values must be refused before it is parsed, whatever its byte size.
+MAX_MESSAGE_VALUES = 100_000
+
+#: Most elements of one JSON-RPC batch served.
+MAX_BATCH = 1000
+
+#: Lines longer than this have their JSON values counted in a worker thread.
+_INLINE_COUNT_BYTES = 1 << 20
+
+#: A JSON string (escapes included), to leave out of the count of values.
+_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
 _ID_RE = re.compile(r'"id"\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -78,6 +93,29 @@ def negotiate(requested: object) -> str:
     return requested if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS else (
         HANDSHAKE_VERSIONS[-1]
     )
+
+
+def json_values(raw: bytes | bytearray, limit: int = MAX_MESSAGE_VALUES) -> int:
+    """About how many JSON values the raw message ``raw`` holds (``{``, ``[`` and ``,``
+    outside strings), without parsing it; the count is exact up to ``limit``, and anything
+    over it is some number over ``limit``.
+
+    A count of the three bytes anywhere is an upper bound found at C speed; only a message
+    whose bound is over ``limit`` is scanned again, string by string, until the count passes
+    ``limit`` (run it off the event loop for long messages). Nothing is copied."""
+    bound = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+    if bound <= limit:
+        return bound
+    count = 0
+    position = 0
+    for string in _STRING_RE.finditer(raw):
+        start = string.start()
+        count += (raw.count(b"{", position, start) + raw.count(b"[", position, start)
+                  + raw.count(b",", position, start))
+        if count > limit:
+            return count
+        position = string.end()
+    return count + raw.count(b"{", position) + raw.count(b"[", position) + raw.count(b",", position)
 
 
 def _id_in_text(text: str) -> str | int | None:
@@ -320,6 +358,23 @@ class StdioConnection:
                 f"the message is larger than {MAX_LINE_BYTES} bytes; it was not read", found,
             )
             return
+        if batch is None:
+            # Counted in the raw bytes, before anything parses them: parsed, a line of tiny
+            # values takes tens of times its size in memory.
+            if len(line) > _INLINE_COUNT_BYTES:
+                values = await trio.to_thread.run_sync(json_values, line)
+            else:
+                values = json_values(line)
+            if values > MAX_MESSAGE_VALUES:
+                found = _id_in_text(line[:_HEAD_BYTES].decode("utf-8", "replace"))
+                log.warning("stdio: skipped a message of more than %d JSON values (id %r)",
+                            MAX_MESSAGE_VALUES, found)
+                await self._answer(
+                    mcp_types.INVALID_REQUEST,
+                    f"the message holds more than {MAX_MESSAGE_VALUES} JSON values; it was "
+                    "not read", found,
+                )
+                return
         text = line.decode("utf-8", "replace")  # as the SDK's reader decodes
         try:
             message = mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
@@ -417,6 +472,15 @@ class StdioConnection:
             return
         if not items:
             await self._answer(mcp_types.INVALID_REQUEST, "the batch is empty", None)
+            return
+        if len(items) > MAX_BATCH:
+            log.warning("stdio: answered a batch of %d messages (at most %d)", len(items),
+                        MAX_BATCH)
+            await self._answer(
+                mcp_types.INVALID_REQUEST,
+                f"the batch holds {len(items)} messages, more than {MAX_BATCH}; none was served",
+                None,
+            )
             return
         batch = _Batch()
         for item in items:

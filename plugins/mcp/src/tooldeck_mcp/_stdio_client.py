@@ -28,7 +28,7 @@ import anyio.lowlevel
 from mcp import types
 from mcp.shared.message import SessionMessage
 
-from ._stdio import _HEAD_BYTES, MAX_LINE_BYTES, _id_in_text
+from ._stdio import _HEAD_BYTES, MAX_LINE_BYTES, MAX_MESSAGE_VALUES, _id_in_text, json_values
 
 log = logging.getLogger("tooldeck.mcp")
 
@@ -36,6 +36,29 @@ __all__ = ["MAX_LINE_BYTES", "stdio_transport"]
 
 #: Bytes read from the server's stdout at a time.
 _CHUNK = 1 << 16
+#: Lines longer than this are parsed in a worker thread, not on the bridge's loop.
+_INLINE_PARSE_BYTES = 64 * 1024
+#: Lines of a server's stdout that are not JSON-RPC logged one by one; beyond, one line per
+#: :data:`_NOISE_EVERY` of them (a server printing garbage must not flood the deck's log).
+_NOISE_LOGGED = 10
+_NOISE_EVERY = 1000
+
+
+class _Noise:
+    """Counts what a server wrote to stdout that is not a JSON-RPC message, and rate-limits
+    the warnings about it."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.count = 0
+
+    def warn(self, what: str, *args: Any) -> None:
+        self.count += 1
+        if self.count <= _NOISE_LOGGED:
+            log.warning(what, self.server, *args)
+        elif self.count == _NOISE_LOGGED + 1 or self.count % _NOISE_EVERY == 0:
+            log.warning("MCP server %r: %d lines of its stdout were not JSON-RPC messages so "
+                        "far (not logged one by one)", self.server, self.count)
 
 
 def stdio_transport(params: Any, errlog: TextIO = sys.stderr, *, server: str = "") -> Any:
@@ -84,6 +107,7 @@ async def _bounded_stdio_client(
     write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
     shutting_down = False
     writer_done = anyio.Event()
+    noise = _Noise(server)
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
@@ -91,8 +115,16 @@ async def _bounded_stdio_client(
             try:
                 async with read_stream_writer:
                     async for item in _lines(process.stdout, server):
+                        if isinstance(item, bytes) and len(item) > _INLINE_PARSE_BYTES:
+                            # Parsing a long line takes long: off the loop every server and
+                            # every call of the process shares (the calls keep their deadline).
+                            message = await anyio.to_thread.run_sync(
+                                _message, item, params, server, noise, abandon_on_cancel=True
+                            )
+                        else:
+                            message = _message(item, params, server, noise)
                         try:
-                            await read_stream_writer.send(_message(item, params, server))
+                            await read_stream_writer.send(message)
                         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                             return  # the session is gone; only the drain below remains
                         if isinstance(item, _Unanswerable):
@@ -211,7 +243,8 @@ def _too_long(head: bytes) -> _Oversized | _Unanswerable:
 
 
 def _message(
-    item: bytes | _Oversized | _Unanswerable, params: Any, server: str
+    item: bytes | _Oversized | _Unanswerable, params: Any, server: str,
+    noise: _Noise | None = None,
 ) -> SessionMessage | Exception:
     if isinstance(item, _Oversized):
         text = (f"MCP server {server!r} answered with a message larger than {MAX_LINE_BYTES} "
@@ -226,6 +259,23 @@ def _message(
                 "no request id at its start; the connection is closed")
         log.error("%s", text)
         return ConnectionError(text)
+    values = json_values(item)
+    if values > MAX_MESSAGE_VALUES:
+        # Parsed, a million empty content blocks are a million objects (and seconds of
+        # validation, and of converting them): refused unread, as an over-long line is.
+        text = (f"MCP server {server!r} answered with a message of more than "
+                f"{MAX_MESSAGE_VALUES} JSON values (content blocks, structured items); it "
+                "was not read")
+        found = _id_in_text(item[:_HEAD_BYTES].decode("utf-8", "replace"))
+        if found is None:
+            log.warning("MCP server %r wrote a message of more than %d JSON values with no "
+                        "request id at its start; it was dropped", server, MAX_MESSAGE_VALUES)
+            return ValueError(text)
+        log.warning("%s (request id %r)", text, found)
+        return SessionMessage(types.JSONRPCError(
+            jsonrpc="2.0", id=found,
+            error=types.ErrorData(code=types.INTERNAL_ERROR, message=text),
+        ))
     try:
         line = item.decode(params.encoding, params.encoding_error_handler)
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
@@ -233,8 +283,11 @@ def _message(
         salvaged = _salvaged(item, server, exc)
         if salvaged is not None:
             return salvaged
-        log.warning("MCP server %r wrote a line that is not a JSON-RPC message: %s", server,
-                    str(exc)[:300])
+        text = "MCP server %r wrote a line that is not a JSON-RPC message: %s"
+        if noise is not None:
+            noise.warn(text, str(exc)[:300])
+        else:
+            log.warning(text, server, str(exc)[:300])
         return exc if isinstance(exc, ValueError) else ValueError(str(exc))
 
 

@@ -28,7 +28,7 @@ bridge, ``tooldeck-mcp``)::
     allow_approvals = false  # offer approve_call (a model approving its own calls: off!)
     allow_remote = false     # HTTP on a non-loopback address (plain HTTP: put TLS in front)
     token = ""               # HTTP bearer token (else TOOLDECK_MCP_TOKEN, else generated)
-    max_sessions = 1000      # HTTP: most deck sessions; only idle ones are ever evicted
+    max_sessions = 1000      # HTTP: most MCP sessions; only idle ones are ever evicted
     session_idle_timeout_s = 1800  # HTTP: an MCP session with no request for this long ends
 
 Extra tools the server adds: ``search_tools`` (when a retriever is installed) returns the hand
@@ -68,10 +68,12 @@ Host and Origin checks (DNS rebinding protection) apply as well::
 Sessions: stdio is one connection, one deck session. Streamable HTTP gives each MCP session
 (``mcp-session-id``) its own deck session, closed when the MCP session ends (the client's
 ``DELETE``, the idle timeout ``session_idle_timeout_s``, the server's shutdown); requests of the
-stateless 2026 protocol carry no identity and share one session. At ``max_sessions`` deck
-sessions, a new MCP session evicts the least recently used *idle* one (no call in flight, no
-approval pending); when every session is busy, the new one is refused (HTTP 503 at
-``initialize``, ``RATE_LIMIT_EXCEEDED`` for a call) and no running call is ever cancelled.
+stateless 2026 protocol carry no identity and share one session. At ``max_sessions`` MCP
+sessions (``initialize``-only ones count too), a new one evicts the least recently used *idle*
+one (no request being served, no call in flight, no approval pending that this server can
+take, ``allow_approvals``, asked less than ``confirm_timeout_s`` ago); when every session is
+busy, the new one is refused (HTTP 503 at ``initialize``, ``RATE_LIMIT_EXCEEDED`` for a call)
+and no running call is ever cancelled.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -106,7 +109,9 @@ from tooldeck_hookspecs import (
 from tooldeck_mcp._stdio import (
     HANDSHAKE_VERSIONS,
     MAX_LINE_BYTES,
+    MAX_MESSAGE_VALUES,
     StdioConnection,
+    json_values,
     negotiate,
     valid_id,
 )
@@ -514,14 +519,79 @@ def _shown_arguments(arguments: Mapping[str, Any]) -> str:
     reordering character escaped, and, when too long to show whole, its start and its end with
     the number of characters left out said in words (the model writes these arguments: padding
     must not push the part that matters out of sight unnoticed)."""
-    text = _visible(json.dumps(dict(arguments), ensure_ascii=False, default=str))
-    if len(text) <= _SHOWN_HEAD + _SHOWN_TAIL:
-        return text
-    hidden = len(text) - _SHOWN_HEAD - _SHOWN_TAIL
+    text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    if len(text) > _SHOWN_HEAD + _SHOWN_TAIL + 2 * _REDACT_MARGIN:
+        # Only what can be shown is escaped (per character: seconds for megabytes).
+        return _cut_view(_visible(text[: _SHOWN_HEAD + _REDACT_MARGIN]),
+                         _visible(text[-(_SHOWN_TAIL + _REDACT_MARGIN):]), len(text))
+    return _cut_view(_visible(text), "", None)
+
+
+def _cut_view(text: str, tail: str, total: int | None) -> str:
+    """``text`` (or the start ``text`` and end ``tail`` of a text of ``total`` characters) as
+    shown: whole when short enough, else its head and tail around the count left out."""
+    if total is None:
+        if len(text) <= _SHOWN_HEAD + _SHOWN_TAIL:
+            return text
+        total, tail = len(text), text
+    hidden = total - _SHOWN_HEAD - _SHOWN_TAIL
     return (
         f"{text[:_SHOWN_HEAD]}\n[... {hidden} characters of the arguments are NOT shown; "
-        f"decline unless you expect arguments this long ...]\n{text[-_SHOWN_TAIL:]}"
+        f"decline unless you expect arguments this long ...]\n{tail[-_SHOWN_TAIL:]}"
     )
+
+
+#: Characters kept beyond what is shown of long arguments when they are redacted, so that a
+#: secret the edge of the shown part cuts (a PEM key is a few thousand characters) is still
+#: whole, and found, when its part is redacted.
+_REDACT_MARGIN = 8192
+
+
+def _approval_view(
+    arguments: Mapping[str, Any], redact: Callable[[Any], Any]
+) -> tuple[str, bool]:
+    """What an approval question shows of a call's arguments (see :func:`_shown_arguments`),
+    redacted, and whether the redaction hid anything in it.
+
+    Short arguments are redacted whole (as a structure); of long ones only what can be shown
+    (its start and end, with a margin) is redacted and escaped: linear work on megabytes of
+    arguments is what the user never sees. Run long ones in a worker thread.
+    """
+    text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    if len(text) <= _SHOWN_HEAD + _SHOWN_TAIL + 2 * _REDACT_MARGIN:
+        shown = redact(arguments)
+        return _shown_arguments(shown), shown != arguments
+    head = text[: _SHOWN_HEAD + _REDACT_MARGIN]
+    tail = text[-(_SHOWN_TAIL + _REDACT_MARGIN):]
+    shown_head, shown_tail = redact(head), redact(tail)
+    hid = shown_head != head or shown_tail != tail
+    return _cut_view(_visible(shown_head), _visible(shown_tail), len(text)), hid
+
+
+def _rough_size(value: Any, budget: int = _INLINE_REDACT_CHARS) -> int:
+    """About how many characters ``value`` takes as JSON, counted until past ``budget`` (so
+    that deciding where to redact it costs little whatever its size)."""
+    size = 0
+    stack = [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, Mapping):
+            size += 2
+            for key, inner in item.items():
+                size += len(str(key)) + 4
+                stack.append(inner)
+                if size > budget or len(stack) > budget:
+                    return budget + 1
+        elif isinstance(item, list | tuple):
+            size += 2 + len(item)
+            if size > budget:
+                return size
+            stack.extend(item)
+        else:
+            size += 8
+    return size
 
 
 # ---------------------------------------------------------------------- logging to the client
@@ -833,6 +903,14 @@ class DeckMcpServer:
         self._busy: dict[str, int] = {}
         self._closing: list[Session] = []
         self._scratch: Session | None = None
+        #: When each session last got a CONFIRMATION_REQUIRED (monotonic): a pending approval
+        #: keeps its session from eviction for confirm_timeout_s at most.
+        self._asked_at: dict[str, float] = {}
+        #: HTTP: the SDK's session manager, the MCP sessions it admitted (least recently used
+        #: first) and the requests each has in flight (see :meth:`_admit_mcp_session`).
+        self._http_manager: Any = None
+        self._mcp_used: OrderedDict[str, None] = OrderedDict()
+        self._mcp_in_flight: dict[str, int] = {}
         if self.settings.list == "hand" and deck.retriever is None:
             log.warning("mcp.list = 'hand' needs a retriever (tooldeck-faiss); listing all tools")
         self._version = __version__
@@ -933,8 +1011,20 @@ class DeckMcpServer:
         return _DEFAULT_KEY
 
     def _idle(self, key: str, session: Session) -> bool:
-        """No call in flight and no approval pending: closing it loses nothing in progress."""
-        return not self._busy.get(key) and not session.pending_approvals()
+        """No call in flight and no approval that can still be given: closing it loses nothing
+        in progress.
+
+        A pending approval keeps its session only when this server can take one
+        (``allow_approvals``; an elicitation is a call in flight and counts as such), and for
+        ``confirm_timeout_s`` after it was asked at most: an approval nobody can (or does)
+        answer must not pin a session slot until it expires.
+        """
+        if self._busy.get(key):
+            return False
+        if not self.settings.allow_approvals or not session.pending_approvals():
+            return True
+        asked = self._asked_at.get(key)
+        return asked is None or time.monotonic() - asked >= self.settings.confirm_timeout_s
 
     def _evictable(self) -> str | None:
         """The least recently used idle session's key (never the shared default session)."""
@@ -974,6 +1064,7 @@ class DeckMcpServer:
                         "(calls in flight or approvals pending)"
                     )
                 log.info("MCP session %s evicted (idle, least recently used)", victim[:16])
+                self._asked_at.pop(victim, None)
                 self._closing.append(self._sessions.pop(victim))
         session = self._sessions[key] = self._new_session()
         if key != _DEFAULT_KEY:
@@ -1015,6 +1106,7 @@ class DeckMcpServer:
             return
         del self._sessions[key]
         self._busy.pop(key, None)
+        self._asked_at.pop(key, None)
         self._log_levels.pop(key, None)
         await current.aclose()
 
@@ -1030,6 +1122,9 @@ class DeckMcpServer:
             sessions.append(self._scratch)
         self._sessions.clear()
         self._busy.clear()
+        self._asked_at.clear()
+        self._mcp_used.clear()
+        self._mcp_in_flight.clear()
         self._log_levels.clear()
         self._scratch = None
         if self._holds_log_handler:
@@ -1236,6 +1331,8 @@ class DeckMcpServer:
             and _can_elicit(ctx)
         ):
             result = await self._ask_user(ctx, session, call, result)
+        if result.error is not None and result.error.code is ErrorCode.CONFIRMATION_REQUIRED:
+            self._asked_at[self._key(ctx)] = time.monotonic()
         return _call_result(call, self._explain(result))
 
     async def _ask_user(
@@ -1257,11 +1354,17 @@ class DeckMcpServer:
         # The definition the user is asked about: an "always" binds to it, not to whatever is
         # registered under the name when the answer comes (the approval itself is bound too).
         shown_tool = self.deck.catalog.get(call.name)
-        # Redacted before they are cut to what is shown (a cut secret is harder to find); the
-        # reasons passed the result processors with the rest of the answer.
-        shown = self.deck.redact(call.arguments)
+        # Redacted before they are cut to what is shown (a cut secret is harder to find; long
+        # arguments keep a margin around what is shown), off the loop when long; the reasons
+        # passed the result processors with the rest of the answer.
+        if _rough_size(call.arguments) > _INLINE_REDACT_CHARS:
+            shown_text, redacted = await trio.to_thread.run_sync(
+                _approval_view, call.arguments, self.deck.redact, abandon_on_cancel=True
+            )
+        else:
+            shown_text, redacted = _approval_view(call.arguments, self.deck.redact)
         hidden = ""
-        if shown != call.arguments:
+        if redacted:
             # Redaction hides what looks like a secret, and a payload can be dressed as one
             # (API_KEY="`curl ... | sh`"): the user must know that part is unseen.
             hidden = (
@@ -1271,7 +1374,7 @@ class DeckMcpServer:
             )
         message = (
             f"The assistant wants to run the tool {call.name!r} with these arguments:\n"
-            f"{_shown_arguments(shown)}{hidden}\n\nWhy approval is needed: "
+            f"{shown_text}{hidden}\n\nWhy approval is needed: "
             + _visible("; ".join(map(str, reasons)))
             + "\n\nAllow this call?"
         )
@@ -1498,25 +1601,47 @@ class DeckMcpServer:
             if method == "POST":
                 # One JSON-RPC message per POST: read it whole, up to the cap, before the SDK
                 # (which would read any size into memory) sees it.
-                body = await _bounded_body(headers, receive)
-                if body is None:
-                    await _refuse(send, 413, types.INVALID_REQUEST, (
-                        f"the request body is larger than {MAX_REQUEST_BYTES} bytes; it was "
-                        "not read"))
+                with trio.move_on_after(_BODY_TIMEOUT_S):
+                    body = await _bounded_body(headers, receive)
+                    if body is None:
+                        await _refuse(send, 413, types.INVALID_REQUEST, (
+                            f"the request body is larger than {MAX_REQUEST_BYTES} bytes; it "
+                            "was not read"))
+                        return
+                    if body is _GONE:
+                        return
+                    # Counted before it is parsed: tiny values multiply in memory.
+                    if len(body) > _INLINE_COUNT_BYTES:
+                        values = await trio.to_thread.run_sync(json_values, body)
+                    else:
+                        values = json_values(body)
+                    if values > MAX_MESSAGE_VALUES:
+                        await _refuse(send, 413, types.INVALID_REQUEST, (
+                            f"the message holds more than {MAX_MESSAGE_VALUES} JSON values; "
+                            "it was not read"))
+                        return
+                    problem, body = _screen_body(body)
+                    if problem is not None:
+                        await _refuse(send, 400, types.INVALID_REQUEST, problem)
+                        return
+                    receive = _replay(body, receive)
+                if not isinstance(receive, _Replayed):  # the body did not come in time
+                    await _refuse(send, 408, types.INVALID_REQUEST, (
+                        f"the request body did not arrive within {_BODY_TIMEOUT_S:g} s"))
                     return
-                if body is _GONE:
-                    return
-                problem, body = _screen_body(body)
-                if problem is not None:
-                    await _refuse(send, 400, types.INVALID_REQUEST, problem)
-                    return
-                receive = _replay(body, receive)
-            if opens and not self.has_room():
+            if opens and not await self._admit_mcp_session():
                 await _refuse(send, 503, types.INTERNAL_ERROR, (
                     f"all {self.settings.max_sessions} sessions of this MCP server are busy "
                     "(calls in flight or approvals pending); try again later"),
                     retry_after=5)
                 return
+            known = bool(session_id) and session_id in self._mcp_used
+            if known:
+                self._mcp_used.move_to_end(session_id)
+                if method != "GET":  # a listening stream does not keep a session from eviction
+                    self._mcp_in_flight[session_id] = self._mcp_in_flight.get(session_id, 0) + 1
+            elif opens:
+                send = self._noting_new_session(send, session_header)
 
             async def watch(message: Any) -> None:
                 # The deck session ends before the client hears that its MCP session did.
@@ -1529,9 +1654,69 @@ class DeckMcpServer:
                         await self.end_session(session_id)
                 await send(message)
 
-            await app(scope, receive, watch if method == "DELETE" else send)
+            try:
+                await app(scope, receive, watch if method == "DELETE" else send)
+            finally:
+                if known and method != "GET":
+                    left = self._mcp_in_flight.get(session_id, 0) - 1
+                    if left > 0:
+                        self._mcp_in_flight[session_id] = left
+                    else:
+                        self._mcp_in_flight.pop(session_id, None)
 
         return gate
+
+    def _noting_new_session(self, send: Any, header: bytes) -> Any:
+        """``send`` that records the MCP session an ``initialize`` opened (as most recently
+        used) once its response starts."""
+
+        async def noting(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if bytes(name).lower() == header:
+                        self._mcp_used[bytes(value).decode("latin-1")] = None
+                        break
+            await send(message)
+
+        return noting
+
+    async def _admit_mcp_session(self) -> bool:
+        """Make room for a new HTTP MCP session: at ``max_sessions`` open MCP sessions (every
+        one counts, including those that only sent ``initialize``), end the least recently
+        used one that is idle; False when none is (the new session is refused).
+
+        An MCP session is idle when no request of it is being served (an open GET stream does
+        not count) and its deck session, if it has one, is idle (see :meth:`_idle`). The SDK
+        enforces the same limit as a backstop.
+        """
+        manager = self._http_manager
+        instances = getattr(manager, "_server_instances", None)
+        discard = getattr(manager, "_discard_session", None)
+        if not isinstance(instances, Mapping) or discard is None:
+            return self.has_room()  # another SDK layout: deck sessions only
+        if len(self._mcp_used) > 2 * self.settings.max_sessions:
+            for ended in [k for k in self._mcp_used if k not in instances]:
+                del self._mcp_used[ended]
+        if len(instances) < self.settings.max_sessions:
+            return True
+        for key in list(self._mcp_used):  # least recently used first
+            if key not in instances:
+                del self._mcp_used[key]  # ended (DELETE, idle timeout) since
+                continue
+            if self._mcp_in_flight.get(key):
+                continue
+            session = self._sessions.get(key)
+            if session is not None and not self._idle(key, session):
+                continue
+            log.info("MCP session %s evicted (idle, least recently used)", key[:16])
+            del self._mcp_used[key]
+            transport = instances.get(key)
+            with trio.CancelScope(shield=True):
+                if transport is not None:
+                    await discard(key, transport)
+                await self.end_session(key)
+            return True
+        return False
 
     async def run_http(
         self,
@@ -1559,7 +1744,12 @@ class DeckMcpServer:
             streamable_http_path=path,
             host=host,
             session_idle_timeout=self.settings.session_idle_timeout_s,
+            # One limit each, the SDK's equal to the gate's: the gate evicts (or refuses) first
+            # and answers with a JSON-RPC error; the SDK's are the backstop.
+            max_sessions=self.settings.max_sessions,
+            max_request_body_size=MAX_REQUEST_BYTES,
         )
+        self._http_manager = getattr(self.server, "_session_manager", None)
         app: Any = self._session_gate(sdk_app)
         if token is not None:
             app = bearer_auth(app, token)
@@ -1585,6 +1775,10 @@ class DeckMcpServer:
 
 #: Largest HTTP request body the server reads (a JSON-RPC message with a tool's arguments).
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
+#: Seconds a request body has to arrive in whole (a client trickling it in is cut off).
+_BODY_TIMEOUT_S = 60.0
+#: Bodies longer than this have their JSON values counted in a worker thread.
+_INLINE_COUNT_BYTES = 1 << 20
 _GONE = b"\x00gone"  # the client went away before its body arrived
 
 
@@ -1660,18 +1854,23 @@ def _screen_body(body: bytes) -> tuple[str | None, bytes]:
     return None, body
 
 
+class _Replayed:
+    """An ASGI ``receive`` that gives ``body`` first, then whatever the connection sends."""
+
+    def __init__(self, body: bytes, receive: Any) -> None:
+        self._body: bytes | None = body
+        self._receive = receive
+
+    async def __call__(self) -> Any:
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await self._receive()
+
+
 def _replay(body: bytes, receive: Any) -> Any:
     """An ASGI ``receive`` that gives ``body`` first, then whatever the connection sends."""
-    sent = False
-
-    async def replayed() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
+    return _Replayed(body, receive)
 
 
 async def _refuse(
@@ -1687,6 +1886,10 @@ async def _refuse(
     headers.append((b"content-length", str(len(payload)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+#: Longest line the preface parses (initialize, ping and tools/list are far shorter).
+_PREFACE_LINE_BYTES = 256 * 1024
 
 
 class StdioPreface:
@@ -1767,6 +1970,11 @@ class StdioPreface:
                 break
             if not line.strip():
                 continue
+            if len(line) > _PREFACE_LINE_BYTES:
+                # Not one of the small requests answered here; parsed, it could take tens of
+                # times its size: the connection's reader checks it first.
+                self.replay.append(line)
+                break
             message = _plain_request(line)
             if message is None:
                 # Not a message answered here (not JSON, a batch, an id that is not a string
