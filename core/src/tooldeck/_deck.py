@@ -1082,7 +1082,7 @@ class Deck:
         deadline = float(
             self.config.settings.get("register_timeout_s", DEFAULT_REGISTER_TIMEOUT_S)
         )
-        for impl in self._impls("tooldeck_register_tools"):
+        for impl in self._registration_order():
             pending: list[ToolDefinition] = []
             # Installed packs are kept apart from each other: one broken pack must not stop
             # the deck. The caller's inline plugins (and strict=True) keep failing loudly.
@@ -1186,6 +1186,25 @@ class Deck:
             if warnings is not None:
                 warnings.append(str(problem))
         self._catalog_ready()
+
+    def _registration_order(self) -> list[HookImpl]:
+        """The register hooks in the order whose tools are kept when two register one name:
+        tooldeck's own packs first, then other installed packs by name, then the caller's
+        inline plugins (in the order given). Pluggy's own order (the last registered first)
+        let a pack named ``zzz`` take ``file_read`` from tooldeck-tools-fs, with fs reported
+        as the failed pack."""
+        from ._plugins import BUILTIN_ENTRY_POINTS
+
+        plugins = self.plugins
+
+        def rank(item: tuple[int, HookImpl]) -> tuple[int, int]:
+            index, impl = item
+            if plugins.is_entry_point(impl.plugin):
+                return (0 if impl.plugin in BUILTIN_ENTRY_POINTS else 1, index)
+            return (2, index)
+
+        ordered = list(enumerate(reversed(self._impls("tooldeck_register_tools"))))
+        return [impl for _, impl in sorted(ordered, key=rank)]
 
     def _make_register(
         self, plugin: str, pending: list[ToolDefinition], repair: set[int] | None = None
