@@ -81,8 +81,9 @@ async def test_a_cacheable_limited_call_costs_one_round_trip_for_cache_and_limit
         for i in range(5):
             result = await session.call("lookup", {"text": f"miss {i}"})
             assert result.success and result.metadata["cached"] is True, result
-        # A hit: the same script answers with the entry and counts nothing.
-        assert _commands(client) == {"evalsha": 5, "get": 5}
+        # A hit: the same script answers with the entry and counts nothing. It reads the tool's
+        # generation too: an entry stored under an older one (before an invalidation) is stale.
+        assert _commands(client) == {"evalsha": 5, "get": 10}
     client.close()
 
 
@@ -140,10 +141,12 @@ def _settings(url: str, **extra: Any) -> Any:
 
 
 async def test_callers_who_gave_up_leave_the_connection_in_step(own_redis: RedisServer) -> None:
-    settings = _settings(own_redis.url, socket_timeout_s=30)
+    # retry_interval_s = 0: the breaker opens (see below) but lets the next call through.
+    settings = _settings(own_redis.url, socket_timeout_s=30, retry_interval_s=0)
     connection = RedisConnection(settings)
     for i in range(20):
         assert await connection.call("seed", "SET", f"k{i}", f"v{i}") == b"OK"
+    pipe = connection._pipe
     own_redis.pause()
     try:
         # Callers whose deadline passes while the server is frozen stop waiting at once.
@@ -154,10 +157,13 @@ async def test_callers_who_gave_up_leave_the_connection_in_step(own_redis: Redis
         assert scope.cancelled_caught
     finally:
         own_redis.resume()
-    # Their replies arrive later and are dropped: everyone after them gets their own.
+    # A deadline that expired waiting for Redis is a failure for the breaker...
+    assert connection.failures >= 1
+    # ... but the connection stays: their replies arrive later and are dropped, and everyone
+    # after them gets their own.
     got = await connection.execute("read", *(["GET", f"k{i}"] for i in range(10, 20)))
     assert got == [f"v{i}".encode() for i in range(10, 20)]
-    assert connection.failures == 0
+    assert connection._pipe is pipe and connection.recoveries == 1
     await connection.aclose()
 
 
@@ -180,8 +186,9 @@ async def test_scripts_survive_a_script_flush_and_a_restart(own_redis: RedisServ
     own_redis.restart()
     await trio.sleep(0.1)  # past retry_interval_s
     assert (await limiter.hit(LOOKUP, session)).allowed  # a new connection, scripts loaded again
-    await cache.put("k", ToolResult.ok("v"), 60)
-    hit, outcome = await cache.get_and_hit("k", limiter, LOOKUP, session)
+    # (Not "k": its miss saw a generation the restart lost, so its put stores nothing.)
+    await cache.put("k2", ToolResult.ok("v"), 60)
+    hit, outcome = await cache.get_and_hit("k2", limiter, LOOKUP, session)
     assert hit is not None and hit.data == "v" and outcome is None
     await limiter.aclose()
     await cache.aclose()

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import json
 import logging
 import math
 import os
+import socket
 import stat
 import tempfile
 import threading
@@ -57,6 +59,11 @@ HISTORY_FILE_ENV = "TOOLDECK_HISTORY_FILE"
 _FORMAT = 1
 #: A record's use count is capped there (a damaged file can hold any integer).
 _MAX_COUNT = 1 << 31
+#: The temporary files a save writes before renaming: ``.history-<pid>@<host>-<random>``.
+_TEMP_PREFIX = ".history-"
+#: A temporary file whose writer cannot be checked (another host, an older tooldeck's name) is
+#: taken for abandoned once it is this old (seconds); a save takes far less.
+_TEMP_ABANDONED_S = 3600.0
 
 
 def default_history_path() -> str | None:
@@ -124,7 +131,9 @@ class HistoryStore(Protocol):
         """Add ``uses`` atomically (bounded, oldest first out), return what changed.
 
         Returns the records used at or after ``since`` (the store's clock; 0 = all of them),
-        and the clock value to pass as ``since`` next time.
+        and the clock value to pass as ``since`` next time. A use the store cannot take (text
+        it cannot encode) raises ValueError (UnicodeError included) or TypeError, or is
+        skipped; any other exception says the store failed.
         """
 
     def forget(self, tools: Sequence[str]) -> None:
@@ -196,6 +205,57 @@ def _unpack(text: str, dim: int | None) -> np.ndarray | None:
         # query on one side of it. Left without a vector, the task is embedded again.
         return None
     return vector.astype(np.float32)
+
+
+def _host_token() -> str:
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def _writer_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError, ValueError):
+        return True  # another user's process, or cannot tell: alive
+    return True
+
+
+def _remove_abandoned_temp_files(folder: Path) -> None:
+    """Delete the temporary files of saves whose process died before renaming them (kill -9,
+    power loss): nothing else ever removes them, and each is a whole history."""
+    host = _host_token()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(_TEMP_PREFIX):
+            continue
+        writer, _, _ = entry.name[len(_TEMP_PREFIX) :].partition("-")
+        pid_text, _, writer_host = writer.partition("@")
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if writer_host == host and pid_text.isdigit():
+                # Written on this host: abandoned when its writer is gone.
+                abandoned = not _writer_alive(int(pid_text))
+            else:
+                # Another host's process, or an older name without one: cannot be asked.
+                abandoned = now - entry.stat(follow_symlinks=False).st_mtime > _TEMP_ABANDONED_S
+            if abandoned:
+                os.unlink(entry.path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+
+
+def _storable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class SelectionHistory:
@@ -293,6 +353,7 @@ class SelectionHistory:
 
     def _load(self) -> None:
         assert self.path is not None
+        _remove_abandoned_temp_files(self.path.parent)
         # A damaged file (a crash mid-write, a full disk, a directory, unreadable, planted or
         # huge) is set aside with one warning: it used to be ignored silently, then replaced
         # at the next save, and a huge one was read whole into memory first.
@@ -372,7 +433,12 @@ class SelectionHistory:
         payload = json.dumps({"format": _FORMAT, "model": self.model_id, "records": rows})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=".history-", dir=self.path.parent)
+            _remove_abandoned_temp_files(self.path.parent)
+            # The writer's pid and host in the name: a later save or load can tell whether
+            # the file was abandoned (its process killed before the rename).
+            fd, tmp = tempfile.mkstemp(
+                prefix=f"{_TEMP_PREFIX}{os.getpid()}@{_host_token()}-", dir=self.path.parent
+            )
             try:
                 os.fchmod(fd, 0o600)  # the tasks are the users' words
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -430,6 +496,12 @@ class SelectionHistory:
             ]
             try:
                 rows, since = store.exchange(uses, self._since)
+            except (ValueError, TypeError) as exc:
+                # The uses, not the store (UnicodeEncodeError: a task with a lone surrogate):
+                # sent again, they fail again. Before, this marked the store down and queued
+                # them again, so that nothing was shared by this process from then on.
+                self._drop_unsendable(store, unsent, exc)
+                return False
             except Exception as exc:  # any store failure: keep serving from memory
                 with self._lock:
                     for key, (n, v) in unsent.items():
@@ -455,6 +527,25 @@ class SelectionHistory:
             return True
         finally:
             self._sync_lock.release()
+
+    def _drop_unsendable(
+        self, store: HistoryStore, unsent: dict[tuple[str, str], list[Any]], exc: Exception
+    ) -> None:
+        """After the store refused the uses: drop the ones UTF-8 cannot carry, send the others
+        next time; when none stands out, drop them all (the records stay in memory)."""
+        bad = {key for key in unsent if not (_storable(key[0]) and _storable(key[1]))}
+        dropped = bad or set(unsent)
+        with self._lock:
+            for key, (n, v) in unsent.items():
+                if key not in dropped:
+                    self._queue(key, n, v)
+        self._store_errors += 1
+        self._last_sync = time.monotonic()
+        log.warning(
+            "selection history store %s could not take %d use(s) (%s: %s); not shared, "
+            "kept in this process's memory",
+            store.label, len(dropped), type(exc).__name__, exc,
+        )
 
     def _queue(self, key: tuple[str, str], count: int, vector: np.ndarray | None) -> None:
         # Caller holds self._lock. Bounded like the records: while the store is down, the

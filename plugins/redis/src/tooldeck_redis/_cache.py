@@ -14,7 +14,14 @@ import cattrs
 
 from tooldeck_hookspecs import RateLimitOutcome, SessionInfo, ToolDefinition, ToolResult
 
-from ._client import RedisConnection, ReplyError, delete_matching, glob_escape, parse_info
+from ._client import (
+    RedisConnection,
+    ReplyError,
+    delete_matching,
+    glob_escape,
+    parse_info,
+    scan_delete,
+)
 from ._limiter import GENERATION_LUA, RedisRateLimiter, bounded_get, cached_or_window
 from ._settings import RedisSettings
 from .exceptions import RedisUnavailable
@@ -33,18 +40,30 @@ _EVICTIONS_REFRESH_S = 10.0
 _GENERATIONS_KEPT = 10_000
 #: Generations noted per key at most (concurrent misses of one key beyond it forget the oldest).
 _MISSES_KEPT_PER_KEY = 64
+#: The generation noted for a probe that saw an entry but learnt no generation: it matches none,
+#: so the put that follows stores nothing (it cannot tell whether the tool was invalidated).
+_REFUSE = "-"
+#: SCAN round trips (of 500 keys) an invalidation spends per tool deleting stale entries; the
+#: next invalidation of the tool goes on from there. Only cleanup: the generation, raised first,
+#: already keeps every stale entry from being served (see _BUMP).
+_SWEEP_BATCHES = 4
+#: The longest TTL stored (ms, about 285,000 years). Redis refuses an expiry past its clock's
+#: range ("invalid expire time": 1e16 s and more), and each such put counted as a Redis error.
+_MAX_TTL_MS = 2**53
 
 # KEYS[1]: the entry, KEYS[2]: its tool's generation. ARGV: the generation the miss saw ('' for
 # a put no miss of this process preceded: stored as it is), the value, the TTL in ms. Stored only
 # if no process invalidated the tool since that miss: a call that read the old state while
-# another process's write landed must not store it.
+# another process's write landed must not store it. The entry is '<generation>|<value>': reads
+# serve it only while the tool's generation is still that one (see _ENTRY in _limiter).
 # A damaged generation (see GENERATION_LUA) is repaired here too, and refuses a put that a miss
 # preceded (that miss cannot have seen the fresh value).
 _PUT_IF_CURRENT = GENERATION_LUA + """
-if ARGV[1] ~= '' and generation(KEYS[2]) ~= ARGV[1] then
+local gen = generation(KEYS[2])
+if ARGV[1] ~= '' and gen ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], gen .. '|' .. ARGV[2], 'PX', ARGV[3])
 return 1
 """
 
@@ -52,6 +71,10 @@ return 1
 # replaced by a fresh value, which invalidates as well (see GENERATION_LUA). Returns how many
 # were repaired. Before, a plain INCR failed on a damaged generation, and the invalidation then
 # deleted no entry: the tool's stale results kept being served.
+# This is the whole invalidation: every entry carries the generation it was stored under, and
+# reads compare it. Before, reads did not, and the invalidation was only as good as a SCAN of
+# the whole keyspace under the writing tool's deadline: cut off (2M unrelated keys), old entries
+# kept being served.
 _BUMP = GENERATION_LUA + """
 local repaired = 0
 for _, key in ipairs(KEYS) do
@@ -87,7 +110,8 @@ class RedisCacheStatistics:
     stored: int
     #: Results not stored: larger than ``max_entry_bytes``, or not JSON-serializable.
     skipped: int
-    #: Entries removed by :meth:`RedisCache.invalidate`.
+    #: Stale entries deleted by :meth:`RedisCache.invalidate`'s cleanup (the others are never
+    #: served either, and go when read or when their TTL ends).
     invalidated: int
     #: Redis operations that failed (each answered by the local cache or as a miss).
     errors: int
@@ -98,14 +122,16 @@ class RedisCacheStatistics:
 
 
 class RedisCache:
-    """Results of cacheable tools in Redis: ``SET key value PX ttl``, JSON values.
+    """Results of cacheable tools in Redis: ``SET key generation|value PX ttl``, JSON values.
 
     Keys are ``<namespace>:cache:<cache_key>`` (``tooldeck:cache:name@version:digest``); values are
-    the cattrs-unstructured :class:`ToolResult` as JSON, so a hit comes back with JSON types
-    (tuples become lists). Each entry expires on its own TTL in Redis; the total is bounded by the
-    server's ``maxmemory`` with an eviction policy such as ``allkeys-lru`` or ``volatile-ttl``
-    (configure it on the server: every entry here carries a TTL). A result larger than
-    ``max_entry_bytes`` is not stored.
+    the tool's cache generation when stored, ``|``, and the cattrs-unstructured
+    :class:`ToolResult` as JSON, so a hit comes back with JSON types (tuples become lists). Only
+    an entry of the tool's current generation is served: :meth:`invalidate` raises it. Each
+    entry expires on its own TTL in Redis; the total is bounded by the server's ``maxmemory``
+    with an eviction policy such as ``allkeys-lru`` or ``volatile-ttl`` (configure it on the
+    server: every entry here carries a TTL). A result larger than ``max_entry_bytes`` is not
+    stored.
 
     When Redis fails, ``on_error = "local"`` (default) serves from an in-process
     :class:`tooldeck_cache.ResultCache` until Redis is back; ``"fail_closed"`` treats every
@@ -130,6 +156,9 @@ class RedisCache:
         )
         self._local: Any = None
         self._pending_invalidations: set[str] = set()
+        # Per tool: where the cleanup of its stale entries goes on (a SCAN cursor).
+        self._sweep_cursors: dict[str, bytes | int] = {}
+        self._ttl_capped = False
         self._degraded = False
         self._hits = self._misses = self._stored = self._skipped = 0
         self._invalidated = self._errors = self._local_hits = 0
@@ -148,7 +177,8 @@ class RedisCache:
         return self._gen_prefix + _tool_of(key)
 
     def _saw(self, key: str, generation: Any) -> None:
-        """Note the generation a miss of ``key`` saw, for the put that follows.
+        """Note the generation a miss of ``key`` saw, for the put that follows (None: it saw
+        none, and that put stores nothing).
 
         Misses of one key queue their generations and each put takes the oldest. Puts may
         come in another order than their misses, and a failed call puts nothing: a put may then
@@ -163,6 +193,8 @@ class RedisCache:
                 self._seen.popitem(last=False)
         else:
             self._seen.move_to_end(key)
+        if generation is None:
+            generation = _REFUSE
         queue.append(generation.decode() if isinstance(generation, bytes) else str(generation))
 
     def _took(self, key: str) -> str:
@@ -246,11 +278,13 @@ class RedisCache:
         return None
 
     def _decoded(self, key: str, raw: Any) -> ToolResult | None:
-        # None: no entry; 0: over max_entry_bytes or not a string (not read).
+        # None: no entry (or a stale one); 0: over max_entry_bytes, not a string, or without a
+        # generation (not read).
         if type(raw) is not bytes:
             if raw is not None:
                 logger.warning(
-                    "cache entry %r ignored: over max_entry_bytes, or not a string in Redis", key
+                    "cache entry %r ignored: over max_entry_bytes, not a string in Redis, or "
+                    "not written by this version (no generation)", key
                 )
             self._misses += 1
             return None
@@ -302,7 +336,11 @@ class RedisCache:
             if hit is not None:
                 return hit, None
             # An unreadable entry is a miss, and the script did not count the call: count it.
-            # Its generation is unknown: the result that follows is not stored (see put).
+            # The put that follows is judged by the generation the script saw, like any miss's.
+            # Before, none was noted and that put stored unconditionally: a write by another
+            # process during the call left its pre-write result in the cache. A reply without
+            # one (cannot happen with this script) refuses the put.
+            self._saw(key, reply[2] if len(reply) > 2 else None)
             return None, await limiter.hit(tool, session)
         self._misses += 1
         self._saw(key, reply[3])
@@ -318,9 +356,21 @@ class RedisCache:
         )
 
     async def put(self, key: str, result: ToolResult, ttl_s: float) -> None:
-        """Store a successful result for ``ttl_s`` seconds (``SET ... PX``)."""
-        if not result.success or ttl_s <= 0:
+        """Store a successful result for ``ttl_s`` seconds (``SET ... PX``).
+
+        A TTL longer than about 285,000 years (``2**53`` ms) is stored as that: Redis refuses
+        expiries past its clock's range.
+        """
+        if not result.success or not ttl_s > 0:  # (NaN too)
             return
+        if ttl_s * 1000 > _MAX_TTL_MS:
+            if not self._ttl_capped:
+                self._ttl_capped = True
+                logger.info(
+                    "cache_ttl_s %g is longer than Redis keeps a key; stored with the longest "
+                    "TTL it accepts here (2**53 ms, about 285,000 years)", ttl_s,
+                )
+            ttl_s = _MAX_TTL_MS / 1000
         await self._after_recovery()
         try:
             payload: bytes | None = json.dumps(
@@ -329,7 +379,7 @@ class RedisCache:
         except (TypeError, ValueError):
             payload = None  # data that JSON cannot carry is not shared
         full_key = self._prefix + key
-        ttl_ms = max(1, round(ttl_s * 1000))
+        ttl_ms = max(1, min(_MAX_TTL_MS, round(ttl_s * 1000)))
         if payload is None or len(payload) > self.max_entry_bytes:
             self._skipped += 1
             # Too big to share: drop an older value so that a stale one is not served.
@@ -376,38 +426,68 @@ class RedisCache:
             self._skipped += 1  # another process invalidated the tool since the miss
 
     async def invalidate(self, tools: Sequence[str]) -> int:
-        """Drop every cached result of these tools (SCAN + UNLINK by ``name@`` prefix).
+        """Stop serving every cached result of these tools, in every process: one round trip
+        raises each tool's generation, which every entry is compared with when read. Then, as
+        cleanup, a few SCAN + UNLINK batches by ``name@`` prefix delete stale entries (the next
+        invalidation goes on where this one stopped); returns how many it deleted.
 
-        When Redis is unavailable the tools are remembered and dropped in Redis once it is back;
-        the count returned then is the local one.
+        When Redis is unavailable the tools are remembered and invalidated in Redis once it is
+        back; the count returned then is the local one.
         """
         if not tools:
             return 0
         await self._after_recovery()
         local = await self._local.invalidate(tools) if self._local is not None else 0
         try:
-            deleted = await self._invalidate_in_redis(tools)
+            await self._raise_generations(tools)
         except RedisUnavailable as exc:
             self._failed(exc)
             self._pending_invalidations.update(tools)
             return int(local)
-        return deleted
+        except BaseException:
+            # Cut off (the caller's deadline) before Redis answered: the INCR may not have run.
+            # Done again when this cache next reaches Redis; once too often only costs misses.
+            self._pending_invalidations.update(tools)
+            self._degraded = True
+            raise
+        return await self._sweep(tools)
 
     async def _invalidate_in_redis(self, tools: Sequence[str]) -> int:
-        patterns = [glob_escape(f"{self._prefix}{name}@") + "*" for name in tools]
+        await self._raise_generations(tools)
+        return await self._sweep(tools)
 
-        what = "cached results cannot be invalidated"
-        # First the generations: a call of these tools that missed before this point (and may
-        # have read the old state) no longer stores its result, in any process.
-        repaired = await self._bump(what, [self._gen_prefix + name for name in tools], [])
+    async def _raise_generations(self, tools: Sequence[str]) -> None:
+        # From here on, a call of these tools that missed before (and may have read the old
+        # state) no longer stores its result, and no entry stored before is served, in any
+        # process.
+        repaired = await self._bump(
+            "cached results cannot be invalidated", [self._gen_prefix + name for name in tools], []
+        )
         if repaired:
             logger.warning(
                 "%s cache generation(s) of %s in Redis were not counters; replaced by fresh ones",
                 repaired, ", ".join(tools),
             )
+
+    async def _sweep(self, tools: Sequence[str]) -> int:
+        """Delete stale entries of these tools, a few batches each (best effort: they are no
+        longer served; reads delete the ones they meet, and TTLs end the others)."""
         deleted = 0
-        for pattern in patterns:
-            deleted += await delete_matching(self.connection, what, pattern)
+        for name in tools:
+            pattern = glob_escape(f"{self._prefix}{name}@") + "*"
+            try:
+                count, cursor = await scan_delete(
+                    self.connection, "stale cached results cannot be deleted", pattern,
+                    cursor=self._sweep_cursors.pop(name, 0), max_batches=_SWEEP_BATCHES,
+                )
+            except RedisUnavailable as exc:
+                # The invalidation holds all the same; the next call falls back if Redis is down.
+                self._errors += 1
+                logger.debug("cleanup of stale cache entries stopped: %s", exc)
+                break
+            deleted += count
+            if cursor not in (0, b"0"):
+                self._sweep_cursors[name] = cursor
         self._invalidated += deleted
         return deleted
 

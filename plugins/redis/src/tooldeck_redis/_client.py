@@ -32,12 +32,22 @@ __all__ = [
     "delete_matching",
     "glob_escape",
     "parse_info",
+    "scan_delete",
 ]
 
 logger = logging.getLogger("tooldeck.redis")
 
 #: A command: its words (bytes, str, int or float).
 Command = Sequence[Any]
+
+#: A reply may be this much larger than ``max_entry_bytes`` (the largest value this client
+#: reads): SCAN batches of keys, INFO, error messages. A peer announcing or streaming more is
+#: not answering this client: the connection is dropped, its callers fail at once.
+_REPLY_MARGIN = 1024 * 1024
+#: A caller's deadline that expires while it waits this long for Redis counts as a failure for
+#: the circuit breaker; one that expires sooner says more about the caller (a deadline nearly
+#: spent before it asked) than about Redis.
+_STALLED_S = 0.1
 
 
 class ReplyError(Exception):
@@ -112,8 +122,17 @@ class _Incomplete(Exception):
     pass
 
 
-def _parse(buffer: bytes | bytearray, pos: int) -> tuple[Any, int]:
-    """One reply from ``buffer`` at ``pos``: (value, position after it)."""
+#: Arrays nest at most this deep in the replies this client asks for (SCAN: 2). Deeper is not
+#: Redis answering us: a peer streaming ``*1\r\n*1\r\n...`` recursed until RecursionError.
+_MAX_DEPTH = 8
+
+
+def _parse(buffer: bytes | bytearray, pos: int, limit: int, depth: int = 0) -> tuple[Any, int]:
+    """One reply from ``buffer`` at ``pos``: (value, position after it).
+
+    ``limit`` bounds what a reply may announce (a bulk string's length, an array's count): a
+    peer announcing more is not answering this client (see :data:`_REPLY_MARGIN`).
+    """
     end = buffer.find(b"\r\n", pos)
     if end < 0:
         raise _Incomplete
@@ -124,6 +143,9 @@ def _parse(buffer: bytes | bytearray, pos: int) -> tuple[Any, int]:
         size = int(line)
         if size < 0:
             return None, pos
+        if size > limit:
+            raise _ConnectionLost(f"Redis announced a reply of {size} bytes, over the {limit} "
+                                  "this client reads (max_entry_bytes and a margin)")
         if len(buffer) < pos + size + 2:
             raise _Incomplete
         return bytes(buffer[pos : pos + size]), pos + size + 2
@@ -135,9 +157,17 @@ def _parse(buffer: bytes | bytearray, pos: int) -> tuple[Any, int]:
         count = int(line)
         if count < 0:
             return None, pos
+        # Each item takes at least 4 bytes (":0\r\n"): more items cannot fit in the limit.
+        if count * 4 > limit:
+            raise _ConnectionLost(f"Redis announced an array of {count} items, more than fit in "
+                                  f"the {limit} bytes this client reads (max_entry_bytes and a "
+                                  "margin)")
+        if depth >= _MAX_DEPTH:
+            raise _ConnectionLost(f"Redis sent arrays nested {depth} deep, deeper than any "
+                                  "reply this client asks for")
         items = []
         for _ in range(count):
-            item, pos = _parse(buffer, pos)
+            item, pos = _parse(buffer, pos, limit, depth + 1)
             items.append(item)
         return items, pos
     if kind == 45:  # - error
@@ -167,9 +197,12 @@ class _Pipe:
     """One open socket: a writer that flushes whatever was queued, a reader that matches
     replies to waiters in order. Lives in a trio system task of the run that opened it."""
 
-    def __init__(self, stream: trio.abc.Stream, socket_timeout_s: float) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, socket_timeout_s: float, max_reply_bytes: int
+    ) -> None:
         self.stream = stream
         self.timeout = socket_timeout_s
+        self.max_reply_bytes = max_reply_bytes
         self.outbox: list[bytes] = []
         self.queued: list[_Waiter] = []
         self.pending: collections.deque[_Waiter] = collections.deque()
@@ -214,7 +247,19 @@ class _Pipe:
         self._scope.cancel()
 
     def _readable_now(self) -> bool:
+        """Whether reply bytes are already here, unread (this process was too busy to read)."""
         stream: Any = self.stream
+        # A TLS stream holds what it took off the socket in its own buffers (trio.SSLStream's
+        # SSLObject and incoming MemoryBIO): the socket may be empty while a reply waits there.
+        ssl_object = getattr(stream, "_ssl_object", None)
+        incoming = getattr(stream, "_incoming", None)
+        try:
+            if (ssl_object is not None and ssl_object.pending()) or (
+                incoming is not None and incoming.pending
+            ):
+                return True
+        except (AttributeError, TypeError, ssl.SSLError):
+            pass
         sock = getattr(stream, "socket", None) or getattr(
             getattr(stream, "transport_stream", None), "socket", None
         )
@@ -266,25 +311,43 @@ class _Pipe:
             for waiter in queued:
                 waiter.sent_at = now
 
+    def _overdue_at(self) -> float | None:
+        """When the oldest pending command's reply is overdue (None: nothing was sent)."""
+        if self.pending and self.pending[0].sent_at != math.inf:
+            return self.pending[0].sent_at + self.timeout
+        return None
+
     async def _read(self) -> None:
         buffer = bytearray()
+        limit = self.max_reply_bytes
         while True:
-            with trio.move_on_after(self.timeout) as idle:
+            # socket_timeout_s counts from when the oldest pending command left, whether or not
+            # bytes trickle in meanwhile: a peer sending a few bytes every 0.1 s used to keep a
+            # reply that never completes alive for good (every caller then waited its whole
+            # deadline, and the circuit breaker never opened).
+            overdue_at = self._overdue_at()
+            now = time.monotonic()
+            if overdue_at is None:
+                # Idle, or commands not yet written: look again within socket_timeout_s (a
+                # command sent meanwhile is overdue no earlier than that).
+                deadline = now + self.timeout
+            elif now < overdue_at:
+                deadline = overdue_at
+            elif self._readable_now():
+                # Overdue, but the reply may be here already, unread because this process was
+                # busy: read what is here (bounded, should a TLS record be incomplete).
+                deadline = now + self.timeout
+            else:
+                raise _ConnectionLost(
+                    f"no reply within {self.timeout:g}s (socket_timeout_s)", timeout=True
+                )
+            data = None
+            with trio.move_on_after(deadline - now):  # (trio's clock is not time.monotonic)
                 try:
                     data = await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise _ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-            if idle.cancelled_caught:
-                # Silence is fine on an idle connection; not when a reply is overdue, unless
-                # it is already here and only this process was too busy to read it.
-                if (
-                    self.pending
-                    and time.monotonic() - self.pending[0].sent_at >= self.timeout
-                    and not self._readable_now()
-                ):
-                    raise _ConnectionLost(
-                        f"no reply within {self.timeout:g}s (socket_timeout_s)", timeout=True
-                    )
+            if data is None:
                 continue
             if not data:
                 raise _ConnectionLost("Redis closed the connection")
@@ -292,7 +355,7 @@ class _Pipe:
             pos = 0
             try:
                 while pos < len(buffer):
-                    value, pos = _parse(buffer, pos)
+                    value, pos = _parse(buffer, pos, limit)
                     if not self.pending:
                         raise _ConnectionLost("a reply from Redis that nobody asked for")
                     waiter = self.pending[0]
@@ -300,12 +363,16 @@ class _Pipe:
                     if len(waiter.replies) == waiter.count:
                         self.pending.popleft()
                         waiter.finish()
-                        if self.pending and self.pending[0].sent_at != math.inf:
-                            # The next one's clock starts when its predecessor is answered.
-                            self.pending[0].sent_at = time.monotonic()
             except _Incomplete:
                 pass
             del buffer[:pos]
+            if len(buffer) > limit + 64:
+                # What is left is one reply, incomplete: none this client asks for is that big
+                # (a line without its end, a bulk string streamed without end). Unbounded, a peer
+                # streaming one grew the process by gigabytes after its callers had given up.
+                raise _ConnectionLost(
+                    f"a reply from Redis over {limit} bytes (max_entry_bytes and a margin)"
+                )
 
 
 class RedisConnection:
@@ -321,7 +388,9 @@ class RedisConnection:
 
     After a failure the connection is *down* for ``retry_interval_s``: calls fail at once with
     :class:`RedisUnavailable` instead of each waiting for a timeout; the first call after that
-    interval connects again. ``recoveries`` counts the successes that followed a failure.
+    interval connects again. A caller's deadline that expires while it waits for Redis is a
+    failure too (the connection stays open: the late replies are read and dropped).
+    ``recoveries`` counts the successes that followed a failure.
     """
 
     def __init__(self, settings: RedisSettings) -> None:
@@ -346,6 +415,7 @@ class RedisConnection:
             )
         if int(options.get("db", 0) or 0):
             self._hello.append(["SELECT", int(options["db"])])
+        self.max_reply_bytes = settings.max_entry_bytes + _REPLY_MARGIN
         self._pipe: _Pipe | None = None
         self._connecting: tuple[trio.lowlevel.TrioToken, trio.Lock] | None = None
         self._down_until = 0.0
@@ -372,9 +442,11 @@ class RedisConnection:
         :raises RedisUnavailable: Redis is down, unreachable, closed the connection or timed out.
         """
         self._check(what)
+        started = time.monotonic()
         for attempt in (0, 1):
             fresh = True
             pipe: _Pipe | None = None
+            waiter: _Waiter | None = None
             try:
                 pipe, fresh = await self._current_pipe()
                 waiter = pipe.submit(commands)
@@ -389,6 +461,23 @@ class RedisConnection:
                 self._failed(what, exc, pipe)
             except (OSError, trio.TooSlowError, ssl.SSLError) as exc:
                 self._failed(what, exc, pipe)
+            except trio.Cancelled as exc:
+                waited = time.monotonic() - started
+                if (
+                    # (trio >= 0.31 says why a task was cancelled; with an older trio the
+                    # socket timeout alone opens the circuit)
+                    getattr(exc, "source", None) == "deadline"
+                    and (waiter is None or not waiter.done.is_set())
+                    and waited >= _STALLED_S
+                ):
+                    # Redis did not answer within the caller's deadline: a failure like a
+                    # socket timeout, or a server that trickles bytes or stalls below
+                    # socket_timeout_s held every call for its whole deadline, never "down".
+                    # The connection stays: other callers' commands are in flight on it.
+                    self._note_failure(
+                        what, TimeoutError(f"no reply before the caller's deadline ({waited:.2g}s)")
+                    )
+                raise
             else:
                 self._succeeded()
                 return waiter.replies
@@ -430,16 +519,22 @@ class RedisConnection:
             exc = TimeoutError(f"no connection within {self.settings.connect_timeout_s:g}s")
         elif isinstance(exc, _ConnectionLost | OSError) and not isinstance(exc, TimeoutError):
             exc = ConnectionError(str(exc))
-        self.failures += 1
-        self._failed_before = True
-        self._last_error = f"{type(exc).__name__}: {exc}"
-        self._down_until = time.monotonic() + self.settings.retry_interval_s
-        logger.warning("Redis at %s failed (%s): %s", self.url, what, self._last_error)
+        self._note_failure(what, exc)
         if pipe is not None and self._pipe is pipe:
             # Only the connection that failed: another caller may have opened a new one.
             self._pipe.close()
             self._pipe = None
         raise RedisUnavailable(self.url, what, exc) from exc
+
+    def _note_failure(self, what: str, exc: BaseException) -> None:
+        """Count a failure and open the circuit for ``retry_interval_s``."""
+        was_down = self.is_down
+        self.failures += 1
+        self._failed_before = True
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        self._down_until = time.monotonic() + self.settings.retry_interval_s
+        if not was_down:  # concurrent callers failing together: one line
+            logger.warning("Redis at %s failed (%s): %s", self.url, what, self._last_error)
 
     @staticmethod
     def _same_run(pipe: _Pipe) -> bool:
@@ -475,7 +570,7 @@ class RedisConnection:
                         await trio.aclose_forcefully(stream)
                         raise
                     stream = tls
-            pipe = _Pipe(stream, settings.socket_timeout_s)
+            pipe = _Pipe(stream, settings.socket_timeout_s, self.max_reply_bytes)
             trio.lowlevel.spawn_system_task(pipe.serve, name="tooldeck-redis-connection")
             try:
                 if self._hello:
@@ -543,16 +638,34 @@ async def delete_matching(
 ) -> int:
     """Delete every key matching ``pattern`` with SCAN + UNLINK (never KEYS, which blocks the
     server); return how many were deleted."""
+    deleted, _ = await scan_delete(connection, what, pattern, batch_size=batch_size)
+    return deleted
+
+
+async def scan_delete(
+    connection: RedisConnection,
+    what: str,
+    pattern: str,
+    *,
+    cursor: bytes | int = 0,
+    max_batches: int | None = None,
+    batch_size: int = 500,
+) -> tuple[int, bytes | int]:
+    """Delete the keys matching ``pattern`` with SCAN + UNLINK from ``cursor`` on, for at most
+    ``max_batches`` SCAN round trips; return how many were deleted and the cursor to go on
+    from (0 once the whole keyspace was scanned)."""
     deleted = 0
-    cursor: bytes | int = 0
-    while True:
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        batches += 1
         cursor, keys = await connection.call(
             what, "SCAN", cursor, "MATCH", pattern, "COUNT", batch_size
         )
         if keys:
             deleted += int(await connection.call(what, "UNLINK", *keys))
         if cursor in (b"0", 0):
-            return deleted
+            return deleted, 0
+    return deleted, cursor
 
 
 def parse_info(raw: bytes) -> dict[str, str]:

@@ -83,42 +83,78 @@ _MOVING_WINDOW = "local keys = KEYS\n" + _WINDOWS
 # served. It is replaced by the server clock in microseconds: a value no earlier miss saw (it is
 # above any counter), so that their puts are refused, as after an invalidation. Returns the
 # generation and whether it was repaired. Needs the server's TIME before writes (Redis >= 5).
+# A missing generation (never set, or evicted by an allkeys-* maxmemory policy) starts at the
+# clock too, not at 0: entries stored under an earlier 0 or 1 must not match it again.
 GENERATION_LUA = """
-local function generation(key)
-  local gen = redis.pcall('GET', key)
-  if not gen then
-    return '0', 0
-  end
-  if type(gen) == 'string' and string.len(gen) <= 18 and string.match(gen, '^%d+$') then
-    return gen, 0
-  end
+local function fresh_generation(key)
   local t = redis.call('TIME')
   local fresh = t[1] .. string.format('%06d', tonumber(t[2]))
   redis.call('UNLINK', key)
   redis.call('SET', key, fresh)
-  return fresh, 1
+  return fresh
+end
+local function generation(key)
+  local gen = redis.pcall('GET', key)
+  if not gen then
+    return fresh_generation(key), 0
+  end
+  if type(gen) == 'string' and string.len(gen) <= 18 and string.match(gen, '^%d+$') then
+    return gen, 0
+  end
+  return fresh_generation(key), 1
 end
 """
 
-# KEYS[1]: a cache entry, then the windows. A hit returns {2, value} and counts nothing (a
-# cached answer is not a call); a miss counts the call as _MOVING_WINDOW does. One round trip
-# for the cache probe and the limit of a cacheable, rate-limited call. An entry larger than the
-# cache's max_entry_bytes is a miss: this deck never writes one (another deployment or version
-# did), and sending it would move megabytes through the connection every other call shares.
-# KEYS[2] is the tool's cache generation (see tooldeck_redis._cache): a miss also answers it,
-# so that the result of the call that follows is stored only if no process invalidated the tool
-# meanwhile (a miss's items: allowed, index, retry, generation, whether the generation was
-# repaired, windows repaired).
+# A cache entry is '<generation>|<JSON result>': the tool's generation when it was stored (see
+# tooldeck_redis._cache). entry(key, gen, max_bytes) answers its JSON when it was stored under
+# `gen`, false when there is none or it is stale (an invalidation came since: deleted here, so
+# that invalidating is one INCR and no scan has to reach the entry), and 0 when it is foreign
+# (another key type, over max_bytes, or no generation: another version's, or garbage).
+_ENTRY = """
+local function entry(key, gen, max_bytes)
+  local value = redis.pcall('GET', key)
+  if not value then
+    return false
+  end
+  if type(value) ~= 'string' or string.len(value) > max_bytes then
+    return 0
+  end
+  local head = string.match(string.sub(value, 1, 20), '^(%d+)|')
+  if not head then
+    return 0
+  end
+  if head ~= gen then
+    redis.call('UNLINK', key)
+    return false
+  end
+  return string.sub(value, string.len(head) + 2)
+end
+"""
+
+#: An entry's generation prefix is at most this long: 18 digits and '|'.
+_ENTRY_OVERHEAD = 19
+
+# KEYS[1]: a cache entry, then the windows. A hit returns {2, value, generation} and counts
+# nothing (a cached answer is not a call); a miss counts the call as _MOVING_WINDOW does. One
+# round trip for the cache probe and the limit of a cacheable, rate-limited call. An entry
+# larger than the cache's max_entry_bytes is a miss: this deck never writes one (another
+# deployment or version did), and sending it would move megabytes through the connection every
+# other call shares. KEYS[2] is the tool's cache generation (see tooldeck_redis._cache): only an
+# entry stored under it is a hit, and every answer carries it, so that the result of the call
+# that follows is stored only if no process invalidated the tool meanwhile (the hit's too: its
+# value may be unreadable to the client, a miss then). A miss's items: allowed, index, retry,
+# generation, whether the generation was repaired, windows repaired.
 # A cache entry of another key type (GET answers WRONGTYPE, caught by pcall) is a miss too: the
 # put that follows overwrites it (SET replaces any type).
 _CACHED_OR_WINDOW = (
     GENERATION_LUA.replace("%", "%%")
+    + _ENTRY.replace("%", "%%")
     + """
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'string' and string.len(value) <= %d then
-  return {2, value}
-end
 local gen, gen_repaired = generation(KEYS[2])
+local value = entry(KEYS[1], gen, %d)
+if type(value) == 'string' then
+  return {2, value, gen}
+end
 local keys = {}
 for i = 3, #KEYS do
   keys[i - 2] = KEYS[i]
@@ -129,28 +165,24 @@ end
     .replace("return {1, 0, 0, repaired}", "return {1, 0, 0, gen, gen_repaired, repaired}")
 )
 
-# KEYS[1]: a cache entry, KEYS[2]: its tool's cache generation. {value, generation}: the value,
-# nil, or 0 when it is larger than max_entry_bytes (left on the server, as above).
-# (a value of another key type: 0 too, see _CACHED_OR_WINDOW; the third item: whether the
-# generation was repaired, see GENERATION_LUA.)
-_BOUNDED_GET = GENERATION_LUA.replace("%", "%%") + """
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'table' or (value and string.len(value) > %d) then
-  value = 0
-end
+# KEYS[1]: a cache entry, KEYS[2]: its tool's cache generation. {value, generation, repaired}:
+# the entry's JSON, nil (none, or stale), or 0 (foreign: see _ENTRY); the generation; and
+# whether the generation was repaired (see GENERATION_LUA).
+_BOUNDED_GET = GENERATION_LUA.replace("%", "%%") + _ENTRY.replace("%", "%%") + """
 local gen, gen_repaired = generation(KEYS[2])
-return {value, gen, gen_repaired}
+return {entry(KEYS[1], gen, %d), gen, gen_repaired}
 """
 
 
 def cached_or_window(max_entry_bytes: int) -> str:
     """The cache probe + window check script for entries of at most ``max_entry_bytes``."""
-    return _CACHED_OR_WINDOW % int(max_entry_bytes)
+    return _CACHED_OR_WINDOW % (int(max_entry_bytes) + _ENTRY_OVERHEAD)
 
 
 def bounded_get(max_entry_bytes: int) -> str:
-    """The ``GET`` script that answers 0 instead of a value over ``max_entry_bytes``."""
-    return _BOUNDED_GET % int(max_entry_bytes)
+    """The ``GET`` script that answers 0 instead of a value over ``max_entry_bytes`` and only
+    the entries stored under the tool's current generation."""
+    return _BOUNDED_GET % (int(max_entry_bytes) + _ENTRY_OVERHEAD)
 
 
 @attrs.frozen

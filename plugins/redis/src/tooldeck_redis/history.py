@@ -145,7 +145,13 @@ local known = redis.call('SMEMBERS', models)
 local dropped = 0
 for k = 1, #all, 2 do
   local ok, row = pcall(cjson.decode, all[k + 1])
-  if ok and type(row) == 'table' and gone[row['tool']] then
+  local tool = ok and type(row) == 'table' and row['tool']
+  if not ok then
+    -- cjson refuses an escaped lone surrogate ("\\ud800", see _record_body): the tool is the
+    -- last field, a plain name.
+    tool = string.match(all[k + 1], '"tool": ?"([^"\\]*)"}$')
+  end
+  if tool and gone[tool] then
     local id = all[k]
     redis.call('ZREM', lru, id)
     redis.call('HDEL', rec, id)
@@ -159,7 +165,19 @@ return dropped
 
 
 def _record_id(query: str, tool: str) -> str:
-    return hashlib.sha256(f"{tool}\0{query}".encode()).hexdigest()[:32]
+    # surrogatepass: any str has an id. A task may hold a lone surrogate (valid in a JSON
+    # request: "\ud800"); encoded strictly it raised, and failed every later exchange.
+    return hashlib.sha256(f"{tool}\0{query}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _record_body(query: str, tool: str) -> bytes:
+    """The record as UTF-8 JSON; a text UTF-8 cannot carry (a lone surrogate) is escaped
+    (``\\ud800``), which JSON reads back to the same text."""
+    row = {"q": query, "tool": tool}
+    try:
+        return json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(row).encode("ascii")
 
 
 class RedisHistoryStore:
@@ -214,10 +232,23 @@ class RedisHistoryStore:
             self.max_records, int(since * 1000), self.model_id, len(uses), _MAX_FIELD_BYTES,
             _MAX_EVICTIONS,
         ]  # fmt: skip
+        sent = 0
         for use in uses:
-            packed = b"" if use.vector is None else np.asarray(use.vector, np.float16).tobytes()
-            body = json.dumps({"q": use.query, "tool": use.tool}, ensure_ascii=False)
-            args += [_record_id(use.query, use.tool), body, int(use.count), packed]
+            try:
+                packed = (
+                    b"" if use.vector is None else np.asarray(use.vector, np.float16).tobytes()
+                )
+                row = [_record_id(use.query, use.tool), _record_body(use.query, use.tool),
+                       int(use.count), packed]
+            except (TypeError, ValueError) as exc:
+                # This row, not Redis: skipped alone. Raised, it failed the exchange, and the
+                # history took it for Redis being down and sent the row again, for ever.
+                logger.warning("selection history %s: a use that cannot be stored was dropped "
+                               "(%s: %s)", self.label, type(exc).__name__, exc)
+                continue
+            args += row
+            sent += 1
+        args[3] = sent
         reply = self._exchange(keys=self._keys, args=args)
         now = int(reply[0]) / 1000
         if int(reply[1]):
@@ -250,11 +281,11 @@ class RedisHistoryStore:
                 last = 0.0
             try:
                 # Bounded as in the file: a planted count of 10^15 must not outweigh all use.
-                uses = max(1, min(int(count), _MAX_COUNT))
+                total = max(1, min(int(count), _MAX_COUNT))
             except (TypeError, ValueError):
-                uses = 1
+                total = 1
             rows.append(HistoryRow(
-                query=query, tool=tool, count=uses, last=last, vector=vector
+                query=query, tool=tool, count=total, last=last, vector=vector
             ))
         return rows, now
 
