@@ -45,6 +45,7 @@ def test_a_provider_set_after_the_plugin_loaded_gets_the_spans():
         tooldeck_otel.tooldeck_event(
             Event(kind="call.end", tool="late", data={"success": False, "code": "TIMEOUT"})
         )
+        assert tooldeck_otel.flush()  # spans are ended on the plugin's export thread
         for span in exporter.get_finished_spans():
             print(span.name, span.status.status_code.name, span.attributes["error.type"])
         """

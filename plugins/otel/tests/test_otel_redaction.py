@@ -85,10 +85,16 @@ def _deck():
     )
 
 
+def _finished():
+    # Spans are ended on the plugin's export thread: wait for it.
+    assert tooldeck_otel.flush()
+    return _EXPORTER.get_finished_spans()
+
+
 def _recorded() -> str:
     return "\n".join(
         f"{s.name} {dict(s.attributes or {})} {s.status.description}"
-        for s in _EXPORTER.get_finished_spans()
+        for s in _finished()
     )
 
 
@@ -98,7 +104,7 @@ async def test_content_capture_records_the_task_redacted(kind: str, tmp_path) ->
     async with _deck() as deck:
         hand = await deck.session(workdir=tmp_path).select(f"shout a greeting with {text}")
     assert hand.names == ["shout"]
-    (span,) = [s for s in _EXPORTER.get_finished_spans() if s.name == "tooldeck.select"]
+    (span,) = [s for s in _finished() if s.name == "tooldeck.select"]
     query = span.attributes["tooldeck.select.query"]
     assert query.startswith("shout a greeting with ") and "[REDACTED:" in query
     assert secret not in _recorded()
@@ -112,7 +118,7 @@ async def test_an_invented_tool_name_is_recorded_redacted(kind: str, tmp_path) -
         made_up = await session.call(f"upload_{text}", {})
         known = await session.call("shout", {"text": "hi"})
     assert not made_up.success and known.success
-    spans = {s.attributes["gen_ai.tool.name"]: s for s in _EXPORTER.get_finished_spans()
+    spans = {s.attributes["gen_ai.tool.name"]: s for s in _finished()
              if s.name.startswith("execute_tool ")}
     assert "shout" in spans and len(spans) == 2
     (invented,) = [name for name in spans if name != "shout"]

@@ -55,8 +55,14 @@ def _deck(*entry_points: str, **kw):
                      tools=[shout], **kw)
 
 
+def _finished():
+    # Spans are ended on the plugin's export thread: wait for it.
+    assert tooldeck_otel.flush()
+    return _EXPORTER.get_finished_spans()
+
+
 def _spans(name: str):
-    return [s for s in _EXPORTER.get_finished_spans() if s.name == name]
+    return [s for s in _finished() if s.name == name]
 
 
 async def test_a_call_is_an_execute_tool_span_under_the_agents_span():
@@ -97,6 +103,7 @@ async def test_a_failed_call_has_error_type_and_error_status(name, arguments, co
 
 
 def _points(metric_name: str):
+    assert tooldeck_otel.flush()
     data = _READER.get_metrics_data()
     found = []
     for resource in data.resource_metrics if data else ():
@@ -160,9 +167,9 @@ async def test_invented_tool_names_add_no_metric_series_nor_span_names():
     labels = {p.attributes["gen_ai.tool.name"] for p in _points("tooldeck.tool.calls")}
     assert "_OTHER" in labels and "shout" in labels
     assert not labels & set(invented)
-    span_names = {s.name for s in _EXPORTER.get_finished_spans()}
+    span_names = {s.name for s in _finished()}
     assert span_names >= {"execute_tool _OTHER", "execute_tool shout"}
     assert not any(n.removeprefix("execute_tool ") in invented for n in span_names)
-    recorded = {s.attributes["gen_ai.tool.name"] for s in _EXPORTER.get_finished_spans()
+    recorded = {s.attributes["gen_ai.tool.name"] for s in _finished()
                 if s.name == "execute_tool _OTHER"}
     assert recorded == set(invented)

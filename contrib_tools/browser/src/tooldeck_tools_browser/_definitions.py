@@ -42,6 +42,9 @@ def _security(level: SecurityLevel, **kw: object) -> SecurityConfig:
 # The execution timeout sits above the largest timeout_s a model may ask for, so that the
 # tool's own, more precise TIMEOUT answers first.
 _EXECUTION = ExecutionConfig(timeout_s=MAX_TIMEOUT_S + 30, max_output_bytes=400_000)
+#: The cacheable tools that read the workdir (the fs pack's), whose cached results a write there
+#: makes stale; the same list file_write and shell_exec declare.
+_WORKDIR_READERS = ("file_read", "list_dir")
 
 BROWSER_NAVIGATE = ToolDefinition(
     name="browser_navigate",
@@ -168,7 +171,11 @@ BROWSER_SCREENSHOT = ToolDefinition(
     },
     security=_security(SecurityLevel.MODERATE, path_params=("path",),
                        allowed_paths=("{workdir}",), writes_workdir=True),
-    execution=_EXECUTION,
+    # The PNG replaces whatever file was at the path: a cached file_read (or listing) of it
+    # would answer with the previous picture.
+    execution=ExecutionConfig(timeout_s=_EXECUTION.timeout_s,
+                              max_output_bytes=tools.SCREENSHOT_MAX_OUTPUT_BYTES,
+                              invalidates=_WORKDIR_READERS),
     execute=tools.browser_screenshot,
     entrypoint="tooldeck_tools_browser.tools:browser_screenshot",
     call_style="mapping",

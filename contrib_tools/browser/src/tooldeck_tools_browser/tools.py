@@ -377,9 +377,12 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     return ToolResult.ok(result, browser_sandbox=sandbox) if sandbox else ToolResult.ok(result)
 
 
-#: Screenshots up to this size (raw PNG bytes) come back as an image block too; base64 of it
-#: must stay under the tool's output cap (execution.max_output_bytes, 1 MB by default).
+#: Screenshots up to this size (raw PNG bytes) come back as an image block too.
 IMAGE_MAX_BYTES = 600_000
+#: browser_screenshot's ``execution.max_output_bytes``: the inline image counts as its base64
+#: (4/3 of the PNG) plus room for the other fields. It used to share the page tools' 400 000,
+#: under which a 447 kB screenshot was saved but its call answered OUTPUT_TRUNCATED.
+SCREENSHOT_MAX_OUTPUT_BYTES = (IMAGE_MAX_BYTES + 2) // 3 * 4 + 64 * 1024  # base64, and the rest
 
 
 async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:

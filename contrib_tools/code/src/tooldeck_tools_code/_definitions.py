@@ -97,6 +97,10 @@ def build_definition(javascript: bool) -> ToolDefinition:
             timeout_s=MAX_TIMEOUT_S + 15.0,
             retryable=False,
             cacheable=False,
+            # With bubblewrap the workdir is read-only; in the runner's degraded mode (an
+            # explicit opt-in) the snippet can write the host's files, the workdir's included,
+            # and a cached file_read or listing of them would be stale.
+            invalidates=("file_read", "list_dir"),
             memory_mb=MEMORY_MB,
             # Kept output and file contents, after JSON escaping and base64.
             max_output_bytes=6 * (STDOUT_CAP_BYTES + STDERR_CAP_BYTES) + 2 * 1024 * 1024,

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import RegisterFn, hookimpl
+from tooldeck_hookspecs import (
+    ErrorCode,
+    RegisterFn,
+    ToolCall,
+    ToolDefinition,
+    ToolError,
+    ToolResult,
+    hookimpl,
+    nonblocking,
+)
 
-from ._definitions import definitions
+from ._definitions import CODE_EXECUTE, definitions
 
 
 @hookimpl
@@ -12,3 +21,45 @@ def tooldeck_register_tools(register: RegisterFn) -> None:
     """Register ``code_execute``."""
     for tool in definitions():
         register(tool)
+
+
+@hookimpl
+@nonblocking  # two comparisons for every other result
+def tooldeck_process_result(
+    call: ToolCall, tool: ToolDefinition, result: ToolResult
+) -> ToolResult | None:
+    """Say, when a ``code_execute`` result was dropped for its size, that the program ran.
+
+    The sandbox replaces a result over the tool's ``execution.max_output_bytes`` with
+    ``OUTPUT_TRUNCATED``, exit code and all; the model is told that the program was probably
+    run and how to get a result that fits.
+    """
+    error = result.error
+    if (
+        error is None
+        or error.code != ErrorCode.OUTPUT_TRUNCATED
+        or tool.entrypoint != CODE_EXECUTE.entrypoint
+        or error.details.get("program_may_have_run")
+    ):
+        return None
+    limit = tool.execution.max_output_bytes
+    return ToolResult(
+        success=False,
+        data=result.data,
+        metadata=result.metadata,
+        error=ToolError(
+            code=error.code,
+            message=(
+                f"{error.message.rstrip('. ')}. The program was probably run: only its result "
+                "(exit code, output and the files it wrote) was dropped for being larger than "
+                "code_execute's result limit"
+            ),
+            retryable=False,
+            suggestion=(
+                "Print less (a summary, counts, the first and last lines) and write fewer or "
+                f"smaller files, so that the whole result fits in {limit} bytes."
+            ),
+            details={**error.details, "program_may_have_run": True, "max_output_bytes": limit},
+            plugin=error.plugin,
+        ),
+    )

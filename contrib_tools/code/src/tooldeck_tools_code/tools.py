@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from tooldeck_tools_process import Completed, LineProgress, describe, run_process, within_call
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
@@ -34,6 +35,7 @@ __all__ = [
     "PYTHON_MEMORY_MB",
     "NODE_MEMORY_MB",
     "NODE_HEAP_MB",
+    "NODE_RESERVED_MB",
     "STDOUT_CAP_BYTES",
     "STDERR_CAP_BYTES",
     "MAX_FILES",
@@ -49,19 +51,24 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 120.0
 MAX_CODE_CHARS = 100 * 1024
 MAX_STDIN_BYTES = 1024 * 1024
-#: Memory of a Python snippet, and its address space (RLIMIT_AS) where the runner has no memory
-#: cgroup: there the runner caps the whole sandbox's address space at the call's memory_mb, and
-#: a bigger allocation raises MemoryError.
+#: The default memory of a call (``execution.memory_mb``; a deployment may set another). Where
+#: the runner has no memory cgroup it gives every process of the call, the snippet's included,
+#: that much address space (RLIMIT_AS), and the snippet gets the same: a bigger allocation
+#: raises MemoryError. The tool reads the limit it was given, never this default.
 PYTHON_MEMORY_MB = 256
 #: Address space of a Python snippet where the call's memory cgroup bounds its real memory (the
 #: runner then sets no RLIMIT_AS): a backstop that turns an absurd allocation into MemoryError.
 #: Address space is not memory: numpy alone reserves 100-140 MiB (OpenBLAS buffers), every
 #: thread 8 MiB of stack; at 256 MiB a 3000x3000 matrix product (176 MB in use) failed and a
-#: pool of 32 threads could not start.
+#: pool of 32 threads could not start. The sandbox does not show the cgroup's size, so this
+#: backstop cannot follow a larger ``execution.memory_mb`` (see the README).
 PYTHON_ADDRESS_SPACE_MB = 1024
 #: V8 reserves about 1 GiB of address space before it runs a line, so node gets a larger
-#: address space and its heap is capped by V8 itself (``--max-old-space-size``).
-NODE_MEMORY_MB = 1280
+#: address space and its heap is capped by V8 itself (``--max-old-space-size``): this much
+#: beside the heap, and a heap of at least NODE_HEAP_MB (more where the call's address space
+#: limit leaves room for it).
+NODE_RESERVED_MB = 1024
+NODE_MEMORY_MB = NODE_RESERVED_MB + 256
 NODE_HEAP_MB = 256
 STDOUT_CAP_BYTES = 64 * 1024
 STDERR_CAP_BYTES = 32 * 1024
@@ -149,15 +156,44 @@ def _timeout(value: Any) -> float:
     return float(value)
 
 
-def _address_space_mb() -> int:
-    """The address space a Python snippet gets here: :data:`PYTHON_ADDRESS_SPACE_MB`, or less
-    where this process's own limit is lower (the runner's fallback without a memory cgroup)."""
+def _call_address_space_mb() -> int | None:
+    """The address space the call gives each of its processes, in MiB: this process's hard
+    RLIMIT_AS, which the runner sets to the call's ``execution.memory_mb`` where no memory
+    cgroup bounds the call; None when there is no such limit (a cgroup, whose size the sandbox
+    does not show, or no sandbox at all)."""
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     if hard == resource.RLIM_INFINITY:
-        return PYTHON_ADDRESS_SPACE_MB
-    return min(PYTHON_ADDRESS_SPACE_MB, hard // (1024 * 1024))
+        return None
+    return int(hard // (1024 * 1024))
+
+
+@attrs.frozen
+class _Memory:
+    """What a snippet's process gets: its address space, V8's heap, and what to call them."""
+
+    address_space_mb: int
+    heap_mb: int | None
+    #: True: the address space is the call's own memory limit (the runner's fallback); False:
+    #: the snippet's backstop inside the call's memory cgroup (or without any limit).
+    from_call: bool
+
+
+def _memory(language: str) -> _Memory:
+    """The snippet's memory limits, from what the call has (see :func:`_call_address_space_mb`).
+
+    The call's own limit wins, larger or smaller than the backstops: a deployment that gives
+    code_execute 2 GiB gets 2 GiB for a snippet, not the 1 GiB backstop.
+    """
+    call_mb = _call_address_space_mb()
+    if language == "python":
+        if call_mb is None:
+            return _Memory(PYTHON_ADDRESS_SPACE_MB, None, from_call=False)
+        return _Memory(call_mb, None, from_call=True)
+    if call_mb is None:
+        return _Memory(NODE_MEMORY_MB, NODE_HEAP_MB, from_call=False)
+    return _Memory(call_mb, max(NODE_HEAP_MB, call_mb - NODE_RESERVED_MB), from_call=True)
 
 
 def _limits(memory_mb: int, cpu_s: int) -> Callable[[], None]:
@@ -288,7 +324,9 @@ def _describe(completed: Completed, language: str) -> dict[str, Any]:
     return {"language": language, **describe(completed)}
 
 
-def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], Callable[[], None]]:
+def _command(
+    language: str, script: str, timeout_s: float, memory: _Memory
+) -> tuple[list[str], Callable[[], None]]:
     # RLIMIT_CPU counts every thread: a limit of timeout_s killed a snippet running two busy
     # threads at half its time, with SIGKILL and no word of why. The wall clock (timeout_s)
     # is the limit; CPU seconds are a backstop, so they allow every CPU for the whole time.
@@ -297,7 +335,7 @@ def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], C
         # -I: no PYTHON* variables, no user site, no script directory on sys.path; -u: output
         # is not lost in a buffer when the snippet dies; -B: no .pyc files in the results.
         argv = [sys.executable, "-I", "-u", "-B", "-X", "utf8", script]
-        return argv, _limits(PYTHON_ADDRESS_SPACE_MB, cpu_s)
+        return argv, _limits(memory.address_space_mb, cpu_s)
     node = node_path()
     if node is None:
         raise ToolFailure(
@@ -306,8 +344,45 @@ def _command(language: str, script: str, timeout_s: float) -> tuple[list[str], C
             suggestion="Write the program in Python (language 'python') instead.",
             details={"language": "javascript", "available": ["python"]},
         )
-    argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", script]
-    return argv, _limits(NODE_MEMORY_MB, cpu_s)
+    argv = [node, f"--max-old-space-size={memory.heap_mb or NODE_HEAP_MB}", script]
+    return argv, _limits(memory.address_space_mb, cpu_s)
+
+
+def _out_of_memory_failure(
+    completed: Completed, result: dict[str, Any], language: str, memory: _Memory
+) -> ToolFailure:
+    """``SANDBOX_MEMORY_LIMIT`` naming the limit the snippet really had, never a default."""
+    if language == "python":
+        limit, what = memory.address_space_mb, "address space"
+    else:
+        limit, what = memory.heap_mb or NODE_HEAP_MB, "JavaScript heap"
+    if memory.from_call and language == "python":
+        whose = ("this call's memory limit (execution.memory_mb), applied as address space to "
+                 "each of its processes")
+    elif memory.from_call:
+        whose = (f"what this call's memory limit of {memory.address_space_mb} MiB of address "
+                 "space per process (execution.memory_mb) leaves beside the 1 GiB V8 reserves")
+    else:
+        whose = (f"this program's own {what} cap, inside the call's memory limit (stated in "
+                 "the result's metadata['limits'])")
+    return ToolFailure(
+        ErrorCode.SANDBOX_MEMORY_LIMIT,
+        f"the program ran out of memory ({limit} MiB of {what}: {whose}) and exited with "
+        f"code {completed.exit_code}; its output is in details",
+        suggestion="Use less memory: process the data in chunks or use smaller data "
+        "structures.",
+        details={"memory_mb": limit, "limit": what,
+                 "scope": "call" if memory.from_call else "program", "result": result},
+    )
+
+
+def _file_size_limit() -> int | None:
+    """The largest file the snippet may write, in bytes (RLIMIT_FSIZE, which the runner sets
+    and the snippet inherits), or None without a limit."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
@@ -335,7 +410,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             fh.write(code)
         work = os.path.join(base, "work")
         os.mkdir(work)
-        argv, preexec = _command(language, script, limit_s)
+        memory = _memory(language)
+        argv, preexec = _command(language, script, limit_s, memory)
         env = {
             "PATH": _PATH,
             "HOME": work,
@@ -403,21 +479,14 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 details={"timeout_s": timeout_s, "partial": result},
             )
         if _out_of_memory(completed, result["stderr"]):
-            limit = _address_space_mb() if language == "python" else NODE_HEAP_MB
-            raise ToolFailure(
-                ErrorCode.SANDBOX_MEMORY_LIMIT,
-                f"the program ran out of memory (limit {limit} MiB"
-                + (" of address space" if language == "python" else " of JavaScript heap")
-                + f"; the call as a whole has {PYTHON_MEMORY_MB} MiB of memory) and exited with "
-                f"code {completed.exit_code}; its output is in details",
-                suggestion="Use less memory: process the data in chunks or use smaller data "
-                "structures.",
-                details={"memory_mb": limit, "result": result},
-            )
+            raise _out_of_memory_failure(completed, result, language, memory)
         result.update(collect_files(work))
         notes = []
         if completed.signal == "SIGXFSZ":
-            notes.append("the program was killed for writing a file larger than allowed")
+            fsize = _file_size_limit()
+            notes.append("the program was killed for writing a file larger than "
+                         + (f"{fsize} bytes, the sandbox's limit per file" if fsize is not None
+                            else "allowed"))
         if completed.output_overflow:
             result["output_limit_exceeded"] = True
             notes.append(f"the program printed more than {DISCARD_LIMIT_BYTES} bytes beyond "

@@ -291,6 +291,15 @@ def _start_failure(exc: BaseException, argv: list[str]) -> ToolFailure:
     raise exc
 
 
+def _rlimit(name: str) -> int | None:
+    """This process's soft limit ``name`` (``RLIMIT_FSIZE``, ``RLIMIT_CPU``), which the command
+    inherits: the limits the runner set for the call, stated as they are rather than guessed."""
+    import resource
+
+    soft = resource.getrlimit(getattr(resource, name))[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
 def _notes(completed: Completed, result: dict[str, Any], shell: bool) -> list[str]:
     notes = []
     code = completed.exit_code
@@ -299,9 +308,15 @@ def _notes(completed: Completed, result: dict[str, Any], shell: bool) -> list[st
     elif shell and code == 126:
         notes.append("exit code 126: the program was found but could not be executed")
     elif completed.signal == "SIGXFSZ":
-        notes.append("the command was killed for writing a file larger than the sandbox allows")
+        fsize = _rlimit("RLIMIT_FSIZE")
+        notes.append("the command was killed for writing a file larger than "
+                     + (f"{fsize} bytes, the sandbox's limit per file" if fsize is not None
+                        else "the sandbox allows"))
     elif completed.signal == "SIGXCPU":
-        notes.append("the command was killed for using up its CPU time limit")
+        cpu = _rlimit("RLIMIT_CPU")
+        notes.append("the command was killed for using up its CPU time limit"
+                     + (f" ({cpu} CPU seconds per process, all its threads together)"
+                        if cpu is not None else ""))
     elif completed.signal and not completed.output_overflow:
         notes.append(f"the command was killed by {completed.signal}")
     for stream in ("stdout", "stderr"):
