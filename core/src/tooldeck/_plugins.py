@@ -23,6 +23,7 @@ import pluggy
 from tooldeck_hookspecs import (
     PROJECT_NAME,
     PluginLoadError,
+    TooldeckError,
 )
 from tooldeck_hookspecs.specs import SPEC_MODULES
 
@@ -484,6 +485,8 @@ class TooldeckPluginManager:
         for impl in self.impls(hook_name):
             try:
                 provider = impl(settings=settings)
+            except TooldeckError:
+                raise  # a ConfigError names the setting itself
             except Exception as exc:
                 raise PluginLoadError(
                     f"plugin {impl.plugin!r}: {hook_name} failed: {type(exc).__name__}: "
