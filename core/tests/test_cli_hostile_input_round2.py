@@ -146,3 +146,18 @@ async def test_a_validator_answering_one_string_is_one_problem() -> None:
         make_deck(inline_plugin(tooldeck_validate_tool, name="house-rules"),
                   load_entry_points=["schema", "runner"], tools=[echo])
     assert raised.value.problems == ["names must start with acme_"]
+
+
+def test_a_pack_whose_import_never_ends_is_left_out_after_register_timeout_s(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site"
+    _pack(site, "td_hangs", "import threading\nthreading.Event().wait()\n")
+    (tmp_path / "deck.toml").write_text("register_timeout_s = 2\n")
+    done = run("plugins", "--json", cwd=tmp_path,
+               env={"PYTHONPATH": str(site), "TOOLDECK_DISABLE_PLUGINS": "faiss",
+                    "TOOLDECK_CONFIG": str(tmp_path / "deck.toml")})
+    assert done.returncode == 0, done.stderr
+    failed = {f["name"]: f for f in json.loads(done.stdout)["failed"]}
+    assert failed["td_hangs"]["stage"] == "import"
+    assert "did not finish within 2 s" in failed["td_hangs"]["error"]

@@ -72,7 +72,13 @@ from ._normalise import (
     json_size,
     shorten,
 )
-from ._plugins import FailedPlugin, HookImpl, PluginInfo, TooldeckPluginManager
+from ._plugins import (
+    FailedPlugin,
+    HookImpl,
+    PluginInfo,
+    TooldeckPluginManager,
+    import_timeout,
+)
 
 __all__ = ["Deck", "Session", "Hand", "ConfirmRequest", "ConfirmCallback"]
 
@@ -876,7 +882,10 @@ class Deck:
         manager = TooldeckPluginManager() if plugin_manager is None else plugin_manager
         if entry_points is not False and plugin_manager is None:
             only = None if entry_points is True else list(entry_points)  # type: ignore[arg-type]
-            manager.load_entry_points(config.allows, only=only, strict=strict)
+            manager.load_entry_points(
+                config.allows, only=only, strict=strict,
+                import_timeout_s=import_timeout(config.settings),
+            )
         inline: list[str] = []
         given = list(plugins)
         _refuse_functions(given)

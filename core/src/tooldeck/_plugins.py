@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -99,6 +100,48 @@ def _claim_order(ep: importlib.metadata.EntryPoint) -> tuple[int, str, str]:
     dist = _canonical(_distribution_of(ep)[0])
     own = BUILTIN_ENTRY_POINTS.get(ep.name)
     return (0 if own is not None and dist == own else 1, dist, ep.value)
+
+
+#: How long one entry point's import may take (the configuration's ``register_timeout_s``
+#: when the deck is loaded from one).
+DEFAULT_IMPORT_TIMEOUT_S = 120.0
+
+
+def import_timeout(settings: Mapping[str, Any]) -> float:
+    """The configuration's ``register_timeout_s``, which bounds each entry point's import too."""
+    value = settings.get("register_timeout_s", DEFAULT_IMPORT_TIMEOUT_S)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return DEFAULT_IMPORT_TIMEOUT_S
+    return float(value)
+
+
+class ImportTimeout(Exception):
+    """An entry point's import did not finish within its deadline."""
+
+
+def _load_with_deadline(ep: importlib.metadata.EntryPoint, timeout: float | None) -> Any:
+    """``ep.load()``, on a daemon thread when there is a deadline: a pack whose import blocks
+    (a socket that never answers) used to hang every deck for ever. What the import raised is
+    raised here; past the deadline :class:`ImportTimeout` is, the import left running."""
+    if timeout is None:
+        return ep.load()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, ep.load()))
+        except BaseException as exc:  # handed to the loading thread, which decides
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"tooldeck-import-{ep.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        raise ImportTimeout(f"its import did not finish within {timeout:g} s (register_timeout_s)")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
@@ -194,11 +237,15 @@ class TooldeckPluginManager:
         only: Iterable[str] | None = None,
         *,
         strict: bool = True,
+        import_timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S,
     ) -> list[str]:
         """Load every allowed plugin of the ``tooldeck`` entry-point group; return their names.
 
         :param allows: the configuration's verdict on an entry-point name.
         :param only: load just these names (for tests), still subject to ``allows``.
+        :param import_timeout_s: an entry point whose import has not finished by then (it
+            waits on a server that never answers, a lock) is left out as failed, its import
+            abandoned on a daemon thread; None: wait for ever.
         :param strict: raise :class:`PluginLoadError` when any entry point fails to import or
             to register; otherwise each failure is logged as a warning, recorded in
             :attr:`failed` and the others load (a broken pack must not stop the deck).
@@ -237,7 +284,10 @@ class TooldeckPluginManager:
             if self.pm.get_plugin(ep.name) is not None:
                 continue
             try:
-                obj = ep.load()
+                # tooldeck's own packs are imported here (no thread on every start-up's path);
+                # any other under the deadline.
+                own = _claim_order(ep)[0] == 0
+                obj = _load_with_deadline(ep, None if own else import_timeout_s)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # any import-time error: a broken pack

@@ -69,7 +69,7 @@ def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -
     if first in core.choices and first not in _PLUGIN_GROUPS and ("-h" in argv or "--help" in argv):
         return  # a core command's own help needs no plugin
     from ._config import load_config
-    from ._plugins import TooldeckPluginManager
+    from ._plugins import TooldeckPluginManager, import_timeout
 
     try:
         config = load_config()
@@ -77,7 +77,10 @@ def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -
         # A broken configuration: the command reports it; the core's commands still parse.
         return
     manager = TooldeckPluginManager()
-    manager.load_entry_points(config.allows, strict="--strict" in argv)
+    manager.load_entry_points(
+        config.allows, strict="--strict" in argv,
+        import_timeout_s=import_timeout(config.settings),
+    )
     manager.register_commands(core)
     _LOADED = (config, manager)
 
