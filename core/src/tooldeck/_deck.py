@@ -1696,7 +1696,11 @@ class Session:
         self._info: SessionInfo | None = None
         self._admitted: dict[str, SessionInfo] = {}
         self._context_parts: dict[
-            str, tuple[ToolDefinition, tuple[str, ...], Mapping[str, Any], logging.Logger]
+            str,
+            tuple[
+                ToolDefinition, tuple[str, ...], Mapping[str, Any], logging.Logger,
+                Mapping[str, Any],
+            ],
         ] = {}
         settings = deck._hand_settings
         self.limit = int(settings.get("limit", 15))
@@ -3398,6 +3402,10 @@ class Session:
                 allowed,
                 self.deck.plugin_settings(tool.plugin),
                 self.deck._logger(tool.name),
+                {
+                    "memory_mb": tool.execution.memory_mb,
+                    "max_output_bytes": tool.execution.max_output_bytes,
+                },
             )
         context = ToolContext(
             session_id=self.id,
@@ -3409,6 +3417,7 @@ class Session:
             settings=parts[2],
             protected_paths=self._protected_paths(),
             logger=parts[3],
+            limits=parts[4],
         )
         listener = _PROGRESS.get()
         if listener is not None:  # Session.call(on_progress=...): emit reaches the caller

@@ -390,6 +390,12 @@ class ToolContext:
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
+    #: The limits this call runs under, as the executor applies them: ``memory_mb`` and
+    #: ``max_output_bytes`` (the tool's ``execution`` after configuration), and in a sandbox
+    #: ``memory`` (``"cgroup"``: the whole call's processes share ``memory_mb``; ``"rlimit"``:
+    #: each process gets that much address space). A tool that starts programs sizes what it
+    #: keeps of their output, or gives them, by these. Empty when nobody said.
+    limits: Mapping[str, Any] = attrs.field(factory=dict)
     #: The executor's side of this attempt (see the class docstring); None: no executor's.
     control: CallControl | None = attrs.field(default=None, repr=False, eq=False)
 

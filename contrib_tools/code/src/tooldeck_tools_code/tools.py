@@ -180,12 +180,31 @@ class _Memory:
     from_call: bool
 
 
-def _memory(language: str) -> _Memory:
+def _cgroup_memory_mb(limits: Mapping[str, Any] | None) -> int | None:
+    """The call's memory when a memory cgroup bounds the whole call (``context.limits``, from
+    the runner), which the sandbox does not show otherwise; None when not said."""
+    if not limits or limits.get("memory") != "cgroup":
+        return None
+    value = limits.get("memory_mb")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _memory(language: str, limits: Mapping[str, Any] | None = None) -> _Memory:
     """The snippet's memory limits, from what the call has (see :func:`_call_address_space_mb`).
 
     The call's own limit wins, larger or smaller than the backstops: a deployment that gives
-    code_execute 2 GiB gets 2 GiB for a snippet, not the 1 GiB backstop.
+    code_execute 2 GiB gets 2 GiB for a snippet, not the 1 GiB backstop. Under a memory cgroup
+    (``limits``), the backstops grow with the call's memory: the cgroup is the real limit.
     """
+    cgroup_mb = _cgroup_memory_mb(limits)
+    if cgroup_mb is not None:
+        if language == "python":
+            return _Memory(max(PYTHON_ADDRESS_SPACE_MB, cgroup_mb + 512), None, from_call=False)
+        return _Memory(
+            max(NODE_MEMORY_MB, cgroup_mb + NODE_RESERVED_MB),
+            max(NODE_HEAP_MB, cgroup_mb - NODE_RESERVED_MB),
+            from_call=False,
+        )
     call_mb = _call_address_space_mb()
     if language == "python":
         if call_mb is None:
@@ -410,7 +429,7 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
             fh.write(code)
         work = os.path.join(base, "work")
         os.mkdir(work)
-        memory = _memory(language)
+        memory = _memory(language, getattr(context, "limits", None))
         argv, preexec = _command(language, script, limit_s, memory)
         env = {
             "PATH": _PATH,

@@ -256,6 +256,24 @@ def _output_encoding(value: Any) -> str:
     return str(value)
 
 
+def fitted_caps(limits: Mapping[str, Any] | None) -> tuple[int, int]:
+    """The stdout and stderr bytes kept, shrunk to fit the call's ``max_output_bytes``
+    (``context.limits``) when a deployment set it below this tool's default: a result over the
+    limit was refused whole (``OUTPUT_TRUNCATED``, no exit code, no sign the command ran),
+    where a shorter output keeps the exit code and says what was cut. The default limit is 8
+    times the caps plus 64 KiB (output escaped in JSON, the result's other fields)."""
+    most = limits.get("max_output_bytes") if limits else None
+    if not isinstance(most, int) or isinstance(most, bool):
+        return STDOUT_CAP_BYTES, STDERR_CAP_BYTES
+    total = STDOUT_CAP_BYTES + STDERR_CAP_BYTES
+    room = (most - min(65536, most // 2)) // 8
+    if room >= total:
+        return STDOUT_CAP_BYTES, STDERR_CAP_BYTES
+    room = max(room, 2048)
+    stdout = max(1024, room * STDOUT_CAP_BYTES // total)
+    return stdout, max(1024, room - stdout)
+
+
 def _caps(cap: int, encoding: str) -> tuple[int, int]:
     # Text keeps head and tail; base64 keeps one contiguous run of bytes from the start.
     return (cap, 0) if encoding == "base64" else (cap // 2, cap - cap // 2)
@@ -359,6 +377,7 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     env.setdefault("PWD", cwd)
     call_left = context.seconds_left()
     limit_s, by_call = within_call(timeout_s, call_left)
+    stdout_cap, stderr_cap = fitted_caps(getattr(context, "limits", None))
     try:
         completed = run_process(
             argv,
@@ -366,8 +385,8 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             env=env,
             stdin=stdin,
             timeout_s=limit_s,
-            stdout_caps=_caps(STDOUT_CAP_BYTES, encoding),
-            stderr_caps=_caps(STDERR_CAP_BYTES, "text"),
+            stdout_caps=_caps(stdout_cap, encoding),
+            stderr_caps=_caps(stderr_cap, "text"),
             discard_limit=DISCARD_LIMIT_BYTES,
             # Long runs report their latest output line about once a second (MCP progress).
             on_output=LineProgress(context.emit),

@@ -203,6 +203,17 @@ def _emitter(wire: Any, response_fd: int) -> Any:
     return emit
 
 
+def _context_limits(limits: Any) -> dict[str, Any]:
+    """The ``limits`` of the tool's context: what this worker applies (``_apply_limits``)."""
+    return {
+        "limits": {
+            "memory_mb": limits.memory_mb,
+            "max_output_bytes": limits.max_output_bytes,
+            "memory": "rlimit" if limits.memory_rlimit else "cgroup",
+        }
+    }
+
+
 def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None) -> Any:
     from tooldeck_hookspecs import CallControl, ToolContext, ToolDefinition, call_tool_function
 
@@ -241,6 +252,7 @@ def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None
         logger=logging.getLogger(f"tooldeck.tool.{tool.name}"),
         control=control,
         **({"emit": _emitter(wire, response_fd)} if response_fd is not None else {}),
+        **_context_limits(request.limits),
     )
     value = call_tool_function(tool, request.call.arguments, context)
     if hasattr(value, "__await__"):
