@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._control import CallControl
 from ._deadline import CALL_DEADLINE, call_deadline, seconds_left
 from ._decorator import TOOL_OPTIONS_ATTR, tool
+from ._dropped import dropped_but_ran
 from ._futures import wait_future
 from ._lazy import lazy_exports
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
@@ -97,6 +98,7 @@ __all__ = [
     "hookspec",
     "observes",
     "wait_future",
+    "dropped_but_ran",
     "lazy_exports",
     "EVENT_KINDS_ATTR",
     "tool",

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from tooldeck_hookspecs import (
-    ErrorCode,
     RegisterFn,
     ToolCall,
     ToolDefinition,
-    ToolError,
     ToolResult,
+    dropped_but_ran,
     hookimpl,
     nonblocking,
 )
@@ -34,32 +33,20 @@ def tooldeck_process_result(
     ``OUTPUT_TRUNCATED``, exit code and all; the model is told that the program was probably
     run and how to get a result that fits.
     """
-    error = result.error
-    if (
-        error is None
-        or error.code != ErrorCode.OUTPUT_TRUNCATED
-        or tool.entrypoint != CODE_EXECUTE.entrypoint
-        or error.details.get("program_may_have_run")
-    ):
+    if tool.entrypoint != CODE_EXECUTE.entrypoint:
         return None
     limit = tool.execution.max_output_bytes
-    return ToolResult(
-        success=False,
-        data=result.data,
-        metadata=result.metadata,
-        error=ToolError(
-            code=error.code,
-            message=(
-                f"{error.message.rstrip('. ')}. The program was probably run: only its result "
-                "(exit code, output and the files it wrote) was dropped for being larger than "
-                "code_execute's result limit"
-            ),
-            retryable=False,
-            suggestion=(
-                "Print less (a summary, counts, the first and last lines) and write fewer or "
-                f"smaller files, so that the whole result fits in {limit} bytes."
-            ),
-            details={**error.details, "program_may_have_run": True, "max_output_bytes": limit},
-            plugin=error.plugin,
+    return dropped_but_ran(
+        result,
+        flag="program_may_have_run",
+        limit=limit,
+        ran=(
+            "The program was probably run: only its result "
+            "(exit code, output and the files it wrote) was dropped for being larger than "
+            "code_execute's result limit"
+        ),
+        suggestion=(
+            "Print less (a summary, counts, the first and last lines) and write fewer or "
+            f"smaller files, so that the whole result fits in {limit} bytes."
         ),
     )
