@@ -443,6 +443,7 @@ class ToolContext:
             protected_paths=self.protected_paths,
             logger=self.logger,
             emit=self.emit,
+            limits=self.limits,
             control=control,
         )
 
