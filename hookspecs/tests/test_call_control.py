@@ -23,7 +23,7 @@ def test_with_control_copies_every_field() -> None:
     values = {
         "session_id": "s", "workdir": "/w", "call_id": "c", "tool_name": "t",
         "allowed_paths": ("/w",), "attributes": {"a": 1}, "settings": {"b": 2},
-        "protected_paths": ("x",), "logger": object(), "emit": print,
+        "protected_paths": ("x",), "logger": object(), "emit": print, "limits": {"memory_mb": 1},
     }
     names = {field.name for field in attrs.fields(ToolContext)}
     assert names == {*values, "control"}, "a new field: copy it in ToolContext.with_control"
