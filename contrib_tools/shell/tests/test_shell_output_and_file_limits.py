@@ -40,16 +40,18 @@ def _deck(**config: Any) -> Any:
 
 @bwrap
 async def test_a_result_over_max_output_bytes_says_the_command_may_have_run(workdir) -> None:
-    async with _deck(tools={"shell_exec": {"execution": {"max_output_bytes": 10_000}}}) as deck:
+    # Below what even the smallest kept output fits in (the tool keeps at least 1 KiB of each
+    # stream, test_shell_output_fits_the_call): the result itself is dropped.
+    async with _deck(tools={"shell_exec": {"execution": {"max_output_bytes": 1_500}}}) as deck:
         session = deck.session(workdir=workdir, confirm=_yes)
         big = await session.call("shell_exec", {"command": ["seq", "1", "100000"]})
         small = await session.call("shell_exec", {"command": ["seq", "1", "3"]})
     assert not big.success and big.error.code == "OUTPUT_TRUNCATED", big
     assert "probably run" in big.error.message and "may have changed files" in big.error.message
     assert "Do not simply run it again" in big.error.suggestion
-    assert "10000 bytes" in big.error.suggestion
+    assert "1500 bytes" in big.error.suggestion
     assert big.error.details["command_may_have_run"] is True
-    assert big.error.details["max_output_bytes"] == 10_000
+    assert big.error.details["max_output_bytes"] == 1_500
     assert small.success and small.data["stdout"] == "1\n2\n3\n"
 
 
