@@ -80,3 +80,20 @@ async def test_an_authorize_hook_rewriting_the_arguments_changes_nothing_that_ru
     assert "my notes" in str(result.data)
     assert arguments == {"path": "notes.txt"}  # the caller's own dict is untouched
     assert judged and all(path == "notes.txt" for path in judged)
+
+
+async def test_an_invented_huge_tool_name_is_bounded_in_metadata_and_events(
+    tmp_path: Path,
+) -> None:
+    seen: list[Any] = []
+
+    def tooldeck_event(event: Any) -> None:
+        seen.append(event.tool)
+
+    deck = make_deck(inline_plugin(nonblocking(tooldeck_event), name="watch"),
+                     load_entry_points=["schema", "runner"])
+    async with deck:
+        result = await deck.session(workdir=str(tmp_path)).call("x" * 5_000_000, {})
+    assert result.error.code == "TOOL_NOT_FOUND"
+    assert len(result.metadata["tool"]) < 1000 and len(result.error.message) < 1000
+    assert seen and all(len(name) < 1000 for name in seen)

@@ -462,6 +462,9 @@ def _whole(name: str, value: Any, minimum: int) -> int:
 #: a hostile schema's levels are shared rather than copied, so copying never recurses out.
 _COPY_DEPTH = 200
 
+#: The most of a name no tool has that a result's metadata and the call's events carry.
+_SHOWN_NAME_CHARS = 256
+
 #: How long a cancelled writing call may spend invalidating cached reads on its way out.
 _CANCELLED_INVALIDATE_S = 5.0
 
@@ -2290,7 +2293,10 @@ class Session:
             # out in TOOL_NOT_FOUND, the metadata and the events, so all of them pass the
             # deck's outward redaction. Registered names are the developer's: nothing to do.
             result = self.deck.redact(result)
-            shown = self.deck.redact(call.name)
+            # Bounded too: a 5 MB invented name became a 5 MB metadata field and span attribute.
+            shown = self.deck.redact(
+                shorten(call.name, _SHOWN_NAME_CHARS) if type(call.name) is str else call.name
+            )
         elif result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
             # A plugin's failure quotes its exception (a Redis URL, a validator's message):
             # output like any other, so it passes the result processors (redaction) too. Some
