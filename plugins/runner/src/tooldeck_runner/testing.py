@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from ._config import RunnerSettings
+
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = ["rerun_suite"]
 
@@ -32,6 +33,8 @@ def rerun_suite(
     an autouse fixture that changes :class:`RunnerSettings`' defaults (``zygote=False``, say)
     for every test of the module: settings a test passes explicitly still win.
     """
+    import pytest  # here: a test helper, and pytest is no dependency of the runner
+
     path = Path(suite)
     unknown = set(defaults) - set(RunnerSettings.__init__.__kwdefaults__ or {})
     if unknown:
