@@ -17,7 +17,7 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import trio
@@ -26,7 +26,7 @@ from tooldeck_hookspecs import TooldeckError
 
 from .adapters import FORMATS, converter
 
-__all__ = ["main", "load_deck"]
+__all__ = ["main", "load_deck", "protocol_stdout"]
 
 
 def _print_json(value: Any) -> None:
@@ -57,6 +57,87 @@ def _load_deck() -> Any:
 def load_deck() -> Any:
     """The deck of this ``tooldeck`` run, for a plugin's command handler (plugins loaded once)."""
     return _load_deck()
+
+
+#: The real standard output, kept aside while a command speaks its protocol there.
+_PROTOCOL_STDOUT: int | None = None
+
+
+def protocol_stdout() -> int | None:
+    """The real standard output, for a command whose standard output is its protocol; None
+    for every other command (their output is left alone).
+
+    ``tooldeck serve mcp`` over stdio owns standard output: one stray line there (a plugin
+    printing at import, in a register hook, in a tool) corrupts the client's JSON-RPC stream.
+    For that command the CLI points file descriptor 1 and ``sys.stdout`` at standard error
+    before any plugin is imported, and keeps the real standard output as this private
+    descriptor (close-on-exec: no tool's subprocess inherits it) for the command's protocol
+    messages and nothing else. Both are restored when the command returns, or before it runs
+    when its parser does not declare that it writes here (``set_defaults(protocol_stdout=True)``,
+    as tooldeck-mcp's ``serve mcp`` does; an older plugin's command gets its stdout back).
+    """
+    return _PROTOCOL_STDOUT
+
+
+def _speaks_on_stdout(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs ``serve mcp`` over stdio (its default transport); its help, which
+    is printed, does not count."""
+    words = [a for a in argv if not a.startswith("-")]
+    if words[:2] != ["serve", "mcp"] or "-h" in argv or "--help" in argv:
+        return False
+    transport = "stdio"
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        # argparse takes an unambiguous prefix of an option too (`--trans http`).
+        if len(name) >= 3 and "--transport".startswith(name):
+            transport = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    return transport == "stdio"
+
+
+@contextlib.contextmanager
+def _stdout_for_protocol(active: bool) -> Iterator[Any]:
+    """While active: fd 1 and ``sys.stdout`` point at stderr, the real standard output is
+    :func:`protocol_stdout`'s (see there). Yields a function that restores both early (for a
+    command that turns out not to speak on stdout: an older plugin's)."""
+    global _PROTOCOL_STDOUT
+    if not active:
+        yield lambda: None
+        return
+    try:
+        import fcntl
+
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        private = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    except (ImportError, OSError, ValueError):  # no descriptors to move (or no stdout)
+        yield lambda: None
+        return
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no stderr either: what plugins print goes nowhere
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    saved = sys.stdout
+    sys.stdout = sys.stderr
+    _PROTOCOL_STDOUT = private
+
+    def restore() -> None:
+        global _PROTOCOL_STDOUT
+        if _PROTOCOL_STDOUT is None:
+            return
+        _PROTOCOL_STDOUT = None
+        if sys.stdout is sys.stderr:
+            sys.stdout = saved
+        with contextlib.suppress(OSError):
+            os.dup2(private, 1)
+        # `private` stays open: a thread the command abandoned may still be writing to it,
+        # and a closed number can be reused by another file.
+
+    try:
+        yield restore
+    finally:
+        restore()
 
 
 def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -804,19 +885,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    global _STRICT, _LOADED
+    global _LOADED
     _LOADED = None  # main() may run more than once in a process (tests): load afresh
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _safe_streams()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # Before any plugin is imported: nothing but the protocol reaches a protocol's stdout.
+    with _stdout_for_protocol(_speaks_on_stdout(arguments)) as restore:
+        return _run(argv, arguments, restore)
+
+
+def _run(argv: Sequence[str] | None, arguments: list[str], restore: Any) -> int:
+    global _STRICT
     parser = build_parser()
     try:
-        _add_plugin_commands(parser, list(sys.argv[1:] if argv is None else argv))
+        _add_plugin_commands(parser, arguments)
     except TooldeckError as exc:
         for line in str(exc).splitlines():
             sys.stderr.write(f"tooldeck: {line}\n")
         return 2
     _add_missing_commands(parser)
     args = parser.parse_args(argv)
+    if not getattr(args, "protocol_stdout", False):
+        # The handler does not take its output from protocol_stdout() (a plugin older than
+        # it): it gets its standard output back, as before.
+        restore()
     _STRICT = bool(args.strict)
     try:
         return int(args.func(args))

@@ -33,7 +33,8 @@ def add_serve_mcp(subparsers: Any) -> None:
         action="store_true",
         help="HTTP: no bearer token (any local process could run tools; loopback only)",
     )
-    m.set_defaults(func=_run)
+    # Over stdio the protocol is written to tooldeck.cli.protocol_stdout(), never to fd 1.
+    m.set_defaults(func=_run, protocol_stdout=True)
 
 
 def _run(args: argparse.Namespace) -> int:

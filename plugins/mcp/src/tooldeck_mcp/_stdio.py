@@ -22,6 +22,16 @@ and answers, as JSON-RPC 2.0 asks:
 * a line longer than :data:`MAX_LINE_BYTES` is skipped unread (``-32600``): memory stays
   bounded whatever the client sends.
 
+What one connection can hold is bounded too. At most :data:`MAX_IN_FLIGHT` of its requests
+are served at once; later ones wait in order (at most :data:`MAX_WAITING` of them,
+:data:`MAX_WAITING_BYTES` in all), and a request past both limits is answered at once with
+:data:`SERVER_BUSY` ("retry once an answer came"). Responses and notifications of the client
+never wait (an answer to the server's own elicitation must reach the call waiting for it), and
+a request still waiting that the client cancels is dropped unanswered. Answers go out through
+a queue of at most :data:`MAX_QUEUED_OUT_BYTES`: while a client does not read them, the server
+takes no further answer and reads nothing more from the client (its writes block), so a client
+that never reads holds bounded memory instead of every answer it asked for.
+
 Everything else goes to the SDK's server as it would have. Like the SDK's transport, fd 0 and
 fd 1 point at the null device and stderr while serving, so a tool's child process or a stray
 ``print`` can neither read nor corrupt the protocol.
@@ -35,6 +45,7 @@ import json
 import logging
 import os
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import partial
@@ -69,6 +80,25 @@ MAX_BATCH = 1000
 
 #: Lines longer than this have their JSON values counted in a worker thread.
 _INLINE_COUNT_BYTES = 1 << 20
+
+#: Requests of one connection served at once (handed to the server, not yet answered).
+MAX_IN_FLIGHT = 32
+
+#: Requests of one connection read past :data:`MAX_IN_FLIGHT` that wait for their turn...
+MAX_WAITING = 256
+
+#: ...and their bytes at most (one request of any size can always wait).
+MAX_WAITING_BYTES = 16 * 1024 * 1024
+
+#: Bytes written for the client that it has not read yet: past this the connection takes no
+#: further answer from the server and reads nothing more from the client.
+MAX_QUEUED_OUT_BYTES = 8 * 1024 * 1024
+
+#: JSON-RPC error code of a request refused because its connection is at both limits (in the
+#: range JSON-RPC 2.0 leaves to the implementation's server errors; the MCP SDK uses -32000
+#: for a closed connection and -32001 for a timeout). The request did not run: send it again
+#: once an answer came.
+SERVER_BUSY = -32005
 
 #: A JSON string (escapes included), to leave out of the count of values.
 _STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -203,6 +233,40 @@ class _Oversized:
     head: bytes
 
 
+@attrs.frozen
+class _Line:
+    """A line the transport answers itself (not the server's answer to a request it got)."""
+
+    text: str
+
+
+@attrs.frozen
+class _Waiting:
+    """A request read while :data:`MAX_IN_FLIGHT` of its connection were being served."""
+
+    message: Any
+    request_id: Any
+    size: int
+    batch: _Batch | None
+
+
+@attrs.frozen(kw_only=True)
+class StdioStatistics:
+    """What one stdio connection holds and has done (:meth:`StdioConnection.statistics`)."""
+
+    #: Requests handed to the server and not answered yet (at most :data:`MAX_IN_FLIGHT`).
+    in_flight: int
+    #: Requests read that wait for their turn, and their bytes.
+    waiting: int
+    waiting_bytes: int
+    #: Bytes written for the client that it has not read yet.
+    queued_out_bytes: int
+    #: Requests handed to the server so far.
+    admitted: int
+    #: Requests answered :data:`SERVER_BUSY` (past both limits) so far.
+    refused: int
+
+
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         data = data[os.write(fd, data) :]
@@ -240,6 +304,28 @@ def _claimed(fd: int, divert: Callable[[], int]) -> Iterator[int]:
             log.debug("stdio: fd %d not restored: %s", fd, exc)
 
 
+@contextmanager
+def stdout_kept_aside() -> Iterator[int]:
+    """fd 1 and ``sys.stdout`` pointed at stderr meanwhile; yields a private duplicate of the
+    real standard output for the protocol alone (fd 1 itself where descriptors cannot move).
+
+    For a server started without the ``tooldeck`` command line, which does this before any
+    plugin is imported (:func:`tooldeck.cli.protocol_stdout`): here it covers what plugins print
+    from the deck's loading on (register hooks, tools), not their imports."""
+    import sys
+
+    saved = sys.stdout
+    if saved is not None:
+        saved.flush()
+    with _claimed(1, lambda: os.dup(2)) as private:
+        if private != 1:
+            sys.stdout = sys.stderr
+        try:
+            yield private
+        finally:
+            sys.stdout = saved
+
+
 class StdioConnection:
     """One client over a pair of file descriptors (see the module's docstring).
 
@@ -269,6 +355,36 @@ class StdioConnection:
         self.version: str | None = None
         self._to_sdk: Any = None
         self._out: Any = None
+        #: Requests handed to the server and not yet answered, by id (an id sent twice counts
+        #: twice), and how many in all.
+        self._in_flight: dict[Any, int] = {}
+        self._in_flight_count = 0
+        self._waiting: deque[_Waiting] = deque()
+        self._waiting_bytes = 0
+        #: One task at a time hands requests to the server, so that they keep their order.
+        self._submitting = trio.Lock()
+        #: Woken when a request was answered or one more waits.
+        self._turns = trio.lowlevel.ParkingLot()
+        #: Encoded lines for the client, not written yet, and their bytes.
+        self._out_lines: deque[bytes] = deque()
+        self._out_bytes = 0
+        self._out_done = False
+        #: Woken when there is a line to write / when written lines left the queue.
+        self._out_ready = trio.lowlevel.ParkingLot()
+        self._drained = trio.lowlevel.ParkingLot()
+        self._admitted = 0
+        self._busy_refusals = 0
+
+    def statistics(self) -> StdioStatistics:
+        """What the connection holds now (see :class:`StdioStatistics`)."""
+        return StdioStatistics(
+            in_flight=self._in_flight_count,
+            waiting=len(self._waiting),
+            waiting_bytes=self._waiting_bytes,
+            queued_out_bytes=self._out_bytes,
+            admitted=self._admitted,
+            refused=self._busy_refusals,
+        )
 
     async def serve(self, run: Callable[[Any, Any], Awaitable[None]]) -> None:
         """Serve the connection: ``run(read_stream, write_stream)`` is the SDK's server loop.
@@ -285,12 +401,14 @@ class StdioConnection:
             self._to_sdk, sdk_reads = create_context_streams[Any](0)
             self._out, from_sdk = create_context_streams[Any](0)
             async with trio.open_nursery() as writing:
+                writing.start_soon(self._flusher)
                 writing.start_soon(self._writer, from_sdk)
                 async with trio.open_nursery() as reading:
                     reading.start_soon(self._reader)
+                    reading.start_soon(self._feeder)
                     await run(sdk_reads, self._out)
                     reading.cancel_scope.cancel()  # the SDK stopped: so does reading
-                self._out.close()  # the writer writes what is queued, then ends
+                self._out.close()  # the writer queues what the server sent, then ends
 
     # ------------------------------------------------------------------ reading
 
@@ -305,6 +423,7 @@ class StdioConnection:
                 self._replay.clear()
                 async for item in self._lines(self._rest):
                     await self._take(item)
+                await self._close_waiting()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the SDK stopped reading
 
@@ -333,6 +452,10 @@ class StdioConnection:
                     yield _Oversized(line[:_HEAD_BYTES])
                 elif line.strip():
                     yield line
+            # Backpressure: while the client leaves what was written for it unread, nothing
+            # more is read from it (its own writes block once the pipe is full).
+            while self._out_bytes > MAX_QUEUED_OUT_BYTES:
+                await self._drained.park()
             chunk = await trio.to_thread.run_sync(
                 os.read, self._read_fd, 1 << 20, abandon_on_cancel=True
             )
@@ -395,7 +518,6 @@ class StdioConnection:
                     "the id of a request must be a string or an integer", None, batch,
                 )
                 return
-        metadata = None
         if isinstance(message, mcp_types.JSONRPCRequest):
             if message.method == "initialize":
                 if batch is not None:
@@ -405,13 +527,125 @@ class StdioConnection:
                     )
                     return
                 self.version = negotiate((message.params or {}).get("protocolVersion"))
+            if not self._admits(len(line)):
+                self._busy_refusals += 1
+                if self._busy_refusals == 1 or self._busy_refusals % 1000 == 0:
+                    log.warning("stdio: %d request(s) refused: %d in flight, %d waiting",
+                                self._busy_refusals, self._in_flight_count, len(self._waiting))
+                await self._answer(
+                    SERVER_BUSY,
+                    f"the server is busy with {self._in_flight_count} requests of this "
+                    f"connection and {len(self._waiting)} more wait; this request did not run: "
+                    "send it again once an answer came", message.id, batch,
+                )
+                return
             if batch is not None:
                 batch.waiting.append(message.id)
                 self._batches.setdefault(message.id, []).append(batch)
-                metadata = ServerMessageMetadata(
-                    on_request_unanswered=partial(self._unanswered, batch, message.id)
+            # Told when the request settles without an answer (cancelled): its turn ends.
+            metadata = ServerMessageMetadata(
+                on_request_unanswered=partial(self._unanswered, batch, message.id)
+            )
+            await self._submit(
+                _Waiting(SessionMessage(message, metadata=metadata), message.id, len(line), batch)
+            )
+            return
+        if (
+            isinstance(message, mcp_types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+        ):
+            await self._cancel_waiting((message.params or {}).get("requestId"))
+        await self._to_sdk.send(SessionMessage(message))
+
+    # ------------------------------------------------------------------ turns
+
+    def _admits(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes is served now or may wait for its turn."""
+        if self._in_flight_count < MAX_IN_FLIGHT and not self._waiting:
+            return True
+        return len(self._waiting) < MAX_WAITING and (
+            not self._waiting or self._waiting_bytes + size <= MAX_WAITING_BYTES
+        )
+
+    async def _submit(self, request: _Waiting) -> None:
+        """Hand ``request`` to the server now, or queue it behind those already waiting."""
+        async with self._submitting:
+            if self._in_flight_count < MAX_IN_FLIGHT and not self._waiting:
+                self._hold(request.request_id)
+                await self._to_sdk.send(request.message)
+                return
+            self._waiting.append(request)
+            self._waiting_bytes += request.size
+            self._turns.unpark_all()
+
+    async def _feeder(self) -> None:
+        """Hand waiting requests to the server, in order, as answers free their turns."""
+        import anyio
+
+        while True:
+            while not (self._waiting and self._in_flight_count < MAX_IN_FLIGHT):
+                await self._turns.park()
+            async with self._submitting:
+                if not (self._waiting and self._in_flight_count < MAX_IN_FLIGHT):
+                    continue
+                request = self._waiting.popleft()
+                self._waiting_bytes -= request.size
+                self._hold(request.request_id)
+                try:
+                    await self._to_sdk.send(request.message)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # the SDK stopped reading
+
+    def _hold(self, request_id: Any) -> None:
+        self._in_flight[request_id] = self._in_flight.get(request_id, 0) + 1
+        self._in_flight_count += 1
+        self._admitted += 1
+
+    def _release(self, request_id: Any) -> None:
+        """A request handed to the server was answered (or settled unanswered)."""
+        held = self._in_flight.get(request_id, 0)
+        if not held:
+            return
+        if held == 1:
+            del self._in_flight[request_id]
+        else:
+            self._in_flight[request_id] = held - 1
+        self._in_flight_count -= 1
+        self._turns.unpark_all()
+
+    async def _cancel_waiting(self, request_id: Any) -> None:
+        """The client cancelled ``request_id``: if it still waits, it never runs (and, as
+        MCP asks of a cancelled request, is not answered)."""
+        if not valid_id(request_id):
+            return
+        for request in self._waiting:
+            if request.request_id == request_id:
+                self._waiting.remove(request)
+                self._waiting_bytes -= request.size
+                if request.batch is not None:
+                    await self._settle(request.batch, request_id)
+                return
+
+    async def _close_waiting(self) -> None:
+        """The client closed its end: what still waits is answered as the server answers
+        its requests in flight then (Connection closed), not run."""
+        import mcp_types
+
+        async with self._submitting:
+            while self._waiting:
+                request = self._waiting.popleft()
+                self._waiting_bytes -= request.size
+                if request.batch is not None:
+                    batch = request.batch
+                    if request.request_id in batch.waiting:
+                        batch.waiting.remove(request.request_id)
+                        self._unwait(request.request_id, batch)
+                await self._answer(
+                    mcp_types.CONNECTION_CLOSED, "Connection closed", request.request_id,
+                    request.batch,
                 )
-        await self._to_sdk.send(SessionMessage(message, metadata=metadata))
+                if request.batch is not None:
+                    await self._out.send(request.batch)
 
     async def _refused(self, text: str, error: Exception, batch: _Batch | None) -> None:
         """A line the SDK's models refuse: answered here (see the module's docstring)."""
@@ -494,8 +728,14 @@ class StdioConnection:
         batch.sealed = True
         await self._out.send(batch)  # the writer writes it once nothing in it waits
 
-    async def _unanswered(self, batch: _Batch, answered: Any) -> None:
-        """A request of ``batch`` settled without an answer (the client cancelled it)."""
+    async def _unanswered(self, batch: _Batch | None, answered: Any) -> None:
+        """A request settled without an answer (the client cancelled it)."""
+        self._release(answered)
+        if batch is not None:
+            await self._settle(batch, answered)
+
+    async def _settle(self, batch: _Batch, answered: Any) -> None:
+        """A request of ``batch`` will not be answered: the batch may be complete."""
         if answered in batch.waiting:
             batch.waiting.remove(answered)
             self._unwait(answered, batch)
@@ -513,7 +753,6 @@ class StdioConnection:
     ) -> None:
         import anyio
         import mcp_types
-        from mcp.shared.message import SessionMessage
 
         error = mcp_types.JSONRPCError(
             jsonrpc="2.0", id=answered, error=mcp_types.ErrorData(code=code, message=message)
@@ -522,49 +761,82 @@ class StdioConnection:
             batch.answers.append(_dump(error))
             return
         try:
-            await self._out.send(SessionMessage(error))
+            # Marked as the transport's own: it must not end the turn of a request of the
+            # same id that the server is serving.
+            await self._out.send(_Line(_dump(error)))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
     # ------------------------------------------------------------------ writing
 
     async def _writer(self, from_sdk: Any) -> None:
+        """Take what the server sends and queue it for the client; while more than
+        :data:`MAX_QUEUED_OUT_BYTES` wait to be written, take nothing more (the server's
+        tasks wait to send, each holding its one answer)."""
         import mcp_types
 
         async with from_sdk:
             async for item in from_sdk:
-                if isinstance(item, _Batch):
-                    await self._flush(item)
-                    continue
-                message = item.message
-                answer_id = getattr(message, "id", None)
-                is_answer = isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
-                if is_answer and answer_id is not None:
-                    if isinstance(message, mcp_types.JSONRPCResponse) and (
-                        answer_id in self._answered
-                    ):
-                        self._answered.remove(answer_id)  # the preface answered it already
-                        continue
-                    waiting = self._batches.get(answer_id)
-                    if waiting:
-                        batch = waiting[0]
-                        batch.waiting.remove(answer_id)
-                        self._unwait(answer_id, batch)
-                        batch.answers.append(_dump(message))
-                        await self._flush(batch)
-                        continue
-                await self._write_line(_dump(message))
+                self._route(item, mcp_types)
+                while self._out_bytes > MAX_QUEUED_OUT_BYTES:
+                    await self._drained.park()
+        self._out_done = True
+        self._out_ready.unpark_all()
 
-    async def _flush(self, batch: _Batch) -> None:
+    def _route(self, item: Any, mcp_types: Any) -> None:
+        if isinstance(item, _Line):
+            self._queue_line(item.text)
+            return
+        if isinstance(item, _Batch):
+            self._flush(item)
+            return
+        message = item.message
+        answer_id = getattr(message, "id", None)
+        is_answer = isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
+        if is_answer and answer_id is not None:
+            self._release(answer_id)
+            if isinstance(message, mcp_types.JSONRPCResponse) and answer_id in self._answered:
+                self._answered.remove(answer_id)  # the preface answered it already
+                return
+            waiting = self._batches.get(answer_id)
+            if waiting:
+                batch = waiting[0]
+                batch.waiting.remove(answer_id)
+                self._unwait(answer_id, batch)
+                batch.answers.append(_dump(message))
+                self._flush(batch)
+                return
+        self._queue_line(_dump(message))
+
+    def _flush(self, batch: _Batch) -> None:
         if not batch.done:
             return
         batch.written = True
         if batch.answers:  # a batch of notifications is answered with nothing at all
-            await self._write_line("[" + ",".join(batch.answers) + "]")
+            self._queue_line("[" + ",".join(batch.answers) + "]")
 
-    async def _write_line(self, text: str) -> None:
+    def _queue_line(self, text: str) -> None:
         data = (text + "\n").encode("utf-8", "replace")
-        await trio.to_thread.run_sync(_write_all, self._write_fd, data, abandon_on_cancel=True)
+        self._out_lines.append(data)
+        self._out_bytes += len(data)
+        self._out_ready.unpark_all()
+
+    async def _flusher(self) -> None:
+        """Write the queued lines to the client, as many as are queued at a time."""
+        while True:
+            while not self._out_lines:
+                if self._out_done:
+                    return
+                await self._out_ready.park()
+            data = b"".join(self._out_lines)
+            self._out_lines.clear()
+            try:
+                await trio.to_thread.run_sync(
+                    _write_all, self._write_fd, data, abandon_on_cancel=True
+                )
+            finally:
+                self._out_bytes -= len(data)
+                self._drained.unpark_all()
 
 
 def _may_have_id(text: str) -> bool:

@@ -108,11 +108,14 @@ from tooldeck_hookspecs import (
 )
 from tooldeck_mcp._stdio import (
     HANDSHAKE_VERSIONS,
+    MAX_IN_FLIGHT,
     MAX_LINE_BYTES,
     MAX_MESSAGE_VALUES,
+    SERVER_BUSY,
     StdioConnection,
     json_values,
     negotiate,
+    stdout_kept_aside,
     valid_id,
 )
 
@@ -868,6 +871,11 @@ def _connection_exit_stack(ctx: ServerRequestContext[Any, Any] | None) -> Any:
     return getattr(connection, "exit_stack", None)
 
 
+#: Model loads (:meth:`DeckMcpServer.warm_selection`) running in worker threads of this process.
+_loads_running = [0]
+_loads_lock = threading.Lock()
+
+
 class DeckMcpServer:
     """An MCP server over a loaded :class:`Deck`.
 
@@ -911,6 +919,9 @@ class DeckMcpServer:
         self._http_manager: Any = None
         self._mcp_used: OrderedDict[str, None] = OrderedDict()
         self._mcp_in_flight: dict[str, int] = {}
+        #: HTTP: JSON-RPC requests being served per MCP session (the stateless requests of the
+        #: 2026 protocol count as one session): at most MAX_IN_FLIGHT each.
+        self._requests_in_flight: dict[str, int] = {}
         if self.settings.list == "hand" and deck.retriever is None:
             log.warning("mcp.list = 'hand' needs a retriever (tooldeck-faiss); listing all tools")
         self._version = __version__
@@ -923,6 +934,9 @@ class DeckMcpServer:
         #: told ``tools/list_changed`` once it is ready.
         self._provisional: list[Any] = []
         self._warming = False
+        #: Set once a model load started in a worker thread has ended (see warm_up_running).
+        self._warm_up_done = threading.Event()
+        self._warm_up_done.set()
         #: ``logging/setLevel`` per MCP session key: the least severe level its calls' tool
         #: log records are sent to it at (``_DEFAULT_LOG_LEVEL`` until it sets one).
         self._log_levels: dict[str, str] = {}
@@ -979,8 +993,21 @@ class DeckMcpServer:
             if warm_up is not None:
                 # Loading a model takes seconds and cannot be interrupted: it runs in a thread
                 # (with an event loop of its own) that a server shutting down leaves behind,
-                # so a client closing the connection never waits for it.
-                await trio.to_thread.run_sync(trio.run, warm_up, abandon_on_cancel=True)
+                # so a client closing the connection never waits for it. (The process must
+                # then not finalize under it: see warm_up_running.)
+                self._warm_up_done.clear()
+                with _loads_lock:
+                    _loads_running[0] += 1
+
+                def load() -> None:
+                    try:
+                        trio.run(warm_up)
+                    finally:
+                        with _loads_lock:
+                            _loads_running[0] -= 1
+                        self._warm_up_done.set()
+
+                await trio.to_thread.run_sync(load, abandon_on_cancel=True)
             await self.deck.ensure_index()  # quick now: the model is loaded
         except Exception as exc:  # the search that needs it answers with the error
             log.warning("loading the retriever failed: %s: %s", type(exc).__name__, exc)
@@ -992,6 +1019,18 @@ class DeckMcpServer:
                 await server_session.send_tool_list_changed()
             except Exception as exc:  # a client that cannot hear it re-lists on its own terms
                 log.debug("tools/list_changed not sent: %s: %s", type(exc).__name__, exc)
+
+    @property
+    def warm_up_running(self) -> bool:
+        """Whether the model load :meth:`warm_selection` started still runs in its worker
+        thread (the server may have stopped meanwhile: it does not wait for the load).
+
+        A process must not finalize under it: the interpreter ends its daemon threads at exit,
+        and one inside a native model load (ONNX) aborts the process (SIGABRT, "terminate
+        called without an active exception"). ``tooldeck serve mcp`` ends with ``os._exit``
+        after its deck is closed in that case; a program serving a deck itself can wait for
+        this to turn False, or do the same."""
+        return not self._warm_up_done.is_set()
 
     # ------------------------------------------------------------------ sessions
 
@@ -1598,6 +1637,7 @@ class DeckMcpServer:
                 method == "POST" and not session_id
                 and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)
             )
+            request_id: Any = _NOT_A_REQUEST
             if method == "POST":
                 # One JSON-RPC message per POST: read it whole, up to the cap, before the SDK
                 # (which would read any size into memory) sees it.
@@ -1620,7 +1660,7 @@ class DeckMcpServer:
                             f"the message holds more than {MAX_MESSAGE_VALUES} JSON values; "
                             "it was not read"))
                         return
-                    problem, body = _screen_body(body)
+                    problem, body, request_id = _screen_body(body)
                     if problem is not None:
                         await _refuse(send, 400, types.INVALID_REQUEST, problem)
                         return
@@ -1636,6 +1676,27 @@ class DeckMcpServer:
                     retry_after=5)
                 return
             known = bool(session_id) and session_id in self._mcp_used
+            # Requests (not the client's notifications and responses: an answer to the
+            # server's own elicitation must always get through) take a turn of their MCP
+            # session; past MAX_IN_FLIGHT one is refused at once and does not run. A request
+            # whose answer the client does not read holds its turn until it is read, so a
+            # client that never reads holds at most MAX_IN_FLIGHT answers per session.
+            turns = (
+                session_id if known
+                else _STATELESS_KEY if method == "POST" and not session_id and not opens
+                else None
+            )
+            if turns is not None and request_id is not _NOT_A_REQUEST:
+                held = self._requests_in_flight.get(turns, 0)
+                if held >= MAX_IN_FLIGHT:
+                    await _refuse(send, 429, SERVER_BUSY, (
+                        f"the server is busy with {held} requests of this MCP session; this "
+                        "request did not run: send it again once an answer came"),
+                        retry_after=1, request_id=request_id)
+                    return
+                self._requests_in_flight[turns] = held + 1
+            else:
+                turns = None
             if known:
                 self._mcp_used.move_to_end(session_id)
                 if method != "GET":  # a listening stream does not keep a session from eviction
@@ -1657,6 +1718,12 @@ class DeckMcpServer:
             try:
                 await app(scope, receive, watch if method == "DELETE" else send)
             finally:
+                if turns is not None:
+                    left = self._requests_in_flight.get(turns, 0) - 1
+                    if left > 0:
+                        self._requests_in_flight[turns] = left
+                    else:
+                        self._requests_in_flight.pop(turns, None)
                 if known and method != "GET":
                     left = self._mcp_in_flight.get(session_id, 0) - 1
                     if left > 0:
@@ -1780,6 +1847,10 @@ _BODY_TIMEOUT_S = 60.0
 #: Bodies longer than this have their JSON values counted in a worker thread.
 _INLINE_COUNT_BYTES = 1 << 20
 _GONE = b"\x00gone"  # the client went away before its body arrived
+#: What :func:`_screen_body` says of a body that is not a request (no id to answer).
+_NOT_A_REQUEST: Any = object()
+#: The key under which the stateless requests of the 2026 protocol take their turns.
+_STATELESS_KEY = "\x00stateless"
 
 
 async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes | None:
@@ -1811,9 +1882,9 @@ async def _bounded_body(headers: Mapping[bytes, bytes], receive: Any) -> bytes |
             return None if too_big else b"".join(chunks)
 
 
-def _screen_body(body: bytes) -> tuple[str | None, bytes]:
+def _screen_body(body: bytes) -> tuple[str | None, bytes, Any]:
     """An HTTP request body checked before the SDK sees it: ``(why it is refused, None when
-    it is not; the body to pass on)``.
+    it is not; the body to pass on; the id of the request it holds, or _NOT_A_REQUEST)``.
 
     The SDK's HTTP transport takes a request whose id is null, a float, an object or a
     boolean for a notification (202, never answered), and answers a batch or a scalar with a
@@ -1826,18 +1897,18 @@ def _screen_body(body: bytes) -> tuple[str | None, bytes]:
     try:
         message = json.loads(body)
     except (ValueError, RecursionError):
-        return None, body
+        return None, body, _NOT_A_REQUEST
     if isinstance(message, list):
         return (
             "JSON-RPC batches are not supported over HTTP by this server; send one message "
             "per request"
-        ), body
+        ), body, _NOT_A_REQUEST
     if not isinstance(message, dict):
-        return "the message was not a valid JSON-RPC request", body
+        return "the message was not a valid JSON-RPC request", body, _NOT_A_REQUEST
     if "method" in message:
         if "id" in message and not valid_id(message["id"]):
-            return "the id of a request must be a string or an integer", body
-        return None, body
+            return "the id of a request must be a string or an integer", body, _NOT_A_REQUEST
+        return None, body, message["id"] if "id" in message else _NOT_A_REQUEST
     if ("result" in message or "error" in message) and valid_id(message.get("id")):
         import mcp_types
 
@@ -1850,8 +1921,8 @@ def _screen_body(body: bytes) -> tuple[str | None, bytes]:
                 "code": types.INVALID_REQUEST,
                 "message": "the client's response was not a valid JSON-RPC response",
             }}
-            return None, json.dumps(failed).encode()
-    return None, body
+            return None, json.dumps(failed).encode(), _NOT_A_REQUEST
+    return None, body, _NOT_A_REQUEST
 
 
 class _Replayed:
@@ -1874,11 +1945,12 @@ def _replay(body: bytes, receive: Any) -> Any:
 
 
 async def _refuse(
-    send: Any, status: int, code: int, message: str, *, retry_after: int | None = None
+    send: Any, status: int, code: int, message: str, *, retry_after: int | None = None,
+    request_id: Any = None,
 ) -> None:
-    """Answer an HTTP request with a JSON-RPC error (id null) and ``status``."""
+    """Answer an HTTP request with a JSON-RPC error (id null unless given) and ``status``."""
     payload = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
     ).encode()
     headers = [(b"content-type", b"application/json")]
     if retry_after is not None:
@@ -2134,6 +2206,12 @@ def serve_mcp_cli(
         that any local process can then use the server.
     :return: the exit code (0 when the client or a signal ended the server, 2 on a bad
         transport). Start-up errors raise :class:`TooldeckError` (the CLI prints them, exit 2).
+        When the retriever's model is still loading as the server ends, the process ends
+        here, with that code (see :attr:`DeckMcpServer.warm_up_running`).
+
+    Over stdio nothing but protocol messages reaches the real standard output: fd 1 and
+    ``sys.stdout`` point at stderr, from before any plugin was imported when the command line
+    runs this (:func:`tooldeck.cli.protocol_stdout`), else from the deck's loading on.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not logging.getLogger().handlers:
@@ -2147,12 +2225,15 @@ def serve_mcp_cli(
     if workdir is not None and not os.path.isdir(workdir):
         sys.stderr.write(f"tooldeck serve mcp: --workdir {workdir!r} is not a directory\n")
         return 2
+    if transport == "stdio":
+        with _protocol_output() as wire:
+            return _served(lambda: _serve_stdio_cli(wire, workdir, grants))
     # The deck of this `tooldeck` run: the plugins the command line loaded, not a second set.
     from tooldeck.cli import load_deck
 
     deck = load_deck()
     settings = McpServerSettings.from_settings(deck.config.settings)
-    if transport == "http" and host not in _LOOPBACK:
+    if host not in _LOOPBACK:
         if not settings.allow_remote:
             sys.stderr.write(
                 f"tooldeck serve mcp: refusing to listen on {host!r}: the MCP server speaks "
@@ -2167,12 +2248,6 @@ def serve_mcp_cli(
             )
             return 2
     options = {"grants": list(grants)} if grants else {}
-    if transport == "stdio":
-        server = DeckMcpServer(deck, workdir=workdir, session_options=options)
-        # initialize and the first tools/list are answered before the SDK is even imported.
-        preface = StdioPreface(server, server._new_session()).run()
-        trio.run(lambda: serve_stdio(deck, server=server, preface=preface))
-        return 0
     token: str | None = None
     source = "disabled"
     if no_auth:
@@ -2182,8 +2257,61 @@ def serve_mcp_cli(
         )
     else:
         token, source = resolve_token(settings)
-    trio.run(lambda: serve_http(
+    return _served(lambda: trio.run(lambda: serve_http(
         deck, host, port, token=token, show_token=source == "generated",
         workdir=workdir, session_options=options,
-    ))
-    return 0
+    )))
+
+
+def _protocol_output() -> Any:
+    """The real standard output for the protocol, fd 1 and ``sys.stdout`` pointing at stderr:
+    kept aside by the command line before any plugin was imported, else here (from the
+    deck's loading on)."""
+    from contextlib import nullcontext
+
+    try:
+        from tooldeck.cli import protocol_stdout
+    except ImportError:  # a core without it
+        kept = None
+    else:
+        kept = protocol_stdout()
+    return nullcontext(kept) if kept is not None else stdout_kept_aside()
+
+
+def _serve_stdio_cli(wire: int, workdir: str | None, grants: Sequence[str] | None) -> None:
+    from tooldeck.cli import load_deck
+
+    deck = load_deck()
+    McpServerSettings.from_settings(deck.config.settings)  # a bad table: a start-up error
+    options = {"grants": list(grants)} if grants else {}
+    server = DeckMcpServer(deck, workdir=workdir, session_options=options)
+    # initialize and the first tools/list are answered before the SDK is even imported.
+    preface = StdioPreface(server, server._new_session(), write_fd=wire).run()
+    trio.run(lambda: serve_stdio(deck, server=server, preface=preface))
+
+
+def _served(serve: Callable[[], None]) -> int:
+    """Run ``serve`` and return 0 (a Ctrl-C propagates); but when a model is still loading
+    in a worker thread, end the process here with that code (130 after a Ctrl-C), see
+    :attr:`DeckMcpServer.warm_up_running`: the deck is closed by then, atexit handlers run,
+    output is flushed, and the interpreter is not finalized under the native load (SIGABRT)."""
+    try:
+        serve()
+        code = 0
+    except KeyboardInterrupt:
+        if not _loads_running[0]:
+            raise
+        code = 130
+    if not _loads_running[0]:
+        return code
+    import atexit
+
+    log.debug("a model is still loading: the process ends without finalizing under it")
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
