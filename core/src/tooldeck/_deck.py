@@ -3057,7 +3057,12 @@ class Session:
                 # Each hook judges its own copy of the arguments: one that rewrites them (a
                 # path, a command) after the guards judged theirs would otherwise send the
                 # executor arguments nobody checked, and the next hook would judge the rewrite.
-                seen = attrs.evolve(call, arguments=_json_copy(call.arguments))
+                copied = _json_copy(call.arguments)
+                seen = (
+                    ToolCall(name=call.name, arguments=copied, id=call.id)
+                    if type(call) is ToolCall
+                    else attrs.evolve(call, arguments=copied)
+                )
                 decision = impl.call_in_order(seen, tool, info)
             except Exception as exc:
                 log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
