@@ -73,6 +73,7 @@ from ._normalise import (
     shorten,
 )
 from ._plugins import (
+    BUILTIN_ENTRY_POINTS,
     FailedPlugin,
     HookImpl,
     PluginInfo,
@@ -387,10 +388,6 @@ def _config_rules(source: str, rules: Sequence[str]) -> list[str]:
     ]
 
 
-#: Where the home-folder rules of the defaults (anchored at a workdir's top: ``/.ssh/``) also
-#: apply when the home folder lies deeper in a workdir: these environment variables, and the
-#: user database's home of this process's user.
-_HOME_VARIABLES = ("HOME",)
 #: XDG folders that stand for a home folder's ``.config``, ``.local/share``, ``.local/state``
 #: and ``.cache/tooldeck`` when set elsewhere.
 _XDG_FOLDERS = {
@@ -412,11 +409,8 @@ def _home_rules(workdir: str, defaults: Sequence[str]) -> list[str]:
         base = os.path.realpath(workdir)
     except (OSError, TypeError, ValueError):
         return []
-    homes: list[str] = []
-    for variable in _HOME_VARIABLES:
-        value = os.environ.get(variable)
-        if value:
-            homes.append(value)
+    # $HOME, and the user database's home of this process's user.
+    homes = [home] if (home := os.environ.get("HOME")) else []
     try:
         import pwd
 
@@ -925,8 +919,6 @@ class Deck:
                 and config.allows(name)
             )
             if absent:
-                from ._plugins import BUILTIN_ENTRY_POINTS
-
                 raise PluginLoadError(
                     "required plugin(s) not installed: "
                     + ", ".join(
@@ -1205,8 +1197,6 @@ class Deck:
         inline plugins (in the order given). Pluggy's own order (the last registered first)
         let a pack named ``zzz`` take ``file_read`` from tooldeck-tools-fs, with fs reported
         as the failed pack."""
-        from ._plugins import BUILTIN_ENTRY_POINTS
-
         plugins = self.plugins
 
         def rank(item: tuple[int, HookImpl]) -> tuple[int, int]:
@@ -2590,11 +2580,12 @@ class Session:
         # What this call's result may be cached against: a write that invalidates this tool
         # while it runs (it read the old state) makes its result stale before it is stored.
         invalidations = deck._invalidations.get(tool.name, 0) if key is not None else 0
-        writes = bool(self._invalidated_by(tool)) and deck._cache is not None
+        invalidated = self._invalidated_by(tool) if deck._cache is not None else ()
+        writes = bool(invalidated)
         if writes:
             # A write starts: reads running now must not store what they read before it,
             # whatever this call's outcome (a write that fails or times out may have landed).
-            self._count_invalidations(tool)
+            self._count_invalidations(invalidated)
         executor_failed: ToolResult | None = None
         try:
             if deck._executor_cancels:
@@ -2618,21 +2609,13 @@ class Session:
             if writes:
                 # Cancelled mid-write: what it changed may be on disk; cached reads of the
                 # old state go all the same (shielded, bounded: the cancel still wins).
-                with trio.CancelScope(shield=True), trio.move_on_after(
-                    min(tool.execution.timeout_s, _CANCELLED_INVALIDATE_S)
-                ):
-                    try:
-                        await self._cache_update(tool, None, None)
-                    except Exception:
-                        log.exception("cache invalidation after a cancelled write failed")
+                await self._invalidate_after_write(
+                    tool, min(tool.execution.timeout_s, _CANCELLED_INVALIDATE_S), shield=True
+                )
             raise
         if executor_failed is not None:
             if writes:  # it may have started the tool before failing
-                with trio.move_on_after(tool.execution.timeout_s):
-                    try:
-                        await self._cache_update(tool, None, None)
-                    except Exception:
-                        log.exception("cache invalidation after a failed executor failed")
+                await self._invalidate_after_write(tool, tool.execution.timeout_s)
             return executor_failed
         self._used(tool.name)
         data = result.data
@@ -2741,8 +2724,21 @@ class Session:
         if invalidated:
             # Counted again before the cache is asked (a remote invalidate takes round trips):
             # a call of these tools that started during the write does not store what it read.
-            self._count_invalidations(tool)
+            self._count_invalidations(invalidated)
             await cache.invalidate(invalidated)
+
+    async def _invalidate_after_write(
+        self, tool: ToolDefinition, seconds: float, *, shield: bool = False
+    ) -> None:
+        """Invalidate what a call of ``tool`` that did not succeed may have made stale (it may
+        have written before it failed or was cancelled), within ``seconds``; ``shield``: also
+        on the way out of a cancelled scope."""
+        with trio.CancelScope(shield=shield), trio.move_on_after(seconds):
+            try:
+                await self._cache_update(tool, None, None)
+            except Exception:
+                log.exception("cache invalidation after an unfinished write of %r failed",
+                              tool.name)
 
     def _invalidated_by(self, tool: ToolDefinition) -> tuple[str, ...]:
         """The cached tools a call of ``tool`` makes stale: its ``invalidates``, and for a tool
@@ -2756,9 +2752,9 @@ class Session:
             return declared
         return tuple(dict.fromkeys((*declared, *readers)))
 
-    def _count_invalidations(self, tool: ToolDefinition) -> None:
+    def _count_invalidations(self, names: Sequence[str]) -> None:
         counts = self.deck._invalidations
-        for name in self._invalidated_by(tool):
+        for name in names:
             counts[name] = counts.get(name, 0) + 1
 
     def _used(self, name: str) -> None:
