@@ -34,6 +34,7 @@ __all__ = [
     "answer_flow",
     "call_flow",
     "definitions",
+    "keep_newest",
     "may_ask",
     "needs_approval",
     "pending_flow",
@@ -169,6 +170,15 @@ def rejected(call: ToolCall, message: str | None = None) -> ToolResult:
     )
 
 
+def keep_newest(entries: dict[str, T], key: str, value: T, most: int) -> None:
+    """Set ``entries[key]`` as the newest entry, dropping the oldest ones (insertion order)
+    to keep at most ``most``: the bound of what an adapter remembers per call."""
+    entries.pop(key, None)
+    while len(entries) >= most:
+        del entries[next(iter(entries))]
+    entries[key] = value
+
+
 class ApprovalBook:
     """Which deck approval belongs to which framework tool call (by the call's id).
 
@@ -182,10 +192,7 @@ class ApprovalBook:
 
     def remember(self, call_id: str, approval_id: str) -> None:
         """Record the approval the deck asked for this call."""
-        self._by_call.pop(call_id, None)
-        while len(self._by_call) >= _MAX_BOOKED:  # oldest first, like the deck's own bound
-            del self._by_call[next(iter(self._by_call))]
-        self._by_call[call_id] = approval_id
+        keep_newest(self._by_call, call_id, approval_id, _MAX_BOOKED)
 
     def get(self, call_id: str) -> str | None:
         """The approval recorded for this call, if any."""

@@ -48,6 +48,7 @@ from ._bridge import (
     answer_flow,
     call_flow,
     definitions,
+    keep_newest,
     needs_approval,
     pending_flow,
     require,
@@ -90,10 +91,9 @@ class _Decisions:
     def remember(self, call: ToolCall, text: str) -> str:
         """Record what this call answered (a resumed chain runs it again)."""
         if call.id:
-            self._answered.pop(call.id, None)
-            while len(self._answered) >= _MAX_ANSWERED:
-                del self._answered[next(iter(self._answered))]
-            self._answered[call.id] = (call.name, dict(call.arguments), text)
+            keep_newest(
+                self._answered, call.id, (call.name, dict(call.arguments), text), _MAX_ANSWERED
+            )
         return text
 
 

@@ -2014,7 +2014,8 @@ def _symlink_beneath(root: str, rel: str, target: str) -> None:
 
 def _move_back_beneath(root: str, rel: str, original: str) -> None:
     """Rename ``rel`` back to ``original`` (both below ``root``), by descriptor, when the
-    original's folder still exists and its name is free; otherwise leave it, loudly."""
+    original's name is free (its folders are made again, as ``os.renames`` did) and no folder
+    on either way is a link; otherwise leave it, loudly."""
     source = _open_beneath(root, rel)
     if source is None:
         logger.warning("tooldeck-runner: could not move %s back: a folder on its way changed", rel)
