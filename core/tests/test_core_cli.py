@@ -130,3 +130,21 @@ def test_start_up_error_is_exit_2_with_a_message(tmp_path):
     proc = run("tools", cwd=tmp_path, env={"TOOLDECK_PLUGINS": "schema"})
     assert proc.returncode == 2
     assert "pip install tooldeck-runner" in proc.stderr
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_plugins_lists_an_incomplete_install_and_names_the_missing_stage(tmp_path, json_out):
+    # `tooldeck plugins` is what a user runs when an install is broken: it used to stop at the
+    # missing stage (exit 2) without listing what is installed.
+    (tmp_path / "pyproject.toml").write_text('[tool.tooldeck]\ndisable = ["runner"]\n')
+    assert run("config", "trust", cwd=tmp_path).returncode == 0
+    proc = run("plugins", *(["--json"] if json_out else []), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    if json_out:
+        report = json.loads(proc.stdout)
+        assert "execute stage" in report["missing_stage"]
+        names = {p["name"] for p in report["plugins"]}
+        assert {"schema", "fs", "shell"} <= names and "runner" not in names
+    else:
+        assert "tooldeck-schema" in proc.stdout and "tooldeck-tools-fs" in proc.stdout
+        assert "pip install tooldeck-runner" in " ".join(proc.stdout.split())

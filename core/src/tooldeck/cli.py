@@ -17,7 +17,7 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -169,21 +169,39 @@ def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -
 def _cmd_plugins(args: argparse.Namespace) -> int:
     import attrs
 
-    deck = _load_deck()
-    infos = deck.plugin_infos()
-    failed = getattr(deck, "failed_plugins", {})
-    warnings = list(getattr(deck, "config_warnings", ()))
+    from tooldeck_hookspecs import StageMissingError
+
+    missing: str | None = None
+    try:
+        deck = _load_deck()
+    except StageMissingError as exc:
+        # The diagnostic command of an incomplete install: it must still say what is installed
+        # (and what failed) rather than only that a stage is missing.
+        if _LOADED is None:
+            raise
+        missing = str(exc)
+        config, manager = _LOADED
+        infos, failed, warnings = manager.plugin_infos(), dict(manager.failed), []
+        providers: Mapping[str, Any] = {}
+        source = config.source
+    else:
+        infos = deck.plugin_infos()
+        failed = getattr(deck, "failed_plugins", {})
+        warnings = list(getattr(deck, "config_warnings", ()))
+        providers, source = deck.providers, deck.config.source
+    status = 0 if missing is None else 1
     if args.json:
         _print_json(
             {
                 "plugins": [converter.unstructure(i) for i in infos],
                 "failed": [attrs.asdict(f) for f in failed.values()],
-                "providers": deck.providers,
-                "config": deck.config.source,
+                "providers": providers,
+                "config": source,
                 "config_warnings": warnings,
+                "missing_stage": missing,
             }
         )
-        return 0
+        return status
     from rich.console import Console
     from rich.table import Table
 
@@ -199,11 +217,14 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
                       _plain(info.version or ""), hooks)
     console = Console()
     console.print(table)
-    console.print("stages: " + _plain(", ".join(f"{k}={v or 'none'}"
-                                                 for k, v in deck.providers.items())))
+    if missing is None:
+        console.print("stages: " + _plain(", ".join(f"{k}={v or 'none'}"
+                                                     for k, v in providers.items())))
+    else:
+        console.print(f"[red]{_plain(missing)}[/red]")
     for line in warnings:
         console.print(f"[yellow]{_plain(line)}[/yellow]")
-    return 0
+    return status
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
