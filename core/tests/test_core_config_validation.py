@@ -86,6 +86,12 @@ CASES = [
         [("tools.file_read.security.rate_limit", "max_calls", ">= 1")],
     ),
     (
+        # Finite, but past a Redis key's lifetime: every call of the tool failed there.
+        "tool-rate-window-huge",
+        "[tools.file_read.security.rate_limit]\nmax_calls = 5\nwindow_s = 1e300\n",
+        [("tools.file_read.security.rate_limit", "window_s", "<= 31622400")],
+    ),
+    (
         "runner-key-typo",
         '[runner]\nsandbx = "process"\n',
         [("runner", "sandbx", "did you mean 'sandbox'")],

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import attrs
 
 from tooldeck_hookspecs import (
+    MAX_RATE_WINDOW_S,
     ConfigError,
     ExecutionConfig,
     RegistrationError,
@@ -58,6 +59,7 @@ _LEVELS = ["safe", "moderate", "dangerous"]
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
 _POSITIVE_S = {"type": "number", "exclusiveMinimum": 0}
+_WINDOW_S = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RATE_WINDOW_S}
 
 
 def _fields_of(cls: type, typed: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,7 +119,7 @@ CORE_SCHEMAS: dict[str, dict[str, Any]] = {
                                 "type": "object",
                                 "properties": {
                                     "max_calls": _POSITIVE_INT,
-                                    "window_s": _POSITIVE_S,
+                                    "window_s": _WINDOW_S,
                                 },
                                 "required": ["max_calls", "window_s"],
                                 "additionalProperties": False,

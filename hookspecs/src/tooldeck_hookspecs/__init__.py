@@ -28,6 +28,7 @@ from .exceptions import (
 )
 from .model import (
     LEVEL_ORDER,
+    MAX_RATE_WINDOW_S,
     ArgumentProblem,
     Decision,
     Event,
@@ -122,6 +123,7 @@ __all__ = [
     "Exclusion",
     "Preference",
     "RateLimit",
+    "MAX_RATE_WINDOW_S",
     "RateLimitOutcome",
     "ScoredTool",
     "SecurityConfig",

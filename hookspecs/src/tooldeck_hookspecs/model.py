@@ -35,6 +35,7 @@ __all__ = [
     "SecurityLevel",
     "LEVEL_ORDER",
     "RateLimit",
+    "MAX_RATE_WINDOW_S",
     "SecurityConfig",
     "ExecutionConfig",
     "ToolDefinition",
@@ -84,9 +85,16 @@ def _tuple_of_str(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: The longest rate-limit window registration and configuration accept (366 days). Longer
+#: windows are no use, and Redis refuses a key lifetime past 64-bit milliseconds: a window of
+#: 1e300 s failed every call of its tool there.
+MAX_RATE_WINDOW_S = 366 * 24 * 3600.0
+
+
 @attrs.frozen(kw_only=True)
 class RateLimit:
-    """At most ``max_calls`` calls in any moving window of ``window_s`` seconds."""
+    """At most ``max_calls`` calls in any moving window of ``window_s`` seconds
+    (``0 < window_s <=`` :data:`MAX_RATE_WINDOW_S`)."""
 
     max_calls: int
     window_s: float = 60.0

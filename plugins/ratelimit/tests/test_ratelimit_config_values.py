@@ -36,6 +36,8 @@ PING = ToolDefinition(
     # Accepted, then every call of the tool failed with PLUGIN_ERROR (ValueError/OverflowError).
     ({"max_calls": 5, "window_s": math.nan}, "ratelimit.global.ping.window_s"),
     ({"max_calls": 5, "window_s": math.inf}, "ratelimit.global.ping.window_s"),
+    # Finite but past what a Redis key lifetime holds: every call failed there.
+    ({"max_calls": 5, "window_s": 1e300}, "ratelimit.global.ping.window_s"),
     # Accepted and silently read as one second.
     ({"max_calls": 5, "window_s": -1}, "ratelimit.global.ping.window_s"),
     ({"max_calls": 5, "window": 60}, "ratelimit.global.ping"),

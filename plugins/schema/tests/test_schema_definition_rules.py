@@ -134,6 +134,10 @@ CASES: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
     ({"security": sec(rate_limit=RateLimit(max_calls=3, window_s=0))},
      "security.rate_limit.window_s",
      {"security": sec(rate_limit=RateLimit(max_calls=3, window_s=0.5))}),
+    # Accepted, then every call of the tool failed under Redis (PEXPIRE out of range).
+    ({"security": sec(rate_limit=RateLimit(max_calls=3, window_s=1e300))},
+     "security.rate_limit.window_s",
+     {"security": sec(rate_limit=RateLimit(max_calls=3, window_s=366 * 86400))}),
     ({"execution": ex(timeout_s=0)}, "execution.timeout_s", {"execution": ex(timeout_s=0.1)}),
     ({"execution": ex(timeout_s=86401)}, "execution.timeout_s",
      {"execution": ex(timeout_s=86400)}),

@@ -12,6 +12,7 @@ import attrs
 import trio
 
 from tooldeck_hookspecs import (
+    MAX_RATE_WINDOW_S,
     ConfigError,
     RateLimit,
     RateLimitOutcome,
@@ -82,10 +83,10 @@ def parse_global_override(tool: str, value: Any, default_window_s: float) -> Rat
                               "(expected max_calls and window_s)")
         window = value.get("window_s", default_window_s)
         if isinstance(window, bool) or not isinstance(window, int | float) or not (
-            math.isfinite(window) and window > 0
+            math.isfinite(window) and 0 < window <= MAX_RATE_WINDOW_S
         ):
-            raise ConfigError(f"{where}.window_s: expected a number of seconds > 0, "
-                              f"got {window!r}")
+            raise ConfigError(f"{where}.window_s: expected a number of seconds > 0 and "
+                              f"<= {MAX_RATE_WINDOW_S:.0f} (366 days), got {window!r}")
         return RateLimit(max_calls=_calls(f"{where}.max_calls", value["max_calls"]),
                          window_s=float(window))
     raise ConfigError(

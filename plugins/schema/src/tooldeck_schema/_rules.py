@@ -14,7 +14,13 @@ from typing import Any
 
 import attrs
 
-from tooldeck_hookspecs import Catalog, SecurityLevel, SessionInfo, ToolDefinition
+from tooldeck_hookspecs import (
+    MAX_RATE_WINDOW_S,
+    Catalog,
+    SecurityLevel,
+    SessionInfo,
+    ToolDefinition,
+)
 from tooldeck_hookspecs.model import CONTEXT_EXTRAS
 
 from ._compile import SchemaCompileError, compile_schema, meta_validate, plain_json, ref_cycle
@@ -181,8 +187,9 @@ def _check_security(
             limit.max_calls < 1
         ):
             add("security.rate_limit.max_calls", f"{limit.max_calls!r} must be an integer >= 1")
-        if not _is_number(limit.window_s) or limit.window_s <= 0:
-            add("security.rate_limit.window_s", f"{limit.window_s!r} must be a number > 0")
+        if not _is_number(limit.window_s) or not 0 < limit.window_s <= MAX_RATE_WINDOW_S:
+            add("security.rate_limit.window_s",
+                f"{limit.window_s!r} must be > 0 and <= {MAX_RATE_WINDOW_S:.0f} s (366 days)")
 
 
 def _check_execution(tool: ToolDefinition, add: Callable[[str, str], None]) -> None:
