@@ -82,9 +82,10 @@ SHELL_EXEC = ToolDefinition(
                 "type": "object",
                 "maxProperties": MAX_ENV_VARS,
                 "additionalProperties": {"type": "string", "maxLength": MAX_ENV_VALUE_CHARS},
-                "description": "Extra environment variables, e.g. {\"CI\": \"1\"}. PATH, LD_*, "
-                "GIT_CONFIG_*, *_ASKPASS, EDITOR, PAGER and other variables that choose which "
-                "code runs cannot be set; nothing is inherited from the host.",
+                "description": "Extra environment variables, e.g. {\"CI\": \"1\"}. PATH, HOME, "
+                "LD_*, GIT_CONFIG_*, *_ASKPASS, EDITOR, PAGER and other variables that choose "
+                "which code runs or which configuration is read cannot be set; nothing is "
+                "inherited from the host.",
             },
             "stdin": {
                 "type": "string",

@@ -75,11 +75,27 @@ REFUSED_ENV_NAMES = frozenset(
         "RSYNC_RSH", "TAR_OPTIONS", "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS",
         "GCONV_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "LOCPATH", "HOSTALIASES",
         "XDG_CONFIG_HOME", "ZDOTDIR", "GLIBC_TUNABLES",
+        # where programs read configuration that names programs to run (HOME=dir makes
+        # dir/.gitconfig, dir/.config/git/config, dir/.npmrc, dir/.wgetrc theirs)
+        "HOME", "KUBECONFIG", "WGETRC", "SYSTEM_WGETRC", "AWS_CONFIG_FILE", "CARGO_HOME",
+        "GOENV", "GNUPGHOME", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "PHPRC",
+        "PHP_INI_SCAN_DIR", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+        "PSQLRC", "BUNDLE_GEMFILE", "GEM_HOME", "GEM_PATH", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN",
+        # runtime and build-tool options read from the environment
+        "JDK_JAVA_OPTIONS", "JAVA_OPTS", "MAVEN_OPTS", "GRADLE_OPTS", "CLASSPATH", "GOFLAGS",
+        "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS",
+        "RUSTDOCFLAGS", "LUA_PATH", "LUA_CPATH",
     }
 )
 _REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "GLIBC_", "GIT_CONFIG_KEY_",
-                     "GIT_CONFIG_VALUE_", "NPM_CONFIG_")
+                     "GIT_CONFIG_VALUE_", "NPM_CONFIG_", "LUA_INIT", "LUA_PATH_", "LUA_CPATH_")
 _REFUSED_SUFFIXES = ("_ASKPASS",)
+# cargo's configuration keys that name programs (a copy of the guard's _CARGO_CODE).
+_REFUSED_CARGO = re.compile(
+    r"CARGO_(?:BUILD|TARGET|HOST|REGISTRY|REGISTRIES|ALIAS)_\w*?"
+    r"(?:RUNNER|LINKER|RUSTC|WRAPPER|RUSTDOC|FLAGS|CREDENTIAL_PROVIDERS?)"
+    r"\Z|CARGO_ALIAS_\w+\Z"
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")  # \Z: not "X\n"
 
 #: The command's environment before ``env`` is applied; nothing is inherited from the host (or
@@ -181,7 +197,7 @@ def _env_name_problem(name: str) -> str | None:
                 "starting with a digit, at most 128 characters)")
     upper = name.upper()
     if (upper in REFUSED_ENV_NAMES or upper.startswith(_REFUSED_PREFIXES)
-            or upper.endswith(_REFUSED_SUFFIXES)):
+            or upper.endswith(_REFUSED_SUFFIXES) or _REFUSED_CARGO.match(upper)):
         return f"{name!r} changes which code programs load or run; it cannot be set"
     return None
 

@@ -902,9 +902,35 @@ _CODE_VARIABLES = frozenset(
         "RSYNC_RSH", "PERL5DB", "PYTHONBREAKPOINT", "MANOPT", "LESSKEYIN", "LESSKEY",
         "LESSKEY_CONTENT", "SHELL", "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS", "GLIBC_TUNABLES",
         "GIT_SSH_VARIANT", "GIT_PROTOCOL_FROM_USER",
+        # Where programs read configuration that names programs to run: HOME is
+        # XDG_CONFIG_HOME's parent (~/.gitconfig with core.fsmonitor, ~/.config/git/config,
+        # ~/.npmrc's script-shell, ~/.wgetrc's use_askpass, ~/.kube/config's exec plugin), and
+        # a model that can write a folder of the workdir can make it a home. Measured: HOME=dir
+        # 'git status' ran dir/.config/git/config's core.fsmonitor.
+        "HOME", "KUBECONFIG", "WGETRC", "SYSTEM_WGETRC", "AWS_CONFIG_FILE", "CARGO_HOME",
+        "GOENV", "GNUPGHOME", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "PHPRC",
+        "PHP_INI_SCAN_DIR", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+        "PSQLRC", "BUNDLE_GEMFILE", "GEM_HOME", "GEM_PATH", "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        # Options or commands for a language's runtime or build tool, read from the
+        # environment: a Java agent, go's -toolexec, a rustc wrapper, Lua code run at start.
+        "JDK_JAVA_OPTIONS", "JAVA_OPTS", "MAVEN_OPTS", "GRADLE_OPTS", "CLASSPATH", "GOFLAGS",
+        "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS",
+        "RUSTDOCFLAGS", "LUA_PATH", "LUA_CPATH",
     }
 )
-_CODE_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+_CODE_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_",
+                  # LUA_INIT and LUA_INIT_5_4 run their value as Lua code; LUA_PATH_5_4 and
+                  # the like pick the modules Lua loads.
+                  "LUA_INIT", "LUA_PATH_", "LUA_CPATH_")
+# cargo reads CARGO_<SECTION>_<KEY> as configuration: these keys name programs it runs
+# (CARGO_BUILD_RUSTC_WRAPPER, CARGO_TARGET_<TRIPLE>_RUNNER and _LINKER, a registry's credential
+# provider); CARGO_TARGET_DIR or CARGO_BUILD_JOBS stay plain.
+_CARGO_CODE = re.compile(
+    r"CARGO_(?:BUILD|TARGET|HOST|REGISTRY|REGISTRIES|ALIAS)_\w*?"
+    r"(?:RUNNER|LINKER|RUSTC|WRAPPER|RUSTDOC|FLAGS|CREDENTIAL_PROVIDERS?)"
+    r"\Z|CARGO_ALIAS_\w+\Z"
+)
 _CODE_SUFFIXES = ("_ASKPASS",)
 # npm reads every npm_config_* variable as configuration (script-shell, node-options, ...).
 _CODE_PREFIXES_ANY_CASE = ("npm_config_",)
@@ -925,6 +951,7 @@ def code_bearing_env_name(name: str) -> bool:
         or name.startswith(_CODE_PREFIXES)
         or name.endswith(_CODE_SUFFIXES)
         or name.lower().startswith(_CODE_PREFIXES_ANY_CASE)
+        or _CARGO_CODE.match(name) is not None
     )
 _SUBSCRIPT_BUILTINS = frozenset(
     {"let", "declare", "typeset", "local", "readonly", "export", "printf", "test", "[", "unset",
@@ -989,8 +1016,20 @@ def _check_command(
             f"the program name {_clip(program.value)!r} holds shell syntax or spaces; it looks "
             "like a fragment meant to break out of quotes"
         )
-    name = _basename(program.value)
+    if _PROCESS_LINK_PROGRAM.match(_climbed(program.value)):
+        # /proc/self/exe is whatever program execs it (the shell running the line, the tool's
+        # own Python for an argv list): '/proc/self/exe -c CODE' is 'sh -c CODE' or
+        # 'python3 -c CODE' under a name no rule knows. /dev/fd/N runs an open file.
+        findings.inject(
+            f"the program {_clip(program.value)!r} is a process link: it runs the program of "
+            "the process that starts it, or an open file, under a name that hides which"
+        )
+        return
+    name = _program_alias(_basename(program.value))
     args = argv[1:]
+    if name == "ld.so":
+        _check_loader(args, findings, allow_pipes, depth)
+        return
     values = [a.value for a in args]
     if name in ("busybox", "toybox") and args:
         _check_command(args, findings, allow_pipes, depth + 1)
@@ -1029,6 +1068,23 @@ def _check_command(
         if name in _OPTIONS_ANYWHERE:
             _check_hidden_words(name, args, findings)
         special(name, args, findings, allow_pipes, depth)
+    if name in _SUBCOMMAND_RUNNERS:
+        inner = _subcommand_command(name, args)
+        if inner:
+            _check_command(inner, findings.sub(""), allow_pipes, depth + 1)
+            return
+    if name == "nix-shell":
+        for option, value in zip(values, [*values[1:], ""], strict=True):
+            if option in ("--run", "--command") or option.startswith(("--run=", "--command=")):
+                findings.inject(f"'{name} {option.split('=', 1)[0]}' runs a string as a shell "
+                                "command")
+                script = option.split("=", 1)[1] if "=" in option else value
+                _nested_line(script, name, findings, allow_pipes, depth)
+    if name == "capsh" and "--" in values:
+        # 'capsh [options] -- ARGS' runs /bin/bash ARGS ('capsh -- -c CMD', or a shell reading
+        # stdin with no ARGS).
+        _check_shell("bash", args[values.index("--") + 1 :], findings, allow_pipes, depth + 1)
+        return
     spec = _WRAPPERS.get(name)
     if spec is not None:
         strings: list[str] = []
@@ -1045,6 +1101,73 @@ def _check_command(
             _check_command(inner, findings.sub(""), allow_pipes, depth + 1)
         return
     _check_destructive(name, args, findings)
+
+
+# Programs named by a process link rather than by a file: resolved by the kernel in the process
+# that executes them.
+_PROCESS_LINK_PROGRAM = re.compile(
+    r"^/(?:proc/(?:self|thread-self|[0-9]+)(?:/task/(?:self|[0-9]+))?/(?:exe|fd/.*|map_files/.*)"
+    r"|dev/(?:fd/.*|stdin|stdout|stderr))\Z"
+)
+# The dynamic loader runs the program named by its first operand ('ld.so /bin/sh'):
+# /usr/bin/ld.so, ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld-musl-x86_64.so.1, ld64.so.2.
+_LOADER = re.compile(r"^(?:ld(?:-linux(?:-[\w-]+)?)?\.so|ld-musl-[\w-]+\.so|ld64\.so)"
+                     r"(?:\.[0-9]+)*\Z")
+# A shell under a versioned or static build's name: Debian ships /bin/zsh5, bash-static,
+# zsh-static, mksh-static.
+_SHELL_VARIANT = re.compile(r"^([a-z]+?)(?:[0-9.]+|-static)+\Z")
+_MORE_SHELLS = frozenset({"lksh", "sash"})
+
+
+def _climbed(path: str) -> str:
+    """``path`` normalised, a relative one that climbs out ('../../../proc/self/exe') read as
+    absolute: enough '..' from any working directory reach the root."""
+    normal = os.path.normpath(path)
+    if normal.startswith("../"):
+        return "/" + re.sub(r"^(?:\.\./)+", "", normal)
+    return normal
+
+
+def _program_alias(name: str) -> str:
+    """The name the guard judges a program by: 'ld.so' for every dynamic loader, the shell
+    for a shell's versioned or static name (zsh5, bash-static)."""
+    if _LOADER.match(name):
+        return "ld.so"
+    if name in _MORE_SHELLS:
+        return "sh"
+    match = _SHELL_VARIANT.match(name)
+    if match and match.group(1) in _SHELLS:
+        return match.group(1)
+    return name
+
+
+# ld.so options that choose which code is loaded (as LD_LIBRARY_PATH, LD_PRELOAD, LD_AUDIT do),
+# and the ones that only take a value.
+_LOADER_CODE_OPTIONS = ("--library-path", "--preload", "--audit", "--glibc-hwcaps-prepend")
+_LOADER_VALUE_OPTIONS = ("--argv0", "--glibc-hwcaps-mask")
+
+
+def _check_loader(
+    args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    """'ld.so [OPTIONS] PROGRAM ARGS': the program it runs is checked like any other."""
+    values = [a.value for a in args]
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            k += 1
+            break
+        if not value.startswith("--"):
+            break
+        key = _long_option(value, (*_LOADER_CODE_OPTIONS, *_LOADER_VALUE_OPTIONS)) or value
+        if key in _LOADER_CODE_OPTIONS:
+            findings.inject(f"'ld.so {key}' chooses which code is loaded into the program")
+        if key in (*_LOADER_CODE_OPTIONS, *_LOADER_VALUE_OPTIONS) and "=" not in value:
+            k += 1
+        k += 1
+    if k < len(args):
+        _check_command(args[k:], findings, allow_pipes, depth + 1)
 
 
 def _nested_line(
@@ -1213,7 +1336,81 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "catchsegv": _w(),
     "valgrind": _w(),
     "caffeinate": _w(),
+    # More programs that run the command after their options; unknown to the guard, each hid
+    # 'rm -rf ~' (or 'sh', which then reads its commands from stdin) behind it.
+    "rlwrap": _w("bCDefgHlOPqsStwz", ("--break-chars", "--command-name", "--file",
+                                      "--history-filename", "--logfile", "--substitute-prompt",
+                                      "--set-term-name", "--filter", "--pre-given",
+                                      "--prompt-colour", "--histsize",
+                                      "--extra-char-after-completion",
+                                      "--extra-char-before-completion", "--forget-matching",
+                                      "--multi-line", "--quote-characters",
+                                      "--wait-before-prompt", "--only-cook"),
+                 optional="ap", strings=("-z", "--filter")),
+    "faketime": _w("", (), operands=1),
+    "eatmydata": _w(),
+    "cpulimit": _w("lpe", ("--limit", "--pid", "--exe")),
+    "xvfb-run": _w("nfsewp", ("--server-num", "--auth-file", "--server-args", "--error-file",
+                              "--wait", "--xauth-protocol")),
+    "ssh-agent": _w("aEPtO", (), no_command=("-k",)),
+    "chronic": _w(),
+    "ifne": _w(),
+    "proxychains": _w("f"),
+    "proxychains4": _w("f"),
+    "torsocks": _w("uapP", ("--user", "--pass", "--address", "--port")),
+    "tini": _w("pe"),
+    "dumb-init": _w("r", ("--rewrite",)),
+    "trickle": _w("duwtln"),
+    "lckdo": _w("W", (), operands=1),
 }
+
+# Project tools whose subcommand runs the rest of the line as a command in the project's
+# environment ('uv run rm -rf ~' runs rm): the subcommands, and the options between the
+# subcommand and the command.
+_SUBCOMMAND_RUNNERS: dict[str, tuple[frozenset[str], _Wrapper]] = {
+    "uv": (frozenset({"run"}), _w("pfPiw", (
+        "--with", "--with-editable", "--with-requirements", "--python", "--package",
+        "--env-file", "--directory", "--project", "--extra", "--group", "--only-group",
+        "--no-group", "--index", "--default-index", "--index-url", "--extra-index-url",
+        "--find-links", "--config-file", "--cache-dir", "--color", "--exclude-newer",
+        "--index-strategy", "--keyring-provider", "--resolution", "--prerelease", "--link-mode",
+        "--refresh-package", "--reinstall-package", "--upgrade-package", "--no-binary-package",
+        "--no-build-package", "--python-platform", "--allow-insecure-host", "--no-extra"))),
+    "poetry": (frozenset({"run"}), _w("CP", ("--directory", "--project"))),
+    "pdm": (frozenset({"run"}), _w("p", ("--project", "--venv"))),
+    "pipenv": (frozenset({"run"}), _w()),
+    "hatch": (frozenset({"run"}), _w()),
+    "rye": (frozenset({"run"}), _w()),
+    "pixi": (frozenset({"run", "exec"}), _w("e", ("--environment", "--manifest-path"))),
+    **{name: (frozenset({"run"}), _w("npc", ("--name", "--prefix", "--cwd")))
+       for name in ("conda", "mamba", "micromamba")},
+    "bundle": (frozenset({"exec"}), _w("", ("--gemfile",))),
+    **{name: (frozenset({"exec", "x"}), _w("C", ("--cd", "--env")))
+       for name in ("mise", "rtx", "asdf")},
+    "direnv": (frozenset({"exec"}), _w("", (), operands=1)),
+    "nix": (frozenset({"develop", "shell"}), _w()),
+}
+
+
+def _subcommand_command(name: str, args: Sequence[_Word]) -> list[_Word] | None:
+    """The command a project tool's run subcommand runs (None: not that subcommand)."""
+    subcommands, spec = _SUBCOMMAND_RUNNERS[name]
+    values = [a.value for a in args]
+    k = next((i for i, v in enumerate(values) if v in subcommands), None)
+    if k is None:
+        return None
+    rest = list(args[k + 1 :])
+    if name == "nix":
+        # 'nix develop [installable] -c CMD ARGS' / 'nix shell PKGS -c CMD': the command
+        # follows -c or --command; without it nix starts an interactive shell.
+        at = next((i for i, w in enumerate(rest) if w.value in ("-c", "--command")), None)
+        return None if at is None else rest[at + 1 :]
+    if name in ("mise", "rtx", "asdf") and any(w.value == "--" for w in rest):
+        return rest[[w.value for w in rest].index("--") + 1 :]
+    inner = _wrapped(name, spec, rest, _Findings(), [])
+    while name in ("mise", "rtx", "asdf") and inner and "@" in inner[0].value:
+        inner = inner[1:]  # 'mise x node@20 python@3.12 CMD': tool versions first
+    return inner
 
 
 def _wrapped(
@@ -1673,6 +1870,7 @@ def _check_interpreter(
     codes: list[str] = []
     code_words: list[_Word] = []  # the words that hold inline code
     sources: list[str] = []  # program files named by options (awk -f FILE, sed -f FILE)
+    module_code: list[str] = []  # perl -M/-m values, which perl pastes into its code
     has_source = False
     stop = False
     i, n = 0, len(values)
@@ -1702,6 +1900,10 @@ def _check_interpreter(
         while j < len(arg):
             letter = arg[j]
             if letter in spec.attached:
+                if family == "perl" and letter in "mM":
+                    # '-MFoo=a,b' becomes 'use Foo split(/,/,q{a,b});' before the program:
+                    # "-M'strict; system q(id)'" is inline code too.
+                    module_code.append(arg[j + 1 :])
                 break  # the rest of the word is its value
             if family == "perl" and letter in "l0C":
                 # '-l012', '-0777', '-0x1F', '-CSD': the value is these characters only.
@@ -1782,7 +1984,7 @@ def _check_interpreter(
             f"'{name}' with no program reads its code from standard input, which the guard "
             "does not see: the user must confirm this exact call"
         )
-    for code in codes:
+    for code in [*codes, *module_code]:
         if len(code) > MAX_COMMAND_CHARS:
             # The scans below are regular expressions: keep their cost bounded.
             findings.destroy(
@@ -2340,6 +2542,8 @@ class _RunsOption:
     key: re.Pattern[str] | None = None  # only values that match (apt's -o NAME=VALUE)
     # A flag, no value: the program joins the words after it and runs them (pnpm -c CMD ARGS).
     joins_rest: bool = False
+    # The value is a configuration file (or setting) that can name programs to run.
+    config: bool = False
 
 
 # Everyday programs with an option that makes them run a command of the caller's choosing.
@@ -2352,7 +2556,25 @@ _RUNS_OPTIONS: dict[str, tuple[_RunsOption, ...]] = {
     "npm": (_RunsOption("--call", "c", string=True), _RunsOption("--script-shell")),
     "pnpm": (_RunsOption("--shell-mode", "c", string=True, joins_rest=True),
              _RunsOption("--script-shell")),
-    "wget": (_RunsOption("--use-askpass"),),
+    # wgetrc commands are case-, '_'- and '-'-insensitive ('-e useAskPass=./x'); --config
+    # reads a whole wgetrc, where use_askpass may be.
+    "wget": (_RunsOption("--use-askpass"),
+             _RunsOption("--execute", "e", key=re.compile(
+                 r"(?i)[\s_-]*u[_-]*s[_-]*e[_-]*a[_-]*s[_-]*k[_-]*p[_-]*a[_-]*s[_-]*s")),
+             _RunsOption("--config", config=True)),
+    # Preprocessors and pagers run for the caller: 'rg --pre ./x PATTERN' runs ./x per file.
+    "rg": (_RunsOption("--pre"),),
+    "ag": (_RunsOption("--pager"),),
+    **{name: (_RunsOption("--pager"),) for name in ("bat", "batcat")},
+    # A kubeconfig's users[].user.exec.command is run to get credentials (measured: kubectl
+    # --kubeconfig ran it for 'get pods').
+    **{name: (_RunsOption("--kubeconfig", config=True),)
+       for name in ("kubectl", "helm", "oc", "k9s", "kubectx", "kubens", "stern")},
+    # 'cargo --config KEY=VALUE' sets configuration: a runner, a rustc wrapper, a linker, an
+    # alias; a value that is no KEY=VALUE is a file of such settings.
+    "cargo": (_RunsOption("--config", config=True, key=re.compile(
+        r"(?i)(?:[^=]*(?:runner|wrapper|rustc|rustdoc|linker|alias|credential|flags|"
+        r"\[)|[^=]*\Z)")),),
     "tcpdump": (_RunsOption("", "z"),),
     **{name: (_RunsOption("--option", "o", key=re.compile(
         r"(?i)[^=]*(?:invoke|::bin|pager|script|method|hook|options)")),
@@ -2389,7 +2611,10 @@ def _check_runs_options(
             if found is None or (option.key is not None and not option.key.match(found)):
                 continue
             spelled = option.long or "-" + option.short
-            if option.string:
+            if option.config:
+                findings.inject(f"'{name} {spelled}' reads configuration of the caller's "
+                                "choosing, which can name programs for it to run")
+            elif option.string:
                 findings.inject(f"'{name} {spelled}' runs a string as a shell command")
                 if found:
                     _nested_line(found, name, findings, allow_pipes, depth)
@@ -2476,8 +2701,83 @@ def _check_ed(
         )
 
 
+# go's build flags that name a program to run: '-toolexec ./x' runs ./x in front of every
+# compiler and linker call, '-exec ./x' runs the test binaries through ./x, '-vettool' is the
+# vet program; '-ldflags=-extld=./x' picks the external linker. Go reads '-flag' and '--flag'.
+_GO_PROGRAM_FLAGS = frozenset({"toolexec", "exec", "vettool"})
+_GO_LINKER = re.compile(r"-{1,2}extld\b|-{1,2}extar\b")
+
+
+def _check_go(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    for value in (a.value for a in args):
+        if value == "--":
+            break
+        if not value.startswith("-"):
+            continue
+        flag, _, setting = value.lstrip("-").partition("=")
+        if flag in _GO_PROGRAM_FLAGS:
+            findings.inject(f"'{name} -{flag}' runs a program of the caller's choosing")
+        elif flag in ("ldflags", "gccgoflags") and _GO_LINKER.search(setting):
+            findings.inject(f"'{name} -{flag}' names the linker, a program of the caller's "
+                            "choosing")
+
+
+_FD_EXEC = frozenset({"-x", "--exec", "-X", "--exec-batch"})
+_FD_VALUES = frozenset({"-e", "--extension", "-t", "--type", "-d", "--max-depth",
+                        "--min-depth", "--exact-depth", "-E", "--exclude", "-S", "--size",
+                        "-j", "--threads", "-c", "--color", "-o", "--owner", "--changed-within",
+                        "--changed-before", "--max-results", "--base-directory",
+                        "--ignore-file", "--path-separator", "--batch-size"})
+_FD_NARROWING = frozenset({"-e", "--extension", "-S", "--size", "-o", "--owner",
+                           "--changed-within", "--changed-before"})
+_REMOVERS = frozenset({"rm", "shred", "unlink", "rmdir", "srm", "wipe"})
+
+
+def _check_fd(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> None:
+    """fd (find's successor) runs '-x CMD ARGS' for each match, '-X CMD ARGS' for all."""
+    values = [a.value for a in args]
+    at = next((k for k, v in enumerate(values) if v in _FD_EXEC), None)
+    if at is None:
+        return
+    end = next((k for k in range(at + 1, len(values)) if values[k] == ";"), len(values))
+    inner = list(args[at + 1 : end])
+    if not inner:
+        return
+    _check_command(inner, findings, allow_pipes, depth + 1)
+    if _basename(inner[0].value) not in _REMOVERS:
+        return
+    # Operands before -x: the pattern, then the folders searched (default '.').
+    operands: list[_Word] = []
+    narrowed = False  # by an extension, a size, a date or an owner, as find's tests narrow
+    k = 0
+    while k < at:
+        value = values[k]
+        if value in _FD_VALUES:
+            narrowed = narrowed or value in _FD_NARROWING
+            k += 2
+            continue
+        if not value.startswith("-"):
+            operands.append(args[k])
+        k += 1
+    pattern = operands[0].value if operands else ""
+    matches_all = pattern in ("", ".", ".*", "^", "$", "^.*$", ".+") and not narrowed
+    for root in operands[1:] or [_Word.literal(".")]:
+        danger = _target_danger(root.path)
+        if danger is None or (_local(danger) and not matches_all):
+            continue
+        findings.destroy(f"'{name} ... {values[at]} {inner[0].value}' deletes what it finds "
+                         f"in {danger}")
+
+
 _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
     "git": _check_git,
+    "go": _check_go,
+    "fd": _check_fd,
+    "fdfind": _check_fd,
     "find": _check_find,
     **{name: _check_make for name in ("make", "gmake", "bmake", "cmake")},
     **{name: _check_remote_shells for name in (
