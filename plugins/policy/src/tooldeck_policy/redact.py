@@ -15,18 +15,22 @@ Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
   non-empty group); it must be more random than the rule's ``entropy`` (Shannon, bits per
   character); the rule's and the global allowlists let placeholders through;
 - ``private-key``: whole ``-----BEGIN ... PRIVATE KEY-----`` blocks through their END line
-  (through the last key line when the END line was cut off); markers alone, as in code that
-  looks for keys, are left;
+  (through the last key line when the END line was cut off, from the first key line before the
+  END line when the BEGIN line was); markers alone, as in code that looks for keys, are left;
 - ``url-credentials``: the password of ``scheme://user:password@host``;
 - ``authorization-header``: the credential of ``Authorization: Bearer|Basic|Token ...``;
 - ``aws-access-key-id`` / ``aws-secret-access-key``: AWS keys regardless of entropy (gitleaks
   skips low-entropy ones);
-- ``cookie``: the values of ``Cookie:`` / ``Set-Cookie:`` headers and ``curl --cookie``;
+- ``cookie``: the values of ``Cookie:`` / ``Set-Cookie:`` headers and ``curl --cookie`` (every
+  pair, to the header's end);
+- ``netrc-password``: ``machine HOST login USER password SECRET`` (``~/.netrc``);
 - ``cli-credential``: credentials on a command line (``--password X``, ``--token X``,
   ``mysql -pX``, ``sshpass -p X``, ``redis-cli -a X``, ``docker login -p X``, ``curl -u user:X``);
 - ``keyword-assignment``: ``password = ...``, ``secret: ...``, ``api_key=...``, ``token: ...`` in
   code, env, ini, yaml and JSON, like detect-secrets' keyword detector, minus placeholders, code
-  references and type annotations;
+  references and type annotations; YAML values below their name (``password: |``);
+  ``<password>...</password>``; and a value named by a sibling field in text
+  (``{"name": "DB_PASSWORD", "value": ...}``, YAML's ``- name:`` / ``value:``);
 - ``high-entropy-assignment``: a random-looking base64-alphabet value assigned to any name
   (detect-secrets' 4.5 bits per character), except names that say it is an id or a hash;
 - ``cut-token``: the word just before a ``…[+N chars]`` cut marker (half a token is no longer
@@ -655,6 +659,60 @@ def _quote_bounded_dots(regex: str) -> str:
     return "".join(out)
 
 
+# Characters that no loosened right-hand boundary accepts: ``[\x60'"\s;]``, ``\\[nr]``,
+# ``$`` and _TOKEN_END's lookahead all refuse them.
+_TOKEN_CLASS_RE = re.compile(
+    r"\[(?:\\w|\\[.~+/=_-]|[A-Za-z0-9]-[A-Za-z0-9]|[A-Za-z0-9_.~+/=-])+\]"
+)
+# A class run at the end of an alternative of the secret group: ``[\w.=-]{10,150}``,
+# ``[a-z0-9+/]{11,}`` (optionally then ``={0,3}``).
+_TAIL_RUN_RE = re.compile(r"(\[[^\]]+\])(\{\d+,\d*\}|\+|\*)((?:=\{0,\d\})?)$")
+
+
+def _possessive_tail(regex: str) -> str:
+    r"""``regex`` with the class runs that end its secret group made possessive, when the group
+    is followed by the loosened boundary (``...|(?=[^\w.~+/=-]))``) and the runs hold only
+    characters that boundary refuses.
+
+    Then giving characters back cannot help: a shorter run is followed by one of its own
+    characters, which the boundary refuses. Python's engine tried every length anyway at every
+    keyword: gitleaks' generic-api-key (``([\w.=-]{10,150}|[a-z0-9][a-z0-9+/]{11,}={0,3})``)
+    cost 150 steps per occurrence of ``key``, ``api``, ``token``..., 1.7 s per MB of
+    ``api_key=api_key=...`` (held on a thread that shares the interpreter with every session).
+    """
+    suffix = _TOKEN_END + ")"
+    if not regex.endswith(suffix):
+        return regex
+    start = regex.rfind("(?:", 0, len(regex) - len(suffix))
+    if start <= 0 or regex[start - 1] != ")":
+        return regex
+    close = start - 1
+    # The group that closes there: the last '(' whose body ends at ``close``.
+    for open_at in range(close - 1, -1, -1):
+        if regex[open_at] != "(" or (open_at and regex[open_at - 1] == "\\"):
+            continue
+        body_start = open_at + 1
+        if regex.startswith("?:", body_start):
+            body_start += 2
+        elif regex.startswith("?", body_start):
+            continue
+        try:
+            body = _group_body(regex, body_start)
+        except (ValueError, IndexError):
+            return regex
+        if body_start + len(body) != close:
+            continue
+        alternatives = []
+        for alternative in _split_top(body):
+            m = _TAIL_RUN_RE.search(alternative)
+            if m is not None and _TOKEN_CLASS_RE.fullmatch(m.group(1)):
+                alternative = (alternative[: m.start()] + m.group(1) + m.group(2) + "+"
+                               + m.group(3))
+            alternatives.append(alternative)
+        return regex[:body_start] + "|".join(alternatives) + regex[close:]
+    return regex
+
+
 def _word_at(text: str, p: int, n: int) -> bool:
     """``text[p:p+n]`` is a whole word (what ``\b...\b`` around it asks)."""
     before = text[p - 1] if p else " "
@@ -727,7 +785,7 @@ class _GitleaksRule(_Rule):
     def pattern(self) -> re.Pattern[str]:
         # Rewritten here, with the compile, not when the rule is made: only the rules whose
         # keywords occur are ever compiled (see _quote_bounded_dots).
-        return re.compile(_quote_bounded_dots(self._regex))
+        return re.compile(_possessive_tail(_quote_bounded_dots(self._regex)))
 
     @functools.cached_property
     def allowlists(self) -> tuple[_Allowlist, ...]:
@@ -989,6 +1047,48 @@ class _PrivateKeyRule(_Rule):
         return stop
 
 
+class _PrivateKeyTailRule(_Rule):
+    """The key lines before an ``-----END ... PRIVATE KEY-----`` line whose BEGIN line is not in
+    the text: output cut at its start (a progress message keeps the last 500 bytes of a line,
+    ``tail``, a shortened error, a key on one JSON line cut in two). :class:`_PrivateKeyRule`
+    starts at BEGIN lines, so the rest of such a key, most of it, went out as it was.
+    """
+
+    _END = _PrivateKeyRule._END
+    # Read backwards from the END line: key lines (base64 runs) and the breaks between them,
+    # plain or JSON-escaped (``n\`` reversed). Possessive: each character is read once.
+    # (A run stops before an escape's letter: ``\n`` reversed reads ``n\``.)
+    _BODY_REVERSED = _lazy_re(
+        r"(?:(?:n\\|r\\|[ \t\r\n])*+(?:(?![nr]\\)[A-Za-z0-9+/=])++)*+"
+    )
+    _MIN_MATERIAL = 16
+
+    def __init__(self, priority: int) -> None:
+        self.id = "private-key"
+        self.keywords = ("-----end",)
+        self.priority = priority
+
+    def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        floor = 0  # the end of the last END line: a walk back never crosses one (linear)
+        for p in positions:
+            end = self._END.match(text, p)
+            if end is None:
+                continue
+            lo = max(floor, p - _PrivateKeyRule._MAX_BLOCK)
+            floor = end.end()
+            body = self._BODY_REVERSED.match(text[lo:p][::-1])
+            start = p - (body.end() if body is not None else 0)
+            # Blanks and escaped breaks just before the key material are not part of it.
+            while start < p and (
+                text[start] in " \t\r\n" or text.startswith(("\\n", "\\r"), start)
+            ):
+                start += 2 if text[start] == "\\" else 1
+            material = sum(1 for c in text[start:p] if c.isalnum() or c in "+/=")
+            if material < self._MIN_MATERIAL:
+                continue  # an END marker alone, as in code that writes keys
+            yield Finding(rule_id=self.id, start=start, end=end.end())
+
+
 # Names that hold credentials. Strong words count anywhere in the name; weak ones only at its end
 # (``max_tokens`` and ``token_count`` are not credentials, ``auth_token`` is).
 _STRONG_NAME_RE = _lazy_re(r"passw(?:or)?d|secret|credential|contrase(?:ñ|n)a", re.I)
@@ -1132,7 +1232,16 @@ class _KeywordAssignmentRule(_Rule):
             if not secret_name(text[start:run_end]):
                 continue
             m = _ASSIGNMENT_RE.match(text, start)
-            if m is None or not secret_name(m.group("key")):
+            if m is None or (m.group("sep") == ":" and m.group("bare") is not None
+                             and _YAML_BLOCK_RE.fullmatch(m.group("bare"))):
+                # YAML's value on the lines below the name (``password: |``, ``password: >-``,
+                # ``password:`` then an indented line): nothing after the colon to judge.
+                block = _yaml_block(text, start)
+                if block is not None:
+                    last_end = block.end
+                    yield block
+                continue
+            if not secret_name(m.group("key")):
                 continue
             for group in _VALUE_GROUPS:
                 if m.group(group) is not None:
@@ -1153,13 +1262,77 @@ class _KeywordAssignmentRule(_Rule):
             yield Finding(rule_id=self.id, start=vstart, end=vend)
 
 
+# What may follow ``name:`` in YAML when the value is on the lines below: a block scalar's
+# indicator (``|``, ``>-``, ``|2+``) or nothing, then an optional comment.
+_YAML_BLOCK_RE = _lazy_re(r"[|>][+-]?[1-9]?[+-]?")
+_YAML_NAME_LINE_RE = _lazy_re(
+    r"""(?P<key>[A-Za-z_$@][\w.$@-]{0,79})["']?[ \t]*:[ \t]*(?P<ind>[|>][+-]?[1-9]?[+-]?)?"""
+    r"""[ \t]*(?:\#[^\n]*)?(?=\r?\n)"""
+)
+# A line that opens a nested mapping or list, not a scalar's text.
+_YAML_STRUCTURE_RE = _lazy_re(r"""[ \t]*(?:-(?:[ \t]|$)|[^\s:#'"]{1,80}:(?:[ \t]|$))""")
+
+
+def _yaml_block(text: str, start: int) -> Finding | None:
+    """The value of the YAML key at ``start`` when it is written on the lines below it: a
+    block scalar (``password: |`` then indented lines) or a plain scalar on the next, more
+    indented, line(s). None when the key is not a credential's, when what follows is a nested
+    mapping or list, or when the value does not look like a real one.
+
+    Without this, ``password: |`` (Kubernetes manifests, Ansible vars, compose files) hid the
+    secret on the next line from every rule: each reads a value on the name's own line.
+    """
+    head = _YAML_NAME_LINE_RE.match(text, start)
+    if head is None or not secret_name(head.group("key")):
+        return None
+    line_start = text.rfind("\n", 0, start) + 1
+    column = start - line_start  # the value's lines are indented more than the name
+    at = text.index("\n", head.end()) + 1
+    first = last = -1
+    while at < len(text):
+        nl = text.find("\n", at)
+        line_end = len(text) if nl == -1 else nl
+        line = text[at:line_end].rstrip("\r")
+        content = line.lstrip(" \t")
+        if content:
+            if len(line) - len(content) <= column:
+                break
+            if first < 0:
+                if head.group("ind") is None and _YAML_STRUCTURE_RE.match(line):
+                    return None  # ``credentials:`` over a nested mapping: its own keys
+                first = at + len(line) - len(content)
+            last = at + len(line)
+        if nl == -1:
+            break
+        at = nl + 1
+    if first < 0:
+        return None
+    value = " ".join(part.strip() for part in text[first:last].splitlines())
+    block = head.group("ind") is not None
+    if not _credential_value(value, head.group("key"), quoted=block, type_hint=not block):
+        return None
+    return Finding(rule_id="keyword-assignment", start=first, end=last)
+
+
 _QUOTED_B64_RE = re.compile(r"""["'](?P<v>[A-Za-z0-9+/_=-]{20,256})\\?["']""")
 # The value ends where its alphabet does: requiring an end of line after it let an output that
 # appends one character to each line hide every value.
 _ENV_B64_RE = re.compile(r"""=(?P<v>[A-Za-z0-9+/_-]{20,256}={0,2})(?![A-Za-z0-9+/_=-])""")
-_KEY_BEFORE_RE = _lazy_re(
-    r"""([A-Za-z_$][\w.$-]{0,63})(?:\\?["'])?\]?[ \t]*(?::=|=>|=|:)[ \t]*$"""
+# The name an assigned value is given, read backwards from the value's opening quote: the
+# text before it, reversed, must start with the operator and end with the name (its reversed
+# form: ``[\w.$-]{0,63}`` then ``[A-Za-z_$]``, as long as possible). Searching forward for a
+# name that ends right at the quote (``name...$``) tried the name pattern at each of the 96
+# characters before every quoted value: 3 s per MB of quoted tokens, on the event loop.
+_KEY_BEFORE_REVERSED_RE = _lazy_re(
+    r"""[ \t]*(?:=:|>=|=|:)[ \t]*\]?(?:["']\\?)?([\w.$-]{0,63}[A-Za-z_$])"""
 )
+
+
+def _key_before(text: str, lo: int, end: int) -> str | None:
+    """The name assigned the value that starts at ``end`` (``name = "..."``, ``"name": "..."``),
+    looked for in ``text[lo:end]``; None when there is none."""
+    m = _KEY_BEFORE_REVERSED_RE.match(text[lo:end][::-1])
+    return None if m is None else m.group(1)[::-1]
 # The name of an env-style assignment: at the start of a line or after a blank or ';' (a prefix
 # added to every line must not hide it), ``export`` allowed.
 _ENV_LINE_RE = _lazy_re(
@@ -1200,8 +1373,8 @@ class _HighEntropyAssignmentRule(_Rule):
                 continue
             floor = max(0, m.start() - 96)  # bounded: lines of tool output can be 8 MiB long
             line_start = text.rfind("\n", floor, m.start()) + 1
-            key = _KEY_BEFORE_RE.search(text, max(line_start, floor), m.start())
-            if key is None or _ID_NAME_RE.search(key.group(1)):
+            key = _key_before(text, max(line_start, floor), m.start())
+            if key is None or _ID_NAME_RE.search(key):
                 continue
             yield Finding(rule_id=self.id, start=m.start("v"), end=m.end("v"))
         for m in _ENV_B64_RE.finditer(text):
@@ -1228,23 +1401,49 @@ _CLI_WORDS = r"(?:[ \t]+[^\s]{1,256}){0,16}?"
 class _CookieRule(_Rule):
     """The values of ``Cookie:`` / ``Set-Cookie:`` headers (``curl -v``, HTTP logs, a HAR or a
     JSON header map) and of ``curl --cookie``: a session cookie is a credential, whatever it
-    looks like. Set-Cookie's attributes (``Path``, ``Expires``, ...) are left."""
+    looks like. Set-Cookie's attributes (``Path``, ``Expires``, ...) are left.
+
+    Every ``name=value`` pair of the header's value is read, to its end (the closing quote of a
+    quoted value, the end of the line, or the next blank after ``--cookie``): a pair that does
+    not parse (a quoted value, a flag with no ``=``, a comma) is skipped, not the end of the
+    header, and there is no cap on the count of pairs. Stopping at the first odd pair or after
+    64 of them left every later cookie, the session's among them, in the output (a site sets
+    dozens of tracking cookies, and ``theme="dark"`` is a valid cookie).
+    """
 
     _HEADER = _lazy_re(
-        r"""(?i)(?:set-)?cookie2?(?:\\?["']?[ \t]*:[ \t]*\\?["']?|[ \t]*=[ \t]*["']|"""
-        r"""[ \t]+["']?(?=[^\s=;'"]{1,128}=))"""
+        r"""(?i)(?:set-)?cookie2?(?:\\?["']?[ \t]*:[ \t]*(\\?["']?)|[ \t]*=[ \t]*(["'])|"""
+        r"""[ \t]+(["']?)(?=[^\s=;'"]{1,128}=))"""
     )
-    _PAIR = _lazy_re(r"""[ \t]*([^\s=;,'"\\]{1,128})=([^\s;,'"\\]{1,4096})[ \t]*;?""")
+    # A pair: a name at the start of the value or after a separator or a blank, then its value,
+    # bare or in double quotes (RFC 6265's cookie-value).
+    _PAIR = _lazy_re(
+        r"""(?<![^\s;,:"'])([^\s=;,'"\\]{1,128})=(?:\\?"([^"\\\n]{1,4096})\\?"|([^\s;,'"\\]{1,4096}))"""
+    )
     _ATTRIBUTES = frozenset(
         {"path", "domain", "expires", "max-age", "samesite", "priority", "partitioned",
          "version", "comment", "secure", "httponly"}
     )
-    _MAX_PAIRS = 64
 
     def __init__(self, priority: int) -> None:
         self.id = "cookie"
         self.keywords = ("cookie",)
         self.priority = priority
+
+    def _value_end(self, text: str, m: re.Match[str]) -> int:
+        """Where the header value that ``m`` opens ends."""
+        at = m.end()
+        line_end = _line_end(text, at)
+        quote = m.group(1) or m.group(2) or m.group(3) or ""
+        if quote:
+            close = text.find(quote, at, line_end)
+            while close > at and len(quote) == 1 and text[close - 1] == "\\":
+                close = text.find(quote, close + 1, line_end)  # an escaped quote inside
+            return line_end if close == -1 else close
+        if m.group(3) is not None:  # ``--cookie sid=...``: one shell word
+            blank = _SPACE_RE.search(text, at, line_end)
+            return line_end if blank is None else blank.start()
+        return line_end
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
         last_end = -1
@@ -1255,18 +1454,17 @@ class _CookieRule(_Rule):
             m = self._HEADER.match(text, start)
             if m is None:
                 continue
-            at = m.end()
-            for _ in range(self._MAX_PAIRS):
-                pair = self._PAIR.match(text, at)
-                if pair is None:
-                    break
-                at = pair.end()
-                name, value = pair.group(1), pair.group(2)
+            end = self._value_end(text, m)
+            # The header's pairs do not overlap the next header's: linear over the text.
+            last_end = end
+            for pair in self._PAIR.finditer(text, m.end(), end):
+                name = pair.group(1)
+                group = 2 if pair.group(2) is not None else 3
+                value = pair.group(group)
                 if (name.lower() in self._ATTRIBUTES or len(value) < 8
                         or _is_placeholder(value)):
                     continue
-                last_end = at
-                yield Finding(rule_id=self.id, start=pair.start(2), end=pair.end(2))
+                yield Finding(rule_id=self.id, start=pair.start(group), end=pair.end(group))
 
 
 _METAVAR_RE = _lazy_re(r"[A-Z][A-Z0-9_-]*")
@@ -1363,10 +1561,122 @@ class _CutTokenRule(_Rule):
                 yield Finding(rule_id=self.id, start=start, end=p)
 
 
+class _NamedValueRule(_Rule):
+    """A value whose credential name is in a sibling field, in text: ``{"name": "DB_PASSWORD",
+    "value": "..."}`` (``kubectl get -o json``, HAR headers, ``aws ssm get-parameters``,
+    CloudFormation's ``ParameterKey``/``ParameterValue``) and YAML's ``- name: API_TOKEN`` /
+    ``value: ...``. :func:`redact_value` knows these pairs as structures; printed as text, the
+    name sits in another field than the value, out of every other rule's sight."""
+
+    _HEAD = _lazy_re(
+        r"""(?i:name|key|parameterkey|parametername|header|variable)\\?["']?[ \t]*[:=][ \t]*"""
+        r"""\\?["']?(?P<name>[\w./:@-]{1,128})"""
+    )
+    # The value's field, in the same object: within 256 characters, no brace or bracket between
+    # (the leading class lets the engine skip to a candidate at C speed).
+    _VALUE_KEY = _lazy_re(
+        r"""(?=[\\"'vVpPsS])(?<![\w-])\\?["']?(?i:value|parametervalue|val|secret)\\?["']?"""
+        r"""[ \t]*[:=][ \t]*"""
+    )
+    _VALUE = _lazy_re(
+        r"""\\?"(?P<dq>[^"\\\n]{1,4096})\\?"|'(?P<sq>[^'\n]{1,4096})'"""
+        r"""|(?P<bare>[^\s,}\]"'][^\n,}\]]{0,4095})"""
+    )
+    _GAP_STOP = _lazy_re(r"[{}\[\]]|\n[ \t]*-[ \t]")
+    _GAP = 256
+    _VALUE_KEY_MAX = 32
+
+    def __init__(self, priority: int) -> None:
+        self.id = "keyword-assignment"
+        self.keywords = ("name", "key", "header", "variable", "parameter")
+        self.priority = priority
+
+    def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        last_end = -1
+        # What earlier looks learnt, so that names close together (``name: password`` repeated)
+        # do not read the same characters again: the next end of an item, and where no value
+        # field starts (a field is short: a look resumes a little before where one stopped).
+        item_end, item_clear = -1, -1
+        no_value_until = -1
+        for k, p in enumerate(positions):
+            if p < last_end or (p and (text[p - 1].isalnum() or text[p - 1] == "_")):
+                continue
+            if not k & 1023:
+                _check_deadline()
+            head = self._HEAD.match(text, p)
+            if head is None or not secret_name(head.group("name")):
+                continue
+            # The value's field is looked for up to the end of this object or list item (or
+            # 256 characters): each look is bounded, whatever follows.
+            at = head.end()
+            stop = min(len(text), at + self._GAP)
+            if item_end < at:
+                found = self._GAP_STOP.search(text, max(at, item_clear), stop)
+                item_end = found.start() if found is not None else -1
+                item_clear = stop if found is None else found.start()
+            if at <= item_end < stop:
+                stop = item_end
+            key = self._VALUE_KEY.search(text, max(at, no_value_until), stop)
+            if key is None:
+                no_value_until = max(no_value_until, stop - self._VALUE_KEY_MAX)
+            value = None if key is None else self._VALUE.match(text, key.end())
+            if value is None:
+                continue
+            group = next(g for g in ("dq", "sq", "bare") if value.group(g) is not None)
+            vstart, vend = value.span(group)
+            while vend > vstart and text[vend - 1] in " \t\r":
+                vend -= 1
+            if not _credential_value(
+                text[vstart:vend], head.group("name"), quoted=group != "bare", type_hint=False
+            ):
+                continue
+            last_end = vend
+            yield Finding(rule_id=self.id, start=vstart, end=vend)
+
+
+class _XmlElementRule(_Rule):
+    """``<password>...</password>`` (Maven's settings.xml, Tomcat, .NET and Spring configs,
+    SOAP): an element named like a credential. The keyword and assignment rules read
+    ``name=value`` and ``name: value``, not an element's text."""
+
+    _ELEMENT = _lazy_re(
+        r"""<(?P<tag>[\w:.-]{1,80})(?:[ \t][^<>\n]{0,256})?>(?P<v>[^<>\n]{1,4096})</(?P=tag)>"""
+    )
+    _TAG_RUN = _lazy_re(r"[\w:.-]*")
+
+    def __init__(self, priority: int) -> None:
+        self.id = "keyword-assignment"
+        self.keywords = ("passw", "pwd", "pass", "secret", "token", "key", "auth", "credential")
+        self.priority = priority
+
+    def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        last_end = tried = -1
+        for k, p in enumerate(positions):
+            if p < last_end:
+                continue
+            if not k & 1023:
+                _check_deadline()
+            # The '<' that opens the tag the keyword is in, found at C speed; each '<' is
+            # tried once, however many keywords its name holds (``<keykeykey...``).
+            lt = text.rfind("<", max(0, p - 80), p)
+            if lt < 0 or lt == tried or self._TAG_RUN.match(text, lt + 1).end() < p:
+                continue
+            tried = lt
+            m = self._ELEMENT.match(text, lt)
+            if m is None or not secret_name(m.group("tag").rpartition(":")[2]):
+                continue
+            value = m.group("v").strip()
+            if not _credential_value(value, m.group("tag"), quoted=False, type_hint=False):
+                continue
+            last_end = m.end()
+            yield Finding(rule_id=self.id, start=m.start("v"), end=m.end("v"))
+
+
 def _own_rules() -> list[_Rule]:
     # Priorities: lower wins on overlap. gitleaks' specific rules sit at 10, its generic one at 50.
     return [
         _PrivateKeyRule(priority=0),
+        _PrivateKeyTailRule(priority=0),
         _RegexRule(
             "aws-access-key-id",
             # No \b after the key: text glued to it ("AKIA...example") must not hide it.
@@ -1408,6 +1718,20 @@ def _own_rules() -> list[_Rule]:
         _CookieRule(priority=22),
         *_cli_rules(),
         _KeywordAssignmentRule(priority=30),
+        _NamedValueRule(priority=30),
+        _XmlElementRule(priority=30),
+        _RegexRule(
+            "netrc-password",
+            # ~/.netrc and _netrc (curl, git, ftp, Heroku): ``machine HOST login USER password
+            # SECRET``, on one line or one token pair per line.
+            r"(?:machine[ \t]+[^\s]{1,256}|default)"
+            r"(?:\s+(?:login|account|port|protocol)[ \t]+[^\s]{1,256}){0,4}"
+            r"\s+password[ \t]+([^\s]{1,256})",
+            ("machine", "default"),
+            group=1,
+            priority=25,
+            check=_cli_value_check,
+        ),
         _HighEntropyAssignmentRule(priority=60),
         _CutTokenRule(priority=70),
     ]
@@ -2441,9 +2765,18 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 #: Results holding more text than this (characters) are worth redacting off the event loop.
-OFFLOAD_CHARS = 64 * 1024
-# ... or more strings than this (each costs a scan).
-_OFFLOAD_STRINGS = 2048
+#: The cost of a character is not fixed: text dense in keywords and near-matches (``api_key=``
+#: repeated, quoted tokens, ``aws_secret=...`` findings) costs 1-3 s per MB, so 64 KiB inline
+#: held the event loop, and every session on it, for 100-200 ms per call. 16 KiB bounds that
+#: to a few tens of ms (the core and the MCP server redact their own texts inline up to the
+#: same size).
+OFFLOAD_CHARS = 16 * 1024
+# ... or more strings than this (each costs a scan: up to ~40 us for a short one dense in
+# keywords) ...
+_OFFLOAD_STRINGS = 512
+# ... or more items of containers than this: a result of 333,000 empty lists (1 MB of JSON,
+# under the output cap) holds no text at all, and its walk took 0.5 s on the event loop.
+_OFFLOAD_ITEMS = 4096
 
 
 def result_size(result: ToolResult, limit: int | None = None) -> int:
@@ -2453,6 +2786,7 @@ def result_size(result: ToolResult, limit: int | None = None) -> int:
     """
     total = 0
     strings = 0
+    items = 0
     stack: list[Any] = [result.data, result.metadata]
     if result.error is not None:
         stack.extend((result.error.message, result.error.suggestion, result.error.details))
@@ -2465,13 +2799,23 @@ def result_size(result: ToolResult, limit: int | None = None) -> int:
             total += len(item)
             strings += 1
             if strings > _OFFLOAD_STRINGS:
-                total += OFFLOAD_CHARS  # many small strings cost like one big one
+                total += OFFLOAD_CHARS + 1  # many small strings cost like one big one
                 strings = 0
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-            stack.extend(k for k in item if isinstance(k, str))
-        elif isinstance(item, list | tuple | set | frozenset):
-            stack.extend(item)
+        elif isinstance(item, Mapping | list | tuple | set | frozenset):
+            # Many items cost like much text, strings or not (numbers, empty containers): each
+            # is a step of the walk. Counted before the items are pushed, so that deciding
+            # costs little whatever the container's size.
+            items += len(item) + 1
+            if items > _OFFLOAD_ITEMS:
+                total += OFFLOAD_CHARS + 1
+                items = 0
+            if limit is not None and total > limit:
+                return total
+            if isinstance(item, Mapping):
+                stack.extend(item.values())
+                stack.extend(k for k in item if isinstance(k, str))
+            else:
+                stack.extend(item)
         elif isinstance(item, bytes | bytearray):
             total += len(item)
         if limit is not None and total > limit:
@@ -2496,13 +2840,19 @@ def needs_offload(result: ToolResult) -> bool:
         if not metadata:
             return type(data) is str and len(data) > OFFLOAD_CHARS
         small = 0
-        for value in metadata.values():
+        # Keys are redacted too (a 1 MB key was not counted), and many entries cost like
+        # many strings whatever their size.
+        for key, value in metadata.items() if len(metadata) <= _OFFLOAD_STRINGS else ():
             kind = type(value)
+            if type(key) is str:
+                small += len(key)
             if kind is str:
                 small += len(value)
             elif kind not in _PLAIN:
                 break
         else:
+            if len(metadata) > _OFFLOAD_STRINGS:
+                return True
             return len(data) + small > OFFLOAD_CHARS if type(data) is str else (
                 small > OFFLOAD_CHARS
             )
@@ -2528,8 +2878,10 @@ def redact_result(result: ToolResult, *, deadline: float | None = None) -> ToolR
         # already-seen clean words: nothing to redact, decided without the walk's calls.
         for key, value in result.metadata.items():
             kind = type(value)
-            if kind in _PLAIN and type(key) is str:
-                continue
+            if kind in _PLAIN and type(key) is str and (
+                len(key) <= _CLEAN_MAX_LENGTH and key in _clean
+            ):
+                continue  # a key is text too: {"ghp_...": 1} went out as it was
             if (kind is not str or len(value) > _CLEAN_MAX_LENGTH or value not in _clean
                     or type(key) is not str or secret_name(key)):  # (lru-cached: no frame)
                 break
