@@ -365,6 +365,10 @@ def describe(completed: Completed, encoding: str = "text") -> dict[str, Any]:
     return result
 
 
+#: The most of a progress message's line that is kept (its end: the newest output).
+_PROGRESS_LINE_BYTES = 500
+
+
 class LineProgress:
     """``on_output`` for :func:`run_process` reporting a long run's output lines as progress.
 
@@ -389,7 +393,15 @@ class LineProgress:
         complete = [line for line in lines if line.strip()]
         self._lines += len(lines)
         if complete:
-            self._last = complete[-1][-500:]
+            line = complete[-1]
+            if len(line) > _PROGRESS_LINE_BYTES:
+                # Said, not silent: and the cut word is dropped, since it may be the tail of
+                # a secret whose name ("password=") fell before the cut, where no redaction
+                # rule can recognise it any more.
+                tail = line[-_PROGRESS_LINE_BYTES:]
+                space = tail.find(b" ")
+                line = b"[...] " + (tail[space + 1 :] if space != -1 else b"")
+            self._last = line
         now = time.monotonic()
         if now >= self._next and self._last:
             self._next = now + self._interval
