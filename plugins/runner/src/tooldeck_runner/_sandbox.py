@@ -530,6 +530,9 @@ class SandboxPool:
     # about in its own session (what it does to its workdir's mounts), so that session alone
     # goes to single-use workers; the whole pool only once sessions of their own keep failing.
     _zygote_failed_sessions: dict[str, str] = attrs.field(factory=dict)
+    # (session, mount set) released while a call held its zygote lock (starting the zygote):
+    # that call retires what it started. Only ever holds keys whose lock is held.
+    _released_while_busy: set[tuple[str, PoolKey]] = attrs.field(factory=set)
 
     def __attrs_post_init__(self) -> None:
         if not self.isolation:  # else decided at the deck's start-up (the executor's)
@@ -752,60 +755,95 @@ class SandboxPool:
         already running; None if none could be started."""
         zkey = (session, key)
         lock = self._zygote_locks.setdefault(zkey, trio.Lock())
-        async with lock:
-            zygote = self._zygotes.get(zkey)
-            if zygote is not None:
-                worker = zygote.worker
-                alive = worker.process.returncode is None and worker.process.poll() is None
-                if alive and worker.protected is not None:  # a walk of the workdir: off the loop
-                    valid = await trio.to_thread.run_sync(self._still_valid, worker)
-                else:
-                    valid = alive and self._still_valid(worker)
-                if valid:
-                    self._zygotes.move_to_end(zkey)
-                    return zygote, True
-                if alive:
-                    self._discarded_stale += 1
-                await self._retire(zkey, zygote)
-            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            admin, admin_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                worker = await self._spawn(
-                    key,
-                    preload=tuple(self._preload.get(key, ())),
-                    zygote_fds=(child.fileno(), admin_child.fileno()),
-                )
-            except OSError as exc:
-                parent.close()
-                admin.close()
-                logger.warning("tooldeck-runner: could not start a zygote: %s", exc)
-                return None
-            finally:
-                child.close()
-                admin_child.close()
-            if worker.cgroup is not None:
-                # The zygote's own group (calls are moved out to theirs): it only imports and
-                # forks, so a fixed bound suffices.
+        released = False
+        try:
+            async with lock:
                 try:
-                    worker.cgroup.set_memory(_ZYGOTE_MEMORY_MB * 1024 * 1024)
-                except OSError:
-                    pass
-            zygote = _Zygote(
-                worker,
-                trio.socket.from_stdlib_socket(parent),
-                trio.socket.from_stdlib_socket(admin),
-                modules=set(self._preload.get(key, ())),
+                    return await self._zygote_for_locked(zkey)
+                finally:
+                    released = zkey in self._released_while_busy
+                    self._released_while_busy.discard(zkey)
+        finally:
+            # release_session() left the lock to us: dropped with the session's last user.
+            if (
+                released
+                and self._zygote_locks.get(zkey) is lock
+                and not lock.locked()
+                and not lock.statistics().tasks_waiting
+            ):
+                del self._zygote_locks[zkey]
+
+    async def _zygote_for_locked(self, zkey: tuple[str, PoolKey]) -> tuple[_Zygote, bool] | None:
+        """``_zygote_for`` under the lock of ``zkey``."""
+        key = zkey[1]
+        zygote = self._zygotes.get(zkey)
+        if zygote is not None:
+            worker = zygote.worker
+            alive = worker.process.returncode is None and worker.process.poll() is None
+            if alive and worker.protected is not None:  # a walk of the workdir: off the loop
+                valid = await trio.to_thread.run_sync(self._still_valid, worker)
+            else:
+                valid = alive and self._still_valid(worker)
+            # The walk above let other calls run, and one of them may have retired this
+            # zygote meanwhile (pushed out by another session's new zygote, or its session
+            # released): it is no longer in the table, and killed once idle. It used to be
+            # handed out all the same (a KeyError here, the call failing as PLUGIN_ERROR).
+            if valid and not zygote.retired:
+                self._zygotes.move_to_end(zkey)
+                return zygote, True
+            if alive and not zygote.retired:
+                self._discarded_stale += 1
+            await self._retire(zkey, zygote)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        admin, admin_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            worker = await self._spawn(
+                key,
+                preload=tuple(self._preload.get(key, ())),
+                zygote_fds=(child.fileno(), admin_child.fileno()),
             )
-            self._zygotes[zkey] = zygote
-            while len(self._zygotes) > max(1, self.settings.max_warm_keys):
-                oldest = next(iter(self._zygotes))
-                if oldest == zkey:
-                    break
-                await self._retire(oldest, self._zygotes[oldest])
-                old_lock = self._zygote_locks.get(oldest)
-                if old_lock is not None and not old_lock.locked():
-                    del self._zygote_locks[oldest]
-            return zygote, False
+        except OSError as exc:
+            parent.close()
+            admin.close()
+            logger.warning("tooldeck-runner: could not start a zygote: %s", exc)
+            return None
+        finally:
+            child.close()
+            admin_child.close()
+        if worker.cgroup is not None:
+            # The zygote's own group (calls are moved out to theirs): it only imports and
+            # forks, so a fixed bound suffices.
+            try:
+                worker.cgroup.set_memory(_ZYGOTE_MEMORY_MB * 1024 * 1024)
+            except OSError:
+                pass
+        zygote = _Zygote(
+            worker,
+            trio.socket.from_stdlib_socket(parent),
+            trio.socket.from_stdlib_socket(admin),
+            modules=set(self._preload.get(key, ())),
+        )
+        self._zygotes[zkey] = zygote
+        while len(self._zygotes) > max(1, self.settings.max_warm_keys):
+            oldest = next(iter(self._zygotes))
+            if oldest == zkey:
+                break
+            await self._retire(oldest, self._zygotes[oldest])
+            old_lock = self._zygote_locks.get(oldest)
+            if old_lock is not None and not old_lock.locked():
+                del self._zygote_locks[oldest]
+        if zkey in self._released_while_busy and not zygote.retired:
+            # The session ended while its zygote was starting: release_session() could not
+            # see it yet, and it stayed (processes, mounts of the workdir) until newer
+            # sessions pushed it out, for good on a deck gone quiet.
+            with trio.CancelScope(shield=True):
+                await self._retire(zkey, zygote)
+        if zygote.retired:
+            # Pushed out by another session while the oldest was being killed above (or
+            # released just now), and killed already (no call in it yet): this call goes
+            # to a single-use worker.
+            return None
+        return zygote, False
 
     async def _retire(self, zkey: tuple[str, PoolKey], zygote: _Zygote) -> None:
         """No new calls for this zygote; killed now, or when its last call ends."""
@@ -835,6 +873,8 @@ class SandboxPool:
         for zkey in [zkey for zkey in self._zygote_locks if zkey[0] == session_id]:
             if not self._zygote_locks[zkey].locked():
                 del self._zygote_locks[zkey]
+            else:  # a call is starting (or checking) this session's zygote: it retires it
+                self._released_while_busy.add(zkey)
         return len(mine)
 
     async def _run_in_zygote(
@@ -915,6 +955,13 @@ class SandboxPool:
             await self._retire((context.session_id, key), zygote)
             logger.warning("tooldeck-runner: the zygote is gone (%s); single-use worker", exc)
             return None
+        except BaseException:
+            # Cancelled at one of the sends (a deadline that passed while the workdir was
+            # checked, say): our ends are nobody's yet. The pipe's read end is a bare fd that
+            # nothing would ever close: one descriptor leaked per such call.
+            mine.close()
+            os.close(out_r)
+            raise
         finally:
             theirs.close()
             os.close(out_w)
