@@ -1388,6 +1388,10 @@ _SUBCOMMAND_RUNNERS: dict[str, tuple[frozenset[str], _Wrapper]] = {
     **{name: (frozenset({"exec", "x"}), _w("C", ("--cd", "--env")))
        for name in ("mise", "rtx", "asdf")},
     "direnv": (frozenset({"exec"}), _w("", (), operands=1)),
+    # 'dotenv run CMD' (python-dotenv), 'dotenvx run -- CMD': the command, after loading a
+    # file of variables (the options above catch a named one; the default is ./.env).
+    "dotenv": (frozenset({"run"}), _w()),
+    "dotenvx": (frozenset({"run"}), _w("fe", ("--env-file", "--env", "--convention"))),
     "nix": (frozenset({"develop", "shell"}), _w()),
 }
 
@@ -1405,7 +1409,7 @@ def _subcommand_command(name: str, args: Sequence[_Word]) -> list[_Word] | None:
         # follows -c or --command; without it nix starts an interactive shell.
         at = next((i for i, w in enumerate(rest) if w.value in ("-c", "--command")), None)
         return None if at is None else rest[at + 1 :]
-    if name in ("mise", "rtx", "asdf") and any(w.value == "--" for w in rest):
+    if name in ("mise", "rtx", "asdf", "dotenvx") and any(w.value == "--" for w in rest):
         return rest[[w.value for w in rest].index("--") + 1 :]
     inner = _wrapped(name, spec, rest, _Findings(), [])
     while name in ("mise", "rtx", "asdf") and inner and "@" in inner[0].value:
@@ -2544,6 +2548,9 @@ class _RunsOption:
     joins_rest: bool = False
     # The value is a configuration file (or setting) that can name programs to run.
     config: bool = False
+    # The value is a file of environment variables (KEY=VALUE lines) loaded for the program:
+    # it can set the variables the guard refuses on a command line (LD_PRELOAD, NODE_OPTIONS).
+    env_file: bool = False
 
 
 # Everyday programs with an option that makes them run a command of the caller's choosing.
@@ -2576,6 +2583,13 @@ _RUNS_OPTIONS: dict[str, tuple[_RunsOption, ...]] = {
         r"(?i)(?:[^=]*(?:runner|wrapper|rustc|rustdoc|linker|alias|credential|flags|"
         r"\[)|[^=]*\Z)")),),
     "tcpdump": (_RunsOption("", "z"),),
+    # Files of variables loaded for the command: the refused assignments, out of sight.
+    "uv": (_RunsOption("--env-file", env_file=True),),
+    **{name: (_RunsOption("--env-file", env_file=True),
+              _RunsOption("--env-file-if-exists", env_file=True))
+       for name in ("node", "nodejs", "bun", "deno")},
+    "dotenvx": (_RunsOption("--env-file", "f", env_file=True),),
+    "dotenv": (_RunsOption("--file", "f", env_file=True),),
     **{name: (_RunsOption("--option", "o", key=re.compile(
         r"(?i)[^=]*(?:invoke|::bin|pager|script|method|hook|options)")),
               _RunsOption("--config-file", "c"))
@@ -2614,6 +2628,10 @@ def _check_runs_options(
             if option.config:
                 findings.inject(f"'{name} {spelled}' reads configuration of the caller's "
                                 "choosing, which can name programs for it to run")
+            elif option.env_file:
+                findings.inject(f"'{name} {spelled}' loads environment variables from a file, "
+                                "which can set the ones that choose the code that runs "
+                                "(LD_PRELOAD, NODE_OPTIONS, ...)")
             elif option.string:
                 findings.inject(f"'{name} {spelled}' runs a string as a shell command")
                 if found:
@@ -2625,6 +2643,7 @@ def _check_runs_options(
                 # this program: reading them again re-analysed each suffix ('pnpm -c -c -c
                 # ...', quadratic: 39 s for 16 KB).
                 return
+            break  # one finding per word ('--env-file' abbreviates '--env-file-if-exists')
 
 
 # sqlite3's dot-commands that only show or set something; any other one (.shell, .system,
