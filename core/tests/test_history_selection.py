@@ -41,8 +41,14 @@ TALLY = ToolDefinition(
 
 @pytest.fixture(scope="module")
 def vectors(tmp_path_factory):
-    """One embedding cache for the module: the demo catalog is embedded once."""
-    return tmp_path_factory.mktemp("vectors")
+    """One embedding cache for the test process: the demo catalog is embedded once."""
+    # The demo catalog's vectors, shared by every module of this test process that deals from
+    # it (core/tests/test_hand_tokens.py and test_history_selection.py,
+    # tests/test_hand_with_real_retriever.py): embedding its ~400 tools takes seconds, and these
+    # tests check the hand, not a first embedding (tooldeck-faiss's own tests check that).
+    shared = tmp_path_factory.getbasetemp() / "demo-catalog-embeddings"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 def _deck(tmp_path, vectors, *tools: ToolDefinition):

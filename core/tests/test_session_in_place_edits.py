@@ -105,7 +105,10 @@ async def test_attributes_changed_in_place_reach_policy_and_plugins_get_a_snapsh
 
     def tooldeck_authorize_call(call: Any, tool: Any, session: Any) -> None:
         seen.append(session.attributes.get("tenant"))
-        session.attributes["scribbled"] = True  # a plugin writing into its snapshot
+        # A plugin writing into its snapshot: refused (the snapshot is shared with the hooks
+        # after it; see test_audit_s39_frozen_definitions.py).
+        with pytest.raises(TypeError, match="read-only"):
+            session.attributes["scribbled"] = True
 
     hook = inline_plugin(tooldeck_authorize_call, name="attribute-reader")
     async with _deck([], hook) as deck:
@@ -114,7 +117,7 @@ async def test_attributes_changed_in_place_reach_policy_and_plugins_get_a_snapsh
         session.attributes["tenant"] = "b"
         assert (await session.call("touch", {"target": "y"})).success
         assert seen == ["a", "b"]
-        # The plugin's write stayed in the snapshot it was given: not the session's attributes.
+        # The plugin's write reached neither its snapshot nor the session's attributes.
         assert "scribbled" not in session.attributes
 
 

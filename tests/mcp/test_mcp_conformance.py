@@ -115,6 +115,13 @@ async def test_logging_capability_and_tool_logs_reach_the_client(workdir: Path) 
     assert logging.getLogger("tooldeck.tool").propagate is True
 
 
+async def _until(condition: Any, limit_s: float = 10.0) -> None:
+    """Wait for ``condition()`` (a loaded machine delivers notifications late)."""
+    with trio.fail_after(limit_s):
+        while not condition():
+            await trio.sleep(0.01)
+
+
 async def test_only_records_at_or_above_the_client_level_are_sent(workdir: Path) -> None:
     received: list[tuple[str, Any]] = []
 
@@ -128,12 +135,14 @@ async def test_only_records_at_or_above_the_client_level_are_sent(workdir: Path)
         ):
             await client.set_logging_level("warning")
             first = await client.call_tool("chatty", {})
-            await trio.sleep(0.05)
+            # Notifications are delivered on their own: wait for the last one the tool logs
+            # (the stream is ordered, so whatever came before it has arrived too).
+            await _until(lambda: ("error", "an error line") in received)
             warned = list(received)
             received.clear()
             await client.set_logging_level("error")
             await client.call_tool("chatty", {})
-            await trio.sleep(0.05)
+            await _until(lambda: ("error", "an error line") in received)
     assert not first.is_error
     assert warned == [("warning", "a warning line"), ("error", "an error line")]
     assert received == [("error", "an error line")]
@@ -156,7 +165,7 @@ async def test_2026_clients_opt_in_per_request(workdir: Path) -> None:
             await client.call_tool(
                 "chatty", {}, meta={"io.modelcontextprotocol/logLevel": "warning"}
             )
-            await trio.sleep(0.05)
+            await _until(lambda: ("error", "an error line") in received)
     assert received == [("warning", "a warning line"), ("error", "an error line")]
 
 

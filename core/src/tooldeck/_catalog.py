@@ -19,8 +19,11 @@ import attrs
 
 from tooldeck_hookspecs import ArgumentValidator, ToolDefinition
 
+from ._frozen import freeze_schema
+
 __all__ = [
     "ToolCatalog",
+    "CatalogView",
     "RegistrationWarning",
     "PROVIDER_NAME_LIMIT",
     "normalise_name",
@@ -450,6 +453,11 @@ class ToolCatalog:
         ``aliases`` are names the tool was given before it was renamed; a registered name is
         never shadowed by an alias.
         """
+        parameters = freeze_schema(tool.parameters)
+        if parameters is not tool.parameters:
+            # Every hook gets the catalog's definitions: their schemas are read-only (the
+            # deck's _admit froze them already; this covers a direct add()).
+            tool = attrs.evolve(tool, parameters=parameters)
         self._tools[tool.name] = tool
         self._tokens.pop(tool.name, None)
         self._readers = None
@@ -476,3 +484,58 @@ class ToolCatalog:
         if name in self._tools:
             self._aliases.pop(name, None)
         return self._tools.pop(name, None)
+
+
+class CatalogView:
+    """What hooks are handed as the catalog (the contract's ``Catalog``): a live, read-only
+    view of a :class:`ToolCatalog`.
+
+    ``tooldeck_catalog_ready`` was handed the catalog itself, so a plugin that kept it could
+    ``add()`` a definition that no validator had seen and no argument validator checked (in
+    place of ``file_read``, say), or ``remove()`` another pack's tools, from any later hook.
+    """
+
+    __slots__ = ("_catalog",)
+
+    def __init__(self, catalog: ToolCatalog) -> None:
+        self._catalog = catalog
+
+    def get(self, name: str) -> ToolDefinition | None:
+        """The tool called ``name``, or None."""
+        return self._catalog.get(name)
+
+    def resolve(self, name: str) -> ToolDefinition | None:
+        """The tool registered as ``name`` or under the alias ``name``, or None."""
+        return self._catalog.resolve(name)
+
+    def aliases(self) -> dict[str, str]:
+        """Original name -> registered name, for every tool lenient registration renamed."""
+        return self._catalog.aliases()
+
+    def schema_tokens(self, name: str) -> int:
+        """Estimated schema tokens of the tool ``name``."""
+        return self._catalog.schema_tokens(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._catalog
+
+    def __iter__(self) -> Iterator[ToolDefinition]:
+        return iter(self._catalog)
+
+    def __len__(self) -> int:
+        return len(self._catalog)
+
+    def names(self) -> list[str]:
+        """Every registered name, in registration order."""
+        return self._catalog.names()
+
+    def by_category(self, category: str) -> Sequence[ToolDefinition]:
+        """Tools of one category, in registration order."""
+        return self._catalog.by_category(category)
+
+    def categories(self) -> Sequence[str]:
+        """Every category that has at least one tool, sorted."""
+        return self._catalog.categories()
+
+    def __repr__(self) -> str:
+        return f"<CatalogView of {len(self._catalog)} tools>"

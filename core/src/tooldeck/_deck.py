@@ -59,10 +59,11 @@ from tooldeck_hookspecs import (
 from tooldeck_hookspecs._progress import clean_progress
 
 from ._approvals import InMemoryApprovalStore
-from ._catalog import RegistrationWarning, ToolCatalog, repair_definition
+from ._catalog import CatalogView, RegistrationWarning, ToolCatalog, repair_definition
 from ._config import DEFAULT_MAX_TASK_CHARS as _DEFAULT_MAX_TASK_CHARS
 from ._config import Config, load_config
 from ._events import EventPump
+from ._frozen import freeze_schema
 from ._imports import shadow_rules
 from ._introspect import apply_override, definition_from_function
 from ._normalise import (
@@ -459,6 +460,32 @@ _COPY_DEPTH = 200
 #: The most of a name no tool has that a result's metadata and the call's events carry.
 _SHOWN_NAME_CHARS = 256
 
+#: A call id is shown as it came (in the result's metadata, events, logs, the tool's context and
+#: pending approvals) when it is at most this long and printable ASCII without spaces: every
+#: provider's ids are (``call_…``, ``toolu_…``, ``fc_…``, UUIDs).
+_MAX_CALL_ID_CHARS = 128
+_PLAIN_CALL_ID = re.compile(rf"[\x21-\x7e]{{0,{_MAX_CALL_ID_CHARS}}}\Z")
+#: Characters of a call id's text that are hashed into its shown form (a 10 MB id is not).
+_CALL_ID_HASHED_CHARS = 65_536
+
+
+def _bounded_call_id(value: object) -> str:
+    """A call id that is not plain (see :data:`_PLAIN_CALL_ID`) as the deck shows it: its first
+    64 characters with anything but printable ASCII replaced by ``_``, then ``~`` and a hash of
+    the whole, so that distinct ids stay distinct and the same id always reads the same.
+
+    The id is the model's (or its server's) text: a 10 MB id was copied into every metadata,
+    event, span and log line of the call, and one holding a newline or an escape sequence
+    forged log lines. Provider messages still echo the original (``result_messages`` gets the
+    parsed call, not this one): the provider matches results by it.
+    """
+    text = value if isinstance(value, str) else repr_safe(value)
+    head = text[:_CALL_ID_HASHED_CHARS].encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(head + b"\x00" + str(len(text)).encode()).hexdigest()[:16]
+    shown = "".join(ch if "\x21" <= ch <= "\x7e" else "_" for ch in text[:64])
+    return f"{shown}~{digest}"
+
+
 #: How long a cancelled writing call may spend invalidating cached reads on its way out.
 _CANCELLED_INVALIDATE_S = 5.0
 
@@ -499,9 +526,60 @@ def _excluded(reasons: Sequence[Exclusion]) -> ToolResult:
     )
 
 
+def _usable_verdicts(
+    plugin: str, verdicts: Sequence[Any], names: set[str]
+) -> list[Exclusion | Preference]:
+    """A filter hook's answer as the core uses it: exclusions and preferences of the
+    candidates it was shown, each naming ``plugin``, with a text reason and, for a preference,
+    a finite boost. Anything else is left out, and said in one log line naming the
+    plugin: an item that is not a verdict (a name, a dict, None), a verdict whose name is not a
+    string or whose boost is not a finite number (a ``"high"`` boost made ``select`` raise, a
+    NaN one left the hand in an arbitrary order). A verdict on a tool that was not a candidate
+    is left out silently: a rule that names its tools whatever the candidates is normal."""
+    usable: list[Exclusion | Preference] = []
+    odd: list[str] = []
+    for verdict in verdicts:
+        kind = type(verdict)
+        if not isinstance(verdict, Exclusion | Preference):
+            odd.append(kind.__name__)
+            continue
+        name = verdict.name
+        if type(name) is not str:
+            odd.append(f"{kind.__name__} named by a {type(name).__name__}")
+            continue
+        if name not in names:
+            continue
+        changes: dict[str, Any] = {}
+        if isinstance(verdict, Preference):
+            boost = verdict.boost
+            if isinstance(boost, bool) or not isinstance(boost, int | float) or not (
+                math.isfinite(boost)
+            ):
+                odd.append(f"Preference with the boost {shorten(repr_safe(boost), 40)}")
+                continue
+            if type(boost) is not float:
+                changes["boost"] = float(boost)
+        if type(verdict.reason) is not str:
+            # Text, whole: the hand's texts are redacted next, and a reason cut short could
+            # cut a secret in it past the point its pattern is recognised.
+            try:
+                changes["reason"] = str(verdict.reason)
+            except Exception:
+                changes["reason"] = f"<unprintable {type(verdict.reason).__name__}>"
+        if not verdict.plugin or type(verdict.plugin) is not str:
+            changes["plugin"] = plugin
+        usable.append(attrs.evolve(verdict, **changes) if changes else verdict)
+    if odd:
+        log.warning("plugin %r: tooldeck_filter_tools answered %d unusable item(s), left out "
+                    "(first: %s)", plugin, len(odd), odd[0])
+    return usable
+
+
 def _must_propagate(exc: BaseException) -> bool:
     """trio's own cancellation and a Ctrl-C belong to the caller; any other BaseException a tool
-    raised is the tool's failure."""
+    or a plugin's hook raised (``SystemExit`` from a stray ``sys.exit()``, ``GeneratorExit``, a
+    class of its own) is that tool's or plugin's failure, reported like an ``Exception``: it
+    must not end the caller's ``select`` or ``call``, nor the host."""
     if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
         return True
     if isinstance(exc, BaseExceptionGroup):
@@ -989,7 +1067,9 @@ class Deck:
         for impl in self._impls("tooldeck_redact"):
             try:
                 changed = impl.call_in_order(value)
-            except Exception:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("plugin %r: tooldeck_redact raised; the value was withheld",
                               impl.plugin)
                 return _withheld(value, impl.plugin)  # type: ignore[no-any-return]
@@ -1254,6 +1334,7 @@ class Deck:
             raise StageMissingError("register", hook, package)
         problems: list[str] = []
         staged = ToolCatalog()
+        staged_view = CatalogView(staged)
         for name in self.catalog.names():
             staged.add(self.catalog.get(name), self.catalog.validator(name))  # type: ignore[arg-type]
         accepted: list[tuple[ToolDefinition, ArgumentValidator | None]] = []
@@ -1270,13 +1351,17 @@ class Deck:
                 problems.extend(exc.problems)
                 continue
             # The deck's own copy: a pack that edits its schema dict after registering would
-            # otherwise export one schema while calls are validated by another.
-            tool = attrs.evolve(tool, parameters=_json_copy(tool.parameters))
+            # otherwise export one schema while calls are validated by another. Read-only:
+            # every hook gets this very object, and one that edited it in place changed the
+            # schema of every later session and export (see tooldeck._frozen).
+            tool = attrs.evolve(tool, parameters=freeze_schema(tool.parameters))
             found: list[str] = []
             for impl in validate_impls:
                 try:
-                    found.extend(_problem_lines(impl(tool=tool, catalog=staged)))
-                except Exception as exc:
+                    found.extend(_problem_lines(impl(tool=tool, catalog=staged_view)))
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
                     found.append(
                         f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
                         f"{impl.plugin!r} raised {type(exc).__name__}: {exc}"
@@ -1286,7 +1371,9 @@ class Deck:
                 continue
             try:
                 validator = self._compile_validator(tool)
-            except Exception as exc:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 problems.append(
                     f"tool {tool.name!r} (plugin {tool.plugin!r}): parameters: cannot compile a "
                     f"validator: {type(exc).__name__}: {exc}"
@@ -1327,14 +1414,25 @@ class Deck:
         for impl in self._impls("tooldeck_argument_validator"):
             validator = impl(tool=tool)
             if validator is not None:
+                if not callable(validator):
+                    # Said now, naming the plugin: else every call of the tool failed with
+                    # "'int' object is not callable" from an unnamed "argument validator".
+                    raise TypeError(
+                        f"plugin {impl.plugin!r}: tooldeck_argument_validator returned "
+                        f"{type(validator).__name__}, not a callable validator"
+                    )
                 return validator  # type: ignore[no-any-return]
         return None
 
     def _catalog_ready(self) -> None:
+        # A read-only view: hooks read the catalog, only the deck changes it.
+        view = CatalogView(self.catalog)
         for impl in self._impls("tooldeck_catalog_ready"):
             try:
-                impl(catalog=self.catalog)
-            except Exception:
+                impl(catalog=view)
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("plugin %r: tooldeck_catalog_ready raised", impl.plugin)
 
     # ------------------------------------------------------------------ runtime changes
@@ -1385,7 +1483,9 @@ class Deck:
         for impl in inline:
             try:
                 impl(event=event)
-            except Exception:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("plugin %r: tooldeck_event raised", impl.plugin)
         if threaded:
             # Observers that may block (I/O) get the event on the deck's observer thread.
@@ -1566,7 +1666,9 @@ def _emitter(
                 event["message"] = message
         try:
             listener(event)
-        except Exception:
+        except BaseException as exc:
+            if _must_propagate(exc):
+                raise
             log.exception("progress listener of call %s raised", call_id)
 
     def emit(event: Mapping[str, Any]) -> None:
@@ -1736,10 +1838,11 @@ class Session:
                 max_level=self.max_level,
                 always_allow=self.always_allowed,
                 recent_tools=tuple(recent),
-                # Copies: a snapshot, which a plugin writing into it cannot turn into a change of
-                # the session (and so into calls judged again).
-                environment=dict(self.environment),
-                attributes=dict(self.attributes),
+                # Read-only deep copies: a snapshot, which a plugin writing into it cannot turn
+                # into a change of the session (and so into calls judged again), nor into what
+                # the hooks after it judge by (``url_allow`` widened for the policy's guard).
+                environment=freeze_schema(self.environment),
+                attributes=freeze_schema(self.attributes),
             )
         return self._info
 
@@ -2138,18 +2241,23 @@ class Session:
         boosts: dict[str, float] = {}
         info = self.info()
         inline, threaded = self.deck._filter_impls()
+        # Each hook gets the same immutable sequence: one that cleared or extended a shared
+        # list emptied the hand, or dealt a tool no retriever recalled (even one not in the
+        # catalog) past every filter that ran before it. Now it raises, and is left out.
+        candidates = tuple(tools)
+        names = {t.name for t in candidates}
         answers: list[tuple[HookImpl, Any]] = []
         for impl in inline:
-            answers.append((impl, self._filter_verdicts(impl, task, tools, info)))
+            answers.append((impl, self._filter_verdicts(impl, task, candidates, info)))
         if threaded:
-            answers += await self._filters_in_thread(threaded, task, tools, info)
+            answers += await self._filters_in_thread(threaded, task, candidates, info)
         for impl, verdicts in answers:
-            for verdict in verdicts:
+            for verdict in _usable_verdicts(impl.plugin, verdicts, names):
                 if isinstance(verdict, Exclusion):
-                    excluded.setdefault(verdict.name, []).append(
-                        verdict if verdict.plugin else attrs.evolve(verdict, plugin=impl.plugin)
-                    )
-                elif isinstance(verdict, Preference):
+                    kept = excluded.setdefault(verdict.name, [])
+                    if verdict not in kept:  # the same verdict twice says nothing more
+                        kept.append(verdict)
+                else:
                     boosts[verdict.name] = boosts.get(verdict.name, 0.0) + verdict.boost
                     reasons.setdefault(verdict.name, []).append(verdict.reason)
         return excluded, boosts
@@ -2160,6 +2268,15 @@ class Session:
     ) -> Sequence[Any]:
         try:
             verdicts = impl(query=task, candidates=tools, session=info) or []
+            if isinstance(verdicts, Exclusion | Preference):
+                verdicts = [verdicts]  # one verdict, not in a list: meant as one
+            elif isinstance(verdicts, str | bytes | Mapping) or not isinstance(
+                verdicts, Iterable
+            ):
+                # Iterated, a text or a dict yields characters or keys, not verdicts.
+                log.error("plugin %r: tooldeck_filter_tools answered %s, not a list of "
+                          "verdicts; left out", impl.plugin, type(verdicts).__name__)
+                return []
             # A verdict per candidate, at most: an endless iterator hung the loop (a
             # @nonblocking filter) or filled memory from an abandoned thread.
             most = 4 * len(tools) + 64
@@ -2170,7 +2287,9 @@ class Session:
                             impl.plugin, most, len(tools))
                 del read[most:]
             return read
-        except Exception:
+        except BaseException as exc:
+            if _must_propagate(exc):
+                raise
             log.exception("plugin %r: tooldeck_filter_tools raised", impl.plugin)
             return []
 
@@ -2224,13 +2343,15 @@ class Session:
             thread, in order; it must not block. A callback that raises is logged and skipped.
         """
         if isinstance(name, ToolCall):
-            call = name
+            call = self._outward_id(name)
         else:
             call = ToolCall(
                 name=name,
                 arguments=arguments if arguments is not None else {},
                 id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
+            if call_id:  # an id of the deck's own needs no look
+                call = self._outward_id(call)
         if self._closed:
             closed = ToolResult.fail(
                 ErrorCode.CANCELLED,
@@ -2267,10 +2388,15 @@ class Session:
             result = await self._run(call, approval_id, generation)
             if not isinstance(result, ToolResult):
                 raise TypeError(f"the pipeline produced {type(result).__name__}, not a ToolResult")
-        except Exception as exc:
+        except BaseException as exc:
+            if _must_propagate(exc):
+                raise
             # The stages are plugins: one that returns something unexpected (a limiter's None,
             # an executor's dict, a filter's 42) fails this call, never session.call itself.
-            log.exception("call %s %s: a plugin broke the pipeline", call.id, call.name)
+            # %r and shortened: a name no tool has is the model's text (newlines, 5 MB).
+            log.exception("call %s %r: a plugin broke the pipeline", call.id,
+                          shorten(call.name, _SHOWN_NAME_CHARS) if type(call.name) is str
+                          else type(call.name).__name__)
             result = self._plugin_error("a stage of the pipeline", exc)
         finally:
             with deck._calls_lock:
@@ -2307,11 +2433,28 @@ class Session:
             )
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "call %s %s -> %s", call.id, shown, result.error.code if result.error else "ok"
+                "call %s %r -> %s", call.id, shown, result.error.code if result.error else "ok"
             )
         if self.deck._observers("call.end"):
             self._event("call.end", call, result, shown)
         return result
+
+    def _outward_id(self, call: ToolCall) -> ToolCall:
+        """``call`` with its id as it may be shown: bounded and printable
+        (:func:`_bounded_call_id`) and through the deck's outward redaction, since it goes
+        out in the metadata, the events and the logs like a name no tool has (a model's
+        server may let it write the id, and a secret with it)."""
+        ident = call.id
+        shown: Any = ident
+        if type(ident) is not str or not _PLAIN_CALL_ID.match(ident):
+            shown = _bounded_call_id(ident)
+        if shown and self.deck._impls("tooldeck_redact"):
+            shown = self.deck.redact(shown)
+        if shown is ident:
+            return call
+        if type(call) is ToolCall:
+            return ToolCall(name=call.name, arguments=call.arguments, id=shown)
+        return attrs.evolve(call, id=shown)
 
     def _registered(self, call: ToolCall) -> bool:
         """Whether ``call`` names a registered tool (a dict probe: the hot path's case)."""
@@ -2505,7 +2648,9 @@ class Session:
                 try:
                     with trio.move_on_after(tool.execution.timeout_s):
                         pair = await deck._cache_and_limit(key, deck._limiter, tool, info)
-                except Exception as exc:
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
                     return self._plugin_error("rate limiter", exc)
                 if pair is None:
                     return self._provider_timeout("rate limiter", tool)
@@ -2518,7 +2663,9 @@ class Session:
                             hit = await deck._cache.get(key)
                     else:
                         hit = await deck._cache.get(key)
-                except Exception:
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
                     log.exception("cache get failed")
                     hit = None
             if isinstance(hit, ToolResult):
@@ -2545,7 +2692,9 @@ class Session:
                             return self._provider_timeout("rate limiter", tool)
                     else:
                         outcome = await deck._limiter.hit(tool, info)
-                except Exception as exc:
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
                     return self._plugin_error("rate limiter", exc)
             if not outcome.allowed:
                 return await self._finish(
@@ -2642,7 +2791,9 @@ class Session:
                         log.warning("cache update of %r skipped: no answer in time", tool.name)
                 else:
                     await self._cache_update(tool, key, result)
-            except Exception:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("cache update failed")
         return result.with_metadata(**metadata) if metadata else result
 
@@ -2736,7 +2887,9 @@ class Session:
         with trio.CancelScope(shield=shield), trio.move_on_after(seconds):
             try:
                 await self._cache_update(tool, None, None)
-            except Exception:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("cache invalidation after an unfinished write of %r failed",
                               tool.name)
 
@@ -2770,7 +2923,9 @@ class Session:
                 if recorder is not None:
                     try:
                         recorder(self.hand.query, name)
-                    except Exception:
+                    except BaseException as exc:
+                        if _must_propagate(exc):
+                            raise
                         log.exception("retriever.record_use failed")
 
     def _invalid(self, problems: Sequence[ArgumentProblem]) -> ToolResult:
@@ -2899,7 +3054,9 @@ class Session:
             return None
         try:
             problems = validator(arguments)
-        except Exception as exc:
+        except BaseException as exc:
+            if _must_propagate(exc):
+                raise
             return self._plugin_error("argument validator", exc)
         return self._invalid(problems) if problems else None
 
@@ -3060,7 +3217,9 @@ class Session:
                     else attrs.evolve(call, arguments=copied)
                 )
                 decision = impl.call_in_order(seen, tool, info)
-            except Exception as exc:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("plugin %r: tooldeck_authorize_call raised", impl.plugin)
                 decision = Decision.deny(
                     f"policy plugin {impl.plugin!r} failed: {type(exc).__name__}: {exc}",
@@ -3467,7 +3626,9 @@ class Session:
             for impl in self.deck._impls("tooldeck_process_result"):
                 try:
                     changed = impl.call_in_order(call, tool, result)
-                except Exception:
+                except BaseException as exc:
+                    if _must_propagate(exc):
+                        raise
                     log.exception("plugin %r: tooldeck_process_result raised on progress",
                                   impl.plugin)
                     return None
@@ -3536,7 +3697,9 @@ class Session:
                         return changed.result
                 else:
                     changed = impl.call_in_order(call, tool, result)
-            except Exception as exc:
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
                 log.exception("plugin %r: tooldeck_process_result raised", impl.plugin)
                 return ToolResult.fail(
                     ErrorCode.PLUGIN_ERROR,

@@ -79,7 +79,10 @@ class EventPump:
             for impl in impls:
                 try:
                     impl(event=event)
-                except Exception:
+                except BaseException:
+                    # Anything (a SystemExit, a GeneratorExit): this thread serves every
+                    # observer of the deck, and one that ended it left the others without
+                    # events and the queue growing. Nothing up this thread to hand it to.
                     log.exception("plugin %r: tooldeck_event raised", impl.plugin)
             with self._lock:
                 self._pending -= 1

@@ -57,7 +57,12 @@ def _unstructure_tool(tool: ToolDefinition) -> dict[str, Any]:
         "version": tool.version,
         "description": tool.description,
         "category": tool.category,
-        "parameters": tool.parameters,
+        # A plain copy: the catalog's schema is read-only and shared by every session.
+        "parameters": (
+            _copy_schema(tool.parameters)
+            if isinstance(tool.parameters, Mapping)
+            else tool.parameters
+        ),
         "security": converter.unstructure(tool.security),
         "execution": converter.unstructure(tool.execution),
         "tags": list(tool.tags),

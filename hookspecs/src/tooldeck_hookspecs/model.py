@@ -154,6 +154,11 @@ class ToolDefinition:
     ``context_param`` (``call_style="kwargs"``). It may be sync or async. ``entrypoint``
     (``"module:qualname"``) lets a sandbox worker import it by reference. ``plugin`` is filled in by
     the core with the name of the plugin that registered the tool.
+
+    Once registered, a definition is the catalog's, shared by every session and handed as is to
+    every hook: its ``parameters`` are then read-only (``dict`` and ``list`` subclasses whose
+    in-place changes raise :class:`TypeError`). A plugin that needs another schema edits a copy
+    (``copy.deepcopy(tool.parameters)``).
     """
 
     name: str
@@ -289,7 +294,10 @@ class SessionInfo:
     security level the session may use at all; ``always_allow`` names tools the user approved for
     the whole session (the core leaves out a tool registered again with another definition since
     the user allowed it); ``recent_tools`` are tools used in earlier turns (most recent first);
-    ``attributes`` is free for the application (a user name, a tenant, ...).
+    ``attributes`` is free for the application (a user name, a tenant, ...). In the snapshots
+    the deck hands hooks, ``environment`` and ``attributes`` are read-only deep copies (their
+    dicts and lists raise :class:`TypeError` on any in-place change): one hook cannot change
+    what the hooks after it judge by, nor the session itself.
     """
 
     session_id: str
@@ -481,7 +489,15 @@ def canonical_json_bytes(value: Any) -> bytes:
     except ValueError:
         # An integer too long to print (str() stops at 4,300 digits): written exactly, in hex,
         # under a key no JSON number has, so it still differs from every other argument.
-        return _ascii_json(_printable_ints(value))
+        value = _printable_ints(value)
+    except TypeError:
+        # Keys a Python caller gave that cannot be sorted together (1 and (1, 2)): written
+        # as text, as orjson writes non-string keys.
+        value = _text_keys(value)
+    try:
+        return _ascii_json(value)
+    except (TypeError, ValueError):
+        return _ascii_json(_text_keys(_printable_ints(value)))
 
 
 def _ascii_json(value: Any) -> bytes:
@@ -506,6 +522,27 @@ def _printable_ints(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [_printable_ints(v, depth + 1) for v in value]
     return value
+
+
+def _text_keys(value: Any, depth: int = 0) -> Any:
+    """``value`` with every mapping's keys as text (``str()``; ``repr()`` if that fails)."""
+    if depth > 1_000:
+        return value  # deeper than json.dumps goes: it raises RecursionError there anyway
+    if isinstance(value, Mapping):
+        return {
+            (k if type(k) is str else _key_text(k)): _text_keys(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_text_keys(v, depth + 1) for v in value]
+    return value
+
+
+def _key_text(key: Any) -> str:
+    try:
+        return str(key)
+    except Exception:
+        return f"<{type(key).__name__}>"
 
 
 def _has_non_finite(value: Any) -> bool:

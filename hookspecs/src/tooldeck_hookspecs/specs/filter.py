@@ -46,7 +46,11 @@ def tooldeck_filter_tools(
     is where calls are refused).
 
     :param query: the task description the hand is dealt for.
-    :param candidates: the recalled tools, best first.
+    :param candidates: the recalled tools, best first, as a tuple every filter shares (a hook
+        cannot add or drop candidates; it answers verdicts).
     :param session: a snapshot of the session (grants, excluded categories, max level, ...).
-    :return: :class:`Exclusion` items (each with a reason) and :class:`Preference` items.
+    :return: :class:`Exclusion` items (each with a reason) and :class:`Preference` items (a
+        finite number as ``boost``). A verdict on a tool that is not a candidate is ignored;
+        anything else (an item that is not a verdict, a name that is not a string, a boost
+        that is NaN or not a number) is left out and logged, naming the plugin.
     """
