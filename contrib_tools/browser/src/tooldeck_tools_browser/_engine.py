@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     # that registers the browser tools and never opens a page does not pay for them.
     import asyncio
 
-    from ._proxy import GuardProxy
+    from ._proxy import GuardProxy, ProxyDoor
 
 __all__ = [
     "DEFAULT_EXECUTABLES",
@@ -124,23 +124,38 @@ class PageEntry:
 
     page_id: str
     page: Any  # playwright.async_api.Page
+    #: Its renderer died (out of memory, a hostile page): every call on it would fail.
+    crashed: bool = False
 
 
 @attrs.define(eq=False)
 class _SessionState:
     context: Any  # playwright.async_api.BrowserContext
     proxy: GuardProxy
+    #: The context's own port of the proxy: what it refused is this session's alone.
+    door: ProxyDoor
     pages: collections.OrderedDict[str, PageEntry] = attrs.field(
         factory=collections.OrderedDict
     )
     last_used: float = attrs.field(factory=time.monotonic)
     #: The checks of pages the site opened, kept referenced while they run.
     reaping: set[Any] = attrs.field(factory=set)
+    #: How many of the session's own pages :meth:`BrowserEngine.new_page` is opening right now.
+    opening: int = 0
 
 
 def _close_if_stray(state: _SessionState, page: Any) -> None:
     """Close ``page`` unless it is one of the session's own (opened by :meth:`new_page`)."""
     import asyncio
+
+    if not state.opening:
+        # No page of the model's is being opened: this one is the site's. Closed at once: a
+        # pop-up given a moment to live opened pop-ups of its own in that moment, and a chain of
+        # them ran on after browser_close closed the page that started it.
+        task = asyncio.ensure_future(_quietly(page.close()))
+        state.reaping.add(task)
+        task.add_done_callback(state.reaping.discard)
+        return
 
     async def check() -> None:
         # new_page registers its page as soon as Playwright returns it, which may be just
@@ -261,6 +276,10 @@ class BrowserEngine:
                     executable_path=sandbox.executable, headless=True, args=list(LAUNCH_ARGS),
                     # False makes Playwright add --no-sandbox: only for the explicit opt-out.
                     chromium_sandbox=sandbox.chromium_sandbox,
+                    # Playwright turns Chromium's pop-up blocker off: a page's script could
+                    # then open pop-ups without end (each one a renderer), pop-ups opening
+                    # pop-ups. With it on, only a click may open one (and it is closed).
+                    ignore_default_args=["--disable-popup-blocking"],
                 )
             except Exception as exc:
                 sandbox.cleanup()
@@ -331,20 +350,26 @@ class BrowserEngine:
             return state
         browser = await self._get_browser()
         self._opening[allow] += 1
+        door = None
         try:
             proxy = await self._proxy_for(allow)
+            door = await proxy.open_door()
             context = await browser.new_context(
-                proxy={"server": f"http://127.0.0.1:{proxy.port}", "bypass": "<-loopback>"},
+                proxy={"server": f"http://127.0.0.1:{door.port}", "bypass": "<-loopback>"},
                 service_workers="block",  # their requests would escape the page's view
                 accept_downloads=False,
                 java_script_enabled=True,
                 viewport={"width": 1280, "height": 900},
             )
+        except BaseException:
+            if door is not None:
+                door.proxy.close_door(door)
+            raise
         finally:
             self._opening[allow] -= 1
             if not self._opening[allow]:
                 del self._opening[allow]
-        state = _SessionState(context=context, proxy=proxy)
+        state = _SessionState(context=context, proxy=proxy, door=door)
         # Pages the site opens (window.open, a target=_blank link) are not the model's: they
         # got no id, escaped the page limit, kept running their scripts through the proxy and
         # outlived browser_close (30 pop-ups from one page). Each is closed as it opens.
@@ -363,8 +388,13 @@ class BrowserEngine:
             old_id, old = state.pages.popitem(last=False)
             closed.append(old_id)
             await _quietly(old.page.close())
-        page = await state.context.new_page()
+        state.opening += 1
+        try:
+            page = await state.context.new_page()
+        finally:
+            state.opening -= 1
         entry = PageEntry(page_id="pg_" + secrets.token_hex(4), page=page)
+        page.on("crash", lambda _page: setattr(entry, "crashed", True))
         state.pages[entry.page_id] = entry
         return entry, closed
 
@@ -372,6 +402,17 @@ class BrowserEngine:
         """The session's page ``page_id``; ``ToolFailure`` when it is unknown or closed."""
         state = self._sessions.get(session_id)
         entry = state.pages.get(page_id) if state is not None else None
+        if entry is not None and entry.crashed:
+            # A crashed page answered "Target crashed" to every call, kept its place among the
+            # session's five and was never closed: closed now, and said so.
+            import asyncio
+
+            assert state is not None
+            state.pages.pop(page_id, None)
+            task = asyncio.ensure_future(_quietly(entry.page.close()))
+            state.reaping.add(task)
+            task.add_done_callback(state.reaping.discard)
+            raise crashed_failure(page_id)
         if entry is None or entry.page.is_closed():
             if state is not None and entry is not None:
                 state.pages.pop(page_id, None)
@@ -389,10 +430,25 @@ class BrowserEngine:
         state.last_used = time.monotonic()
         return entry
 
-    def proxy_of(self, session_id: str) -> GuardProxy | None:
-        """The guarding proxy of a session's context (to explain a blocked request)."""
+    async def failure_if_crashed(
+        self, session_id: str, page_id: str, exc: BaseException | None = None
+    ) -> ToolFailure | None:
+        """When page ``page_id`` crashed (its flag, or ``exc`` saying so): close it and return
+        the structured error to raise; None when it did not crash."""
         state = self._sessions.get(session_id)
-        return state.proxy if state is not None else None
+        entry = state.pages.get(page_id) if state is not None else None
+        text = str(exc or "")
+        if not ((entry is not None and entry.crashed) or "Target crashed" in text
+                or "Page crashed" in text):
+            return None
+        await self.close_page(session_id, page_id)
+        return crashed_failure(page_id)
+
+    def proxy_of(self, session_id: str) -> ProxyDoor | None:
+        """The session's door of the guarding proxy: what it refused (to explain a blocked
+        request), this session's alone."""
+        state = self._sessions.get(session_id)
+        return state.door if state is not None else None
 
     async def close_page(self, session_id: str, page_id: str) -> bool:
         """Close one page of a session; False when it was not open."""
@@ -407,6 +463,7 @@ class BrowserEngine:
         state = self._sessions.pop(session_id, None)
         if state is not None:
             await _quietly(state.context.close())
+            state.proxy.close_door(state.door)
             await self._close_unused_proxy(state.proxy)
 
     async def _close_unused_proxy(self, proxy: GuardProxy) -> None:
@@ -462,6 +519,18 @@ class BrowserEngine:
         thread.join(timeout_s)
         self._loop = self._thread = None
         self._launch_lock = None
+
+
+def crashed_failure(page_id: str) -> ToolFailure:
+    """The error of a call on a page whose renderer crashed (the page is closed)."""
+    return ToolFailure(
+        ErrorCode.EXECUTION_ERROR,
+        f"the page {page_id!r} crashed (its renderer process died; the page may have used too "
+        "much memory) and was closed",
+        suggestion="Open the URL again with browser_navigate (without page_id), or try another "
+        "page.",
+        details={"crashed": True},
+    )
 
 
 async def _quietly(awaitable: Awaitable[Any]) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import urllib.parse
 
 from ._guard import allowed_addresses
 
-__all__ = ["BLOCKED_HEADER", "UNREACHABLE_HEADER", "GuardProxy"]
+__all__ = ["BLOCKED_HEADER", "UNREACHABLE_HEADER", "GuardProxy", "ProxyDoor"]
 
 #: Response header of a refused plain-http request (the reason, URL-quoted).
 BLOCKED_HEADER = "X-Tooldeck-Blocked"
@@ -45,18 +46,63 @@ _HOP_BY_HOP = {
 }
 
 
-class GuardProxy:
-    """Check and forward the connections of the browser contexts that use one allow-list."""
+class _BlockLog:
+    """What the connections through one listening port were refused, for the tools to report."""
 
-    def __init__(self, allow: tuple[str, ...]) -> None:
-        self.allow = allow
+    def __init__(self) -> None:
         #: The last refusals, newest last: (host, reason). Read to explain a failed navigation.
         self.blocked: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
         #: How many connections were refused so far (to tell what one action caused).
         self.block_count = 0
         #: Hosts that could not be reached, newest last.
         self.unreachable: collections.deque[str] = collections.deque(maxlen=64)
+
+    def last_block_for(self, host: str | None) -> str | None:
+        """The newest refusal reason for ``host`` (any host when None)."""
+        for blocked_host, reason in reversed(self.blocked):
+            if host is None or blocked_host == host:
+                return reason
+        return None
+
+
+class ProxyDoor(_BlockLog):
+    """A listening port of a :class:`GuardProxy` for one browser context, with its own log.
+
+    The sessions of one allow-list share a proxy, and its log was theirs together: a page of
+    one session that kept reaching for refused hosts filled the ``blocked_requests`` of every
+    other session's results with them (the other session's internal host names included). Each
+    context now goes through a door of its own, and reads only what its own door refused.
+    """
+
+    def __init__(self, proxy: GuardProxy) -> None:
+        super().__init__()
+        self.proxy = proxy
+        self.allow = proxy.allow
+        self.port = 0
         self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on an ephemeral loopback port; return it."""
+        self._server = await asyncio.start_server(
+            functools.partial(self.proxy._accept, log=self), "127.0.0.1", 0, limit=_MAX_HEAD
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    def close(self) -> None:
+        """Stop listening (the connections in flight end with their browser context)."""
+        if self._server is not None:
+            self._server.close()
+
+
+class GuardProxy(_BlockLog):
+    """Check and forward the connections of the browser contexts that use one allow-list."""
+
+    def __init__(self, allow: tuple[str, ...]) -> None:
+        super().__init__()
+        self.allow = allow
+        self._server: asyncio.Server | None = None
+        self._doors: set[ProxyDoor] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
@@ -67,32 +113,46 @@ class GuardProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
+    async def open_door(self) -> ProxyDoor:
+        """A port of its own for one browser context (see :class:`ProxyDoor`)."""
+        door = ProxyDoor(self)
+        await door.start()
+        self._doors.add(door)
+        return door
+
+    def close_door(self, door: ProxyDoor) -> None:
+        """Stop listening on ``door``."""
+        door.close()
+        self._doors.discard(door)
+
     async def aclose(self) -> None:
         """Stop listening and end the connections in flight."""
         if self._server is not None:
             self._server.close()
+        for door in list(self._doors):
+            self.close_door(door)
         for writer in list(self._writers):
             with contextlib.suppress(OSError, RuntimeError):
                 writer.close()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=2.0)
 
-    def last_block_for(self, host: str | None) -> str | None:
-        """The newest refusal reason for ``host`` (any host when None)."""
-        for blocked_host, reason in reversed(self.blocked):
-            if host is None or blocked_host == host:
-                return reason
-        return None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        log: _BlockLog | None = None,
+    ) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         self._writers.add(writer)
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, self if log is None else log)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # a client or upstream that went away mid-way: nothing to report to anyone
+        except RuntimeError:
+            # The loop's executor is shut down (the process is exiting) while a page still
+            # connects: nothing to check it with, and nobody to tell.
+            pass
         except (TimeoutError, asyncio.CancelledError):
             # Nobody awaits a connection's task: ending quietly keeps asyncio from logging a
             # cancelled callback when the loop shuts down.
@@ -104,7 +164,9 @@ class GuardProxy:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: _BlockLog
+    ) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
         lines = head.decode("latin-1").split("\r\n")
         method, target, version = (lines[0].split(" ", 2) + ["", ""])[:3]
@@ -122,13 +184,13 @@ class GuardProxy:
             None, allowed_addresses, scheme, host, port, self.allow
         )
         if isinstance(verdict, str):
-            self.blocked.append((host, verdict))
-            self.block_count += 1
+            log.blocked.append((host, verdict))
+            log.block_count += 1
             await _answer(writer, 403, "Forbidden", verdict, blocked=verdict)
             return
         upstream = await _connect(verdict, port)
         if upstream is None:
-            self.unreachable.append(host)
+            log.unreachable.append(host)
             await _answer(
                 writer, 502, "Bad Gateway", f"could not connect to {host}:{port}", unreachable=True
             )

@@ -142,7 +142,8 @@ async def _navigate(
         except ToolFailure:
             raise
         except Exception as exc:  # Playwright errors are mapped to codes
-            raise _navigation_error(eng, session_id, url, exc) from None
+            crashed = await eng.failure_if_crashed(session_id, entry.page_id, exc)
+            raise crashed or _navigation_error(eng, session_id, url, exc) from None
         from ._proxy import BLOCKED_HEADER, UNREACHABLE_HEADER  # loaded with the engine's loop
 
         status = response.status if response is not None else None
@@ -186,6 +187,8 @@ async def _snapshot(
     stayed open) and the call fails with TIMEOUT."""
     try:
         return await page_snapshot(page, timeout_s=max(timeout_ms / 1000.0, 0.5))
+    except ToolFailure:
+        raise
     except PageBusy as exc:
         await eng.close_page(session_id, page_id)
         raise ToolFailure(
@@ -193,6 +196,10 @@ async def _snapshot(
             f"{exc}; the page {page_id!r} was closed",
             suggestion="The page runs a script that never ends; try another page or site.",
         ) from None
+    except Exception as exc:  # the page crashed or closed while it was read
+        crashed = await eng.failure_if_crashed(session_id, page_id, exc)
+        raise crashed or ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not read the page "
+                                     f"{page_id!r}: {_first_line(exc)}") from None
 
 
 def _engine_for(context: ToolContext) -> BrowserEngine:
@@ -265,7 +272,8 @@ async def _click(
     try:
         await locator.click(timeout=timeout_ms)
     except Exception as exc:  # mapped to a structured error
-        raise _action_error("click", target, exc) from None
+        crashed = await eng.failure_if_crashed(session_id, page_id, exc)
+        raise crashed or _action_error("click", target, exc) from None
     try:
         # A click may start a navigation: let it load (or give up quietly, the click happened).
         await page.wait_for_load_state("load", timeout=timeout_ms)
@@ -302,7 +310,8 @@ async def _fill(
     try:
         await page.locator(selector).first.fill(value, timeout=timeout_ms)
     except Exception as exc:  # mapped to a structured error
-        raise _action_error("fill", f"selector {selector!r}", exc) from None
+        crashed = await eng.failure_if_crashed(session_id, page_id, exc)
+        raise crashed or _action_error("fill", f"selector {selector!r}", exc) from None
     return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url}
 
 
@@ -318,16 +327,58 @@ async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> To
     return await _run(eng, _fill, context.session_id, page_id, selector, value, timeout_ms)
 
 
+#: A full-page screenshot covers at most this much of the page (from its top left corner):
+#: the page sets its own size, and a 4 000 x 8 000 canvas of noise made a 15 MB PNG, held in
+#: memory (and base64 on Playwright's pipe) and written to the workdir, with nothing to stop a
+#: page ten times that size. 12 million pixels is at most about 36 MB of PNG.
+MAX_SCREENSHOT_WIDTH = 4_096
+MAX_SCREENSHOT_HEIGHT = 16_384
+MAX_SCREENSHOT_PIXELS = 12_000_000
+
+_PAGE_SIZE_JS = """() => {
+  const de = document.documentElement, b = document.body;
+  return [Math.max(de ? de.scrollWidth : 0, b ? b.scrollWidth : 0, de ? de.clientWidth : 0),
+          Math.max(de ? de.scrollHeight : 0, b ? b.scrollHeight : 0, de ? de.clientHeight : 0)];
+}"""
+
+
+def screenshot_clip(width: int, height: int) -> dict[str, int] | None:
+    """The part of a ``width`` x ``height`` page a full-page screenshot keeps (from the top
+    left corner), or None when the whole page is within the limits."""
+    if (width <= MAX_SCREENSHOT_WIDTH and height <= MAX_SCREENSHOT_HEIGHT
+            and width * height <= MAX_SCREENSHOT_PIXELS):
+        return None
+    kept_width = max(1, min(width, MAX_SCREENSHOT_WIDTH))
+    kept_height = max(1, min(height, MAX_SCREENSHOT_HEIGHT, MAX_SCREENSHOT_PIXELS // kept_width))
+    return {"x": 0, "y": 0, "width": kept_width, "height": kept_height}
+
+
 async def _screenshot(
     eng: BrowserEngine, session_id: str, page_id: str, full_page: bool
 ) -> dict[str, Any]:
+    import asyncio
+
     page = eng.get_page(session_id, page_id).page
+    out: dict[str, Any] = {}
+    clip = None
     try:
-        data: bytes = await page.screenshot(type="png", full_page=full_page, timeout=30_000)
+        if full_page:
+            # Measured in the page, whose scripts may keep it busy: bounded like the capture.
+            width, height = await asyncio.wait_for(page.evaluate(_PAGE_SIZE_JS), 30)
+            clip = screenshot_clip(int(width), int(height))
+            if clip is not None:
+                out.update(clipped=True, page_width=int(width), page_height=int(height),
+                           note_clip=f"The page is {int(width)} x {int(height)} pixels; the "
+                           f"screenshot keeps its top left {clip['width']} x {clip['height']} "
+                           f"(at most {MAX_SCREENSHOT_WIDTH} x {MAX_SCREENSHOT_HEIGHT} and "
+                           f"{MAX_SCREENSHOT_PIXELS:,} pixels).")
+        data: bytes = await page.screenshot(type="png", full_page=full_page, clip=clip,
+                                            timeout=30_000)
     except Exception as exc:  # mapped to a structured error
-        raise ToolFailure(ErrorCode.EXECUTION_ERROR,
-                          f"the screenshot failed: {_first_line(exc)}") from None
-    return {"png": data}
+        raise await eng.failure_if_crashed(session_id, page_id, exc) or ToolFailure(
+            ErrorCode.EXECUTION_ERROR, f"the screenshot failed: {_first_line(exc)}") from None
+    out["png"] = data
+    return out
 
 
 def _png_size(data: bytes) -> tuple[int, int] | None:
@@ -355,7 +406,7 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     eng = _engine_for(context)
     shot, sandbox = await eng.run(_in_sandbox, eng, _screenshot, context.session_id, page_id,
                                   full_page)
-    data: bytes = shot["png"]
+    data: bytes = shot.pop("png")
     # context.commit just before the rename: a screenshot whose call timed out or was cancelled
     # meanwhile is not saved (the wait for this thread cannot be cancelled, so once the rename
     # is under way its real result is what the call returns).
@@ -365,6 +416,7 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     result: dict[str, Any] = {"page_id": page_id, "path": written, "bytes": len(data)}
     if size is not None:
         result["width"], result["height"] = size
+    result.update(shot)  # clipped, page_width, page_height, note_clip
     if len(data) <= IMAGE_MAX_BYTES:
         # The picture itself, for clients that show it to the model (an MCP image block, an
         # Anthropic image, an OpenAI image part: see tooldeck_hookspecs.content).
