@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["MODE", "NEW_FILE_MODE", "STATS", "TEMP_PATTERN", "is_temp_name", "sweep",
-           "write_replace"]
+__all__ = ["MODE", "NEW_FILE_MODE", "STATS", "TEMP_PATTERN", "is_temp_name", "kept_xattrs",
+           "sweep", "write_replace"]
 
 #: ``"auto"``: O_TMPFILE where the file system has it; ``"named"``: always a named temp file
 #: (tests use it to cover the fallback).
@@ -56,6 +56,7 @@ STALE_AFTER_S = 60.0
 REUSED_AFTER_S = 3600.0
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_PATH = getattr(os, "O_PATH", 0)
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 _AT_EMPTY_PATH = 0x1000
 # O_TMPFILE not usable here: old kernel (EISDIR/EINVAL), file system without it (EOPNOTSUPP).
@@ -132,6 +133,60 @@ def sweep(dirfd: int) -> int:
     return removed
 
 
+#: The POSIX ACL of a file. A replaced file must keep it: with an ACL, the mode's group bits
+#: hold the ACL's *mask*, so the mode alone would hand the owning group what the ACL gave to
+#: named users only (and take it from them).
+ACL_XATTR = "system.posix_acl_access"
+#: Extended attributes a replaced file keeps besides its ACL: the user's own metadata. Never
+#: ``security.*`` (``security.capability`` would give file capabilities to the new content, as
+#: set-user-ID bits would) nor ``trusted.*``.
+_KEPT_XATTR_PREFIXES = ("user.",)
+
+
+def kept_xattrs(dirfd: int, name: str) -> dict[str, bytes]:
+    """The extended attributes of file ``name`` in ``dirfd`` that its replacement keeps.
+
+    Best effort: empty when the file system has none or they cannot be read here (no ``/proc``
+    to reach them from an ``O_PATH`` fd, which never opens the file itself).
+    """
+    if not _O_PATH:
+        return {}
+    try:
+        fd = os.open(name, _O_PATH | os.O_NOFOLLOW | _O_CLOEXEC, dir_fd=dirfd)
+    except OSError:
+        return {}
+    kept: dict[str, bytes] = {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        path = f"/proc/self/fd/{fd}"
+        try:
+            names = os.listxattr(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                STATS[f"xattrs:unreadable:{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+            return {}
+        for attr in names:
+            if attr == ACL_XATTR or attr.startswith(_KEPT_XATTR_PREFIXES):
+                try:
+                    kept[attr] = os.getxattr(path, attr)
+                except OSError:
+                    continue  # removed meanwhile
+    finally:
+        os.close(fd)
+    return kept
+
+
+def _set_xattrs(fd: int, xattrs: dict[str, bytes]) -> None:
+    for attr, value in xattrs.items():
+        try:
+            os.setxattr(fd, attr, value)
+        except OSError:
+            if attr == ACL_XATTR:
+                raise  # without it the file would be readable by others than before: refuse
+            STATS["xattrs:not-kept"] += 1
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -162,13 +217,16 @@ class _NoTmpfile(Exception):
 
 
 def write_replace(dirfd: int, name: str, data: bytes, *, mode: int | None,
-                  owner: tuple[int, int] | None, publish_check: Callable[[], None]) -> bool:
+                  owner: tuple[int, int] | None, publish_check: Callable[[], None],
+                  xattrs: dict[str, bytes] | None = None) -> bool:
     """Write ``data`` as ``name`` in ``dirfd`` atomically; True when ``name`` was created.
 
     :param mode: permission bits to give the file (the replaced file's), or None for a new file
         (:data:`NEW_FILE_MODE` minus the umask: never world-writable, even under umask 0).
         Set-user-ID and set-group-ID bits are never given.
     :param owner: (uid, gid) to keep when replacing, best effort (only root may give a file away).
+    :param xattrs: extended attributes to give the file (the replaced file's, from
+        :func:`kept_xattrs`); an ACL that cannot be given refuses the write.
     :param publish_check: called after the data is safe on disk and just before the file gets
         its name; raises to refuse (the protected-path check, as late as it can be, and the
         call's ``ToolContext.commit()``). Whatever it raises, no temp file is left.
@@ -178,14 +236,15 @@ def write_replace(dirfd: int, name: str, data: bytes, *, mode: int | None,
         mode &= ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
     if MODE == "auto" and _O_TMPFILE:
         try:
-            return _via_tmpfile(dirfd, name, data, mode, owner, publish_check)
+            return _via_tmpfile(dirfd, name, data, mode, owner, xattrs or {}, publish_check)
         except _NoTmpfile:
             pass
     STATS["named"] += 1
-    return _via_named(dirfd, name, data, mode, owner, publish_check)
+    return _via_named(dirfd, name, data, mode, owner, xattrs or {}, publish_check)
 
 
-def _finish(fd: int, data: bytes, mode: int | None, owner: tuple[int, int] | None) -> None:
+def _finish(fd: int, data: bytes, mode: int | None, owner: tuple[int, int] | None,
+            xattrs: dict[str, bytes]) -> None:
     _write_all(fd, data)
     if owner is not None:
         try:
@@ -194,11 +253,13 @@ def _finish(fd: int, data: bytes, mode: int | None, owner: tuple[int, int] | Non
             pass  # not root: the file becomes ours, as any editor's save would make it
     if mode is not None:
         os.fchmod(fd, mode)  # after fchown, which may clear bits; never S_ISUID/S_ISGID
+    _set_xattrs(fd, xattrs)  # after fchmod, which would rewrite the ACL's mask
     os.fsync(fd)
 
 
 def _via_tmpfile(dirfd: int, name: str, data: bytes, mode: int | None,
-                 owner: tuple[int, int] | None, publish_check: Callable[[], None]) -> bool:
+                 owner: tuple[int, int] | None, xattrs: dict[str, bytes],
+                 publish_check: Callable[[], None]) -> bool:
     try:
         fd = os.open(".", _O_TMPFILE | os.O_WRONLY | _O_CLOEXEC, NEW_FILE_MODE, dir_fd=dirfd)
     except OSError as exc:
@@ -207,7 +268,7 @@ def _via_tmpfile(dirfd: int, name: str, data: bytes, mode: int | None,
         STATS[f"tmpfile->named:{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
         raise _NoTmpfile from None
     try:
-        _finish(fd, data, mode, owner)
+        _finish(fd, data, mode, owner, xattrs)
         publish_check()
         if mode is None:
             try:
@@ -236,13 +297,14 @@ def _via_tmpfile(dirfd: int, name: str, data: bytes, mode: int | None,
 
 
 def _via_named(dirfd: int, name: str, data: bytes, mode: int | None,
-               owner: tuple[int, int] | None, publish_check: Callable[[], None]) -> bool:
+               owner: tuple[int, int] | None, xattrs: dict[str, bytes],
+               publish_check: Callable[[], None]) -> bool:
     temp = _temp_name()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC,
                  NEW_FILE_MODE, dir_fd=dirfd)
     try:
         try:
-            _finish(fd, data, mode, owner)
+            _finish(fd, data, mode, owner, xattrs)
         finally:
             os.close(fd)
         publish_check()

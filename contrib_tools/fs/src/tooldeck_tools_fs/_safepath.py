@@ -52,6 +52,7 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
 _MAX_SYMLINKS = 40  # the kernel's own limit (MAXSYMLINKS)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_PATH = getattr(os, "O_PATH", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC
 #: Mode ``create_dirs`` creates folders with (the umask applies on top): never world-writable.
 NEW_DIR_MODE = 0o775
@@ -283,11 +284,18 @@ class _Walk:
                 self._enter(name, create=False)
                 continue
             try:
-                return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=self.stack[-1])
+                fd = os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=self.stack[-1])
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                     raise
                 self._splice(_readlink_or_raise(name, self.stack[-1], exc))
+                continue
+            if flags & _O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):
+                # O_PATH | O_NOFOLLOW opens a symlink itself instead of failing with ELOOP.
+                os.close(fd)
+                self._splice(os.readlink(name, dir_fd=self.stack[-1]))
+                continue
+            return fd
 
     def parent(self, create_dirs: bool) -> tuple[int, str]:
         while True:

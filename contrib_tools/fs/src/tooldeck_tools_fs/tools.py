@@ -55,6 +55,9 @@ _RESULT_PATH_CHARS = 4096
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_O_PATH = getattr(os, "O_PATH", 0)
+#: Where an O_PATH fd is reopened for reading; a module attribute so tests can take /proc away.
+PROC_FD = "/proc/self/fd"
 
 
 def _fail_os(exc: OSError, path: str) -> ToolFailure:
@@ -204,34 +207,89 @@ def _json_fit(data: bytes, budget: int) -> int:
     return len(data)
 
 
+def _version(st: os.stat_result) -> tuple[int, int]:
+    """What a write in place changes (not ctime: a chmod or a new hard link is no change of
+    content; an atomic replace is another inode, which an open fd never sees)."""
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _open_for_read(target: Target) -> tuple[int, os.stat_result]:
+    """An fd open for reading on the regular file ``target`` names, and its stat at open.
+
+    The path is opened ``O_PATH`` first and only a regular file is then opened for real: opening
+    a FIFO for reading, even non-blocking, releases a writer blocked on it, which then dies of
+    SIGPIPE (its data lost) when the read end is closed; opening a device runs its driver (a
+    watchdog starts its countdown, a tape rewinds). The real open goes through
+    ``/proc/self/fd/N``, the very inode checked, with no second path lookup to race with.
+    """
+    try:
+        path_fd = open_beneath(target, _O_PATH)
+    except OSError as exc:
+        raise _fail_os(exc, target.display) from None
+    try:
+        st = os.fstat(path_fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise _fail_os(OSError(errno.EISDIR, "is a directory"), target.display)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is not a "
+                              "regular file (a device, FIFO or socket); it was not opened",
+                              suggestion="Only regular files can be read.")
+        # O_NONBLOCK: a file under a lease another process holds answers EAGAIN at once
+        # instead of holding the worker for the lease-break time.
+        flags = os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC
+        fd = -1
+        try:
+            fd = os.open(f"{PROC_FD}/{path_fd}", flags)
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # no /proc here: open the path again below, and compare inodes
+        except OSError as exc:
+            raise _fail_os(exc, target.display) from None
+        if fd >= 0 and not _same_file(os.fstat(fd), st):
+            os.close(fd)  # not the real /proc
+            fd = -1
+        if fd < 0:
+            try:
+                fd = open_beneath(target, flags)
+            except OSError as exc:
+                raise _fail_os(exc, target.display) from None
+            if not _same_file(os.fstat(fd), st):
+                os.close(fd)
+                raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} was "
+                                  "replaced while it was being opened",
+                                  suggestion="Read it again.")
+        return fd, st
+    finally:
+        os.close(path_fd)
+
+
 def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
     """Read a file inside the working directory and return its content.
 
     Text (UTF-8) comes back as text; anything else as base64 with ``encoding: "base64"``. Large
     files come back in pieces: ``truncated: true`` and ``next_offset`` say where to continue.
+    Only regular files are opened (a FIFO, socket or device is refused without being opened).
+    ``size`` is the size after the read; a file written to in place while it was read says
+    ``changed_while_read: true``.
     """
     target = _target(arguments, context)
     offset = _int_arg(arguments, "offset", 0, 0, 2**62)
     max_bytes = _int_arg(arguments, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
     encoding = _choice(arguments, "encoding", "auto", ("auto", "utf-8", "base64"))
+    fd, st = _open_for_read(target)
     try:
-        # O_NONBLOCK: opening a FIFO must not hang the worker; it is refused just below.
-        fd = open_beneath(target, os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY)
-    except OSError as exc:
-        raise _fail_os(exc, target.display) from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise _fail_os(OSError(errno.EISDIR, "is a directory"), target.display)
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"{clip(target.display)!r} is not a "
-                              "regular file (a device, FIFO or socket)",
-                              suggestion="Only regular files can be read.")
         data = _pread_all(fd, max_bytes + 1, offset)
+        after = os.fstat(fd)
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
     finally:
         os.close(fd)
+    # Written to (in place: truncated, appended, rewritten) while it was read: what came back
+    # may mix two versions or stop short of the size seen at open. Said, never silent.
+    changed = _version(after) != _version(st)
     truncated = len(data) > max_bytes
     data = data[:max_bytes]
     text: str | None = None
@@ -250,17 +308,27 @@ def file_read(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, A
         "path": clip(target.display, _RESULT_PATH_CHARS),
         "content": text if text is not None else base64.b64encode(data).decode("ascii"),
         "encoding": "utf-8" if text is not None else "base64",
-        "size": st.st_size,
+        "size": after.st_size,
         "offset": offset,
         "bytes_read": len(data),
         "truncated": truncated,
     }
+    notes: list[str] = []
     if truncated:
         result["next_offset"] = offset + len(data)
-        result["note"] = (
-            f"Only bytes {offset}..{offset + len(data)} of {st.st_size} were returned. Call "
-            f"file_read again with offset={offset + len(data)} to read on."
-        )
+        notes.append(f"Only bytes {offset}..{offset + len(data)} of {after.st_size} were "
+                     f"returned. Call file_read again with offset={offset + len(data)} to read "
+                     "on.")
+    if not data and offset > after.st_size:
+        notes.append(f"offset={offset} is past the end of the file ({after.st_size} bytes): "
+                     "nothing was read.")
+    if changed:
+        result["changed_while_read"] = True
+        notes.append(f"The file changed while it was read (size {st.st_size} -> "
+                     f"{after.st_size}): the content may be incomplete or mix old and new "
+                     "data. Read it again once it stops changing.")
+    if notes:
+        result["note"] = " ".join(notes)
     return result
 
 
@@ -345,9 +413,10 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     so readers see the old or the new content and a killed write leaves nothing behind.
     Protected paths (``context.protected_paths``: tooldeck.toml, pyproject.toml, .git/...) are
     refused with ``PATH_NOT_ALLOWED`` wherever the spelling or its symlinks lead; read-only files
-    with ``PERMISSION_DENIED``. A replaced file keeps its mode and owner, never set-user-ID or
-    set-group-ID bits. A path spelled as a folder (trailing ``/``) is refused. Replacing a file
-    with other hard links leaves them the old content: ``hard_links`` and ``note`` say so.
+    with ``PERMISSION_DENIED``. A replaced file keeps its mode, owner, POSIX ACL and ``user.*``
+    attributes, never set-user-ID or set-group-ID bits nor ``security.*`` attributes. A path
+    spelled as a folder (trailing ``/``) is refused. Replacing a file with other hard links
+    leaves them the old content: ``hard_links`` and ``note`` say so.
     A call the runner gave up on (timed out, cancelled) before the rename changes nothing
     (``context.commit()``); once the rename is under way the runner reports how it ended.
     """
@@ -393,6 +462,7 @@ def file_write(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             parent, name, data,
             mode=None if old is None else stat.S_IMODE(old.st_mode),
             owner=None if old is None else (old.st_uid, old.st_gid),
+            xattrs=None if old is None else _atomic.kept_xattrs(parent, name),
             publish_check=publish_check)
     except OSError as exc:
         raise _fail_os(exc, target.display) from None
@@ -431,14 +501,23 @@ def _entry_type(mode: int) -> str:
 
 
 _LIST_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
+#: A folder that is no longer one (removed, or swapped for a file or a symlink) since it was
+#: listed: skipped quietly. Any other failure to enter a folder is reported.
+_GONE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP}
+
+
+def _reason(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else type(exc).__name__
 
 
 def _scan(fd: int, reasons: set[str]) -> list[str]:
     """The names in directory ``fd``, sorted; temp files of file_write left out."""
     names: list[str] = []
     with os.scandir(fd) as it:
-        for entry in it:
-            if len(names) >= MAX_DIR_SCAN:
+        # Hidden names count too: a folder of a million planted '.tooldeck-*.tmp' names must
+        # not be read to its end.
+        for seen, entry in enumerate(it):
+            if seen >= MAX_DIR_SCAN:
                 reasons.add("directory_size")
                 break
             if not _atomic.is_temp_name(entry.name):
@@ -470,16 +549,22 @@ def _list(root_fd: int, recursive: bool, limit: int, max_depth: int,
                 reasons.add("max_entries")
                 break
             name = names[index]
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue  # vanished between listing and stat
-            kind = _entry_type(st.st_mode)
             shown, escaped = _display_name(prefix + name)
-            item: dict[str, Any] = {"name": shown, "type": kind,
-                                    "size": st.st_size if kind == "file" else None}
+            item: dict[str, Any] = {"name": shown}
             if escaped:
                 item["name_not_utf8"] = True
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # vanished between listing and stat
+            except OSError as exc:
+                # Listed with the reason rather than dropped: a listing that silently lacks
+                # entries reads as complete.
+                out.append({**item, "type": "other", "size": None, "error": _reason(exc)})
+                reasons.add("unreadable")
+                continue
+            kind = _entry_type(st.st_mode)
+            item.update(type=kind, size=st.st_size if kind == "file" else None)
             out.append(item)
             if not recursive or kind != "dir":
                 continue
@@ -489,12 +574,18 @@ def _list(root_fd: int, recursive: bool, limit: int, max_depth: int,
             try:
                 # O_NOFOLLOW: a directory swapped for a symlink after the stat is not entered.
                 child = os.open(name, _LIST_DIR_FLAGS, dir_fd=fd)
-            except OSError:
+            except OSError as exc:
+                if exc.errno not in _GONE:
+                    item["error"] = _reason(exc)  # EACCES, EMFILE, EIO...: its entries unseen
+                    reasons.add("unreadable")
                 continue
             try:
                 child_names = _scan(child, reasons)
-            except OSError:
+            except OSError as exc:
                 os.close(child)
+                if exc.errno not in _GONE:
+                    item["error"] = _reason(exc)
+                    reasons.add("unreadable")
                 continue
             stack.append((child, prefix + name + "/", child_names, 0))
     finally:
@@ -511,6 +602,8 @@ _NOTES = {
                  "the deepest folders listed to go on)",
     "directory_size": f"a folder with more than {MAX_DIR_SCAN} entries was listed from its "
                       "first entries only",
+    "unreadable": "some entries could not be read (each says why in 'error'); what a folder "
+                  "with an 'error' holds is not listed",
 }
 
 
@@ -519,7 +612,9 @@ def list_dir(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, An
 
     Symlinks are listed as ``symlink`` and never followed when listing recursively. The listing
     is bounded by ``max_entries`` and (recursive) ``max_depth``; ``truncated`` and
-    ``truncated_by`` say when and why it stopped short. file_write's temp files are not shown.
+    ``truncated_by`` say when and why it stopped short. An entry that could not be read, or a
+    folder that could not be entered (``EACCES``, ``EMFILE``...), carries ``error`` and adds
+    ``unreadable`` to ``truncated_by``. file_write's temp files are not shown.
     """
     target = _target(arguments, context, default=".")
     recursive = arguments.get("recursive", False)
