@@ -1641,6 +1641,12 @@ _PROGRESS: contextvars.ContextVar[Callable[[Mapping[str, Any]], None] | None] = 
 _STORE_FAILED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "tooldeck_approval_store_failed", default=None
 )
+# Set by Session.resume too: the approval check records there that the store let the call use
+# its approval. A resumed call that ran (or was refused) without it leaves the approval given
+# in the store, where a later call with its id could run the same call a second time.
+_APPROVAL_USED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "tooldeck_approval_used", default=None
+)
 
 
 def _emitter(
@@ -3297,7 +3303,6 @@ class Session:
     ) -> ToolResult | None:
         store = self.deck._approvals
         reasons = tuple(f"{d.reason} (plugin {d.plugin})" for d in asks)
-        arguments_hash = _approval_hash(call, tool, self.workdir)
         if approval_id is not None:
             if self._is_revoked(approval_id):
                 return ToolResult.fail(
@@ -3305,6 +3310,9 @@ class Session:
                     f"the user denied approval {approval_id!r}",
                     suggestion="Do not retry this call; ask the user how to proceed.",
                 )
+            arguments_hash = await self._approval_hash_of(call, tool)
+            if isinstance(arguments_hash, ToolResult):
+                return arguments_hash
             failed = _STORE_FAILED.get()
             try:
                 valid = None
@@ -3331,6 +3339,9 @@ class Session:
                 return self._plugin_error("approval store", exc)
             if valid:
                 self._pending.pop(approval_id, None)
+                used = _APPROVAL_USED.get()
+                if used is not None:
+                    used.append(approval_id)
                 return None
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
@@ -3377,6 +3388,9 @@ class Session:
                 suggestion="Do not retry this call; ask the user how to proceed.",
                 details={"reasons": list(reasons)},
             )
+        arguments_hash = await self._approval_hash_of(call, tool)
+        if isinstance(arguments_hash, ToolResult):
+            return arguments_hash
         try:
             new_id = None
             with trio.move_on_after(tool.execution.timeout_s) as late:
@@ -3413,6 +3427,39 @@ class Session:
                 "expires_in_s": self.deck._approval_ttl_s,
                 "reasons": list(reasons),
             },
+        )
+
+    async def _approval_hash_of(self, call: ToolCall, tool: ToolDefinition) -> str | ToolResult:
+        """:func:`_approval_hash` of ``call``: on the loop for arguments within the inline
+        budget, else in a worker thread under the call's deadline, as their other checks are
+        (16 MiB of text takes ~0.1 s to hash, lone surrogates written through ``json`` ~0.6 s:
+        on the loop, every other session would wait that long, twice per approved call). The
+        refusal when the session cancelled the call or the deadline passed meanwhile."""
+        if _argument_excess(
+            call.arguments, _INLINE_ARGUMENT_ITEMS, _INLINE_ARGUMENT_CHARS
+        ) is None:
+            return _approval_hash(call, tool, self.workdir)
+        timeout = tool.execution.timeout_s
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        digest = None
+        try:
+            with scope:
+                digest = await trio.to_thread.run_sync(
+                    _approval_hash, call, tool, self.workdir,
+                    abandon_on_cancel=True, limiter=self._policy_threads,
+                )  # fmt: skip
+        finally:
+            self._scopes.discard(scope)
+        if digest is not None:
+            return digest
+        if scope.deadline > trio.current_time():
+            return self._cancelled_before_start(call)
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"hashing the arguments for their approval took longer than the call's "
+            f"{timeout:g} s deadline (or no worker thread was free); the call did not run",
+            suggestion="Send smaller arguments.",
         )
 
     def _confirm_timeout(self) -> float:
@@ -3488,8 +3535,10 @@ class Session:
         """Answer a ``CONFIRMATION_REQUIRED`` and, if approved, run that exact call once.
 
         The pending call is used up once the approval store answered (the call ran, or was
-        refused). When the store failed instead (it raised or did not answer in time:
-        ``PLUGIN_ERROR`` or ``TIMEOUT``), the call did not run and stays pending: resume again.
+        refused), and so is its approval, even when the call did not need it (its tool became
+        always-allowed meanwhile): the store takes it back. When the store failed instead (it
+        raised or did not answer in time: ``PLUGIN_ERROR`` or ``TIMEOUT``), the call did not
+        run and stays pending: resume again.
         """
         self._prune_pending()
         entry = self._pending.get(approval_id)
@@ -3541,21 +3590,40 @@ class Session:
                 suggestion="Call the tool again to get a new approval request.",
             )
         failed: list[str] = []
+        used: list[str] = []
         token = _STORE_FAILED.set(failed)
+        used_token = _APPROVAL_USED.set(used)
         try:
             result = await self.call(call, approval_id=approval_id)
         finally:
+            _APPROVAL_USED.reset(used_token)
             _STORE_FAILED.reset(token)
-        if (
-            failed
-            and not self._closed
-            and not self._is_revoked(approval_id)
-            and entry[1] > time.monotonic()
-        ):
-            # The store gave no answer: the approval was neither used nor refused and the call
-            # did not run. A transient failure must not cost the user their approval.
-            self._pending.setdefault(approval_id, entry)
+        if failed:
+            if (
+                not self._closed
+                and not self._is_revoked(approval_id)
+                and entry[1] > time.monotonic()
+            ):
+                # The store gave no answer: the approval was neither used nor refused and the
+                # call did not run. A transient failure must not cost the user their approval.
+                self._pending.setdefault(approval_id, entry)
+        elif not used:
+            # The call ran without the approval (its tool became always-allowed meanwhile), or
+            # was refused before it got there: the approval, given in the store, must not run
+            # the same call again later (a call with its id, here or in another process).
+            await self._retire(approval_id, tool)
         return result
+
+    async def _retire(self, approval_id: str, tool: ToolDefinition | None) -> None:
+        """Take back an approval the store still holds as given, as :meth:`deny` does
+        (locally too), bounded like resume's other store answers; a failure is logged."""
+        try:
+            with trio.move_on_after(
+                tool.execution.timeout_s if tool is not None else _RESUME_STORE_TIMEOUT_S
+            ):
+                await self.deny(approval_id)
+        except Exception:
+            log.exception("approval store failed while retiring %s", approval_id)
 
     def _context(self, call: ToolCall, tool: ToolDefinition) -> ToolContext:
         # What the context takes from the tool is the same on every call: looked up once per

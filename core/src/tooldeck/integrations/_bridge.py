@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 
 import trio
 
-from tooldeck_hookspecs import ErrorCode, SecurityLevel, ToolCall, ToolDefinition, ToolResult
+from tooldeck_hookspecs import (
+    ErrorCode,
+    SecurityLevel,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    canonical_json_bytes,
+)
 
 from .._deck import Hand, Session, _tool_fingerprint
 from ..adapters import result_payload
@@ -257,7 +264,11 @@ class Conversations:
 
 
 def _same_call(pending: ToolCall, call: ToolCall) -> bool:
-    return pending.name == call.name and dict(pending.arguments) == dict(call.arguments)
+    # Compared as the deck's approval hash sees them, not with ==: Python finds 1, 1.0 and
+    # True equal, and the pending call (the one that runs) must be exactly the one shown.
+    return pending.name == call.name and (
+        canonical_json_bytes(dict(pending.arguments)) == canonical_json_bytes(dict(call.arguments))
+    )
 
 
 async def pending_flow(session: Session, book: ApprovalBook, call: ToolCall) -> str | None:

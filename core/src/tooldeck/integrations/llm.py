@@ -184,7 +184,9 @@ def _llm_tool(
             assert first.error is not None
             approval_id = str(first.error.details["approval_id"])
         if confirm is not None:
-            answer = bool(confirm(name, dict(arguments)))
+            # Only True approves, as for the deck's own confirm callbacks: bool() made a "no"
+            # (the text of an input() prompt, a {"approved": False}) a yes.
+            answer = confirm(name, dict(arguments)) is True
         elif approval_id in decisions.answers:
             answer = decisions.answers.pop(approval_id)
         else:
@@ -214,7 +216,7 @@ def to_llm_tools(
     :param session: a :class:`~tooldeck.portal.PortalSession` (llm calls tools synchronously).
     :param hand: a :class:`~tooldeck.Hand`, tool names or definitions; default the session's hand.
     :param confirm: decide approvals inline (``confirm(tool_name, arguments) -> bool``) instead of
-        pausing the chain with :class:`ApprovalPending`.
+        pausing the chain with :class:`ApprovalPending`; only ``True`` approves.
     :raises ImportError: without llm (``pip install "tooldeck[llm]"``).
     """
     llm = _llm()

@@ -29,7 +29,8 @@ if ttl == -1 or type(redis.pcall('HLEN', KEYS[1])) ~= 'number' then
 end
 """
 
-# KEYS[1]: the approval's hash. ARGV: new state (approved | denied), session id or "".
+# KEYS[1]: the approval's hash. ARGV: new state (approved | denied), session id, "1" when the
+# session is to be checked (a session id may be "": it must not skip the check).
 # A pending approval is decided once, by its own session only; an approved one not yet used can
 # still be denied (revoked). In one script with consume's: of a deny and a use racing, exactly
 # one wins.
@@ -38,7 +39,7 @@ end
 _RESOLVE = _DAMAGED + """
 local a = redis.call('HMGET', KEYS[1], 'state', 'session')
 if not (a[1] == 'pending' or (a[1] == 'approved' and ARGV[1] == 'denied'))
-    or (ARGV[2] ~= '' and a[2] ~= ARGV[2]) then
+    or (ARGV[3] == '1' and a[2] ~= ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
@@ -122,7 +123,9 @@ class RedisApprovalStore:
         state = "approved" if approved else "denied"
         try:
             done = await self._resolve(
-                "approvals cannot be decided", [key], [state, session_id or ""]
+                "approvals cannot be decided",
+                [key],
+                [state, session_id or "", "0" if session_id is None else "1"],
             )
         except RedisUnavailable as exc:
             self.errors += 1
