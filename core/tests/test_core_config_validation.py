@@ -29,6 +29,8 @@ CASES = [
     ),
     ("ttl-nan", "[approvals]\nttl_s = nan\n", [("approvals", "ttl_s", "nan")]),
     ("ttl-inf", "[approvals]\nttl_s = inf\n", [("approvals", "ttl_s", "inf")]),
+    # Finite, but Redis refused the expiry: every approval read back as damaged.
+    ("ttl-huge", "[approvals]\nttl_s = 1e300\n", [("approvals", "ttl_s", "<= 31622400")]),
     ("cache-zero", "[cache]\nmax_entries = 0\n", [("cache", "max_entries", ">= 1")]),
     ("cache-key-typo", "[cache]\nmax_entrys = 5\n", [("cache", "max_entrys", "'max_entries'")]),
     ("cache-not-table", "cache = 5\n", [("", "cache", "must be a table")]),

@@ -58,8 +58,11 @@ Severity = Literal["error", "warning"]
 _LEVELS = ["safe", "moderate", "dangerous"]
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
-_POSITIVE_S = {"type": "number", "exclusiveMinimum": 0}
-_WINDOW_S = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RATE_WINDOW_S}
+#: Every duration is at most 366 days (MAX_RATE_WINDOW_S): a longer one is no use, and a finite
+#: 1e300 s passed, then failed late (Redis refuses a key lifetime past 64-bit milliseconds: an
+#: approval's ttl_s made every approval read back as damaged, a rate window every call fail).
+_POSITIVE_S = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RATE_WINDOW_S}
+_WINDOW_S = _POSITIVE_S
 
 
 def _fields_of(cls: type, typed: Mapping[str, Any]) -> dict[str, Any]:
