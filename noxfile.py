@@ -36,6 +36,7 @@ DISTRIBUTIONS = [
 TEST_DEPS = [
     "pytest>=8",
     "pytest-trio>=0.8",
+    "pytest-xdist>=3.6",  # the tests session runs on two workers (TESTS_PARALLEL below)
     "hypothesis>=6",
     "openai>=1.40",
     "anthropic>=0.34",
@@ -53,6 +54,13 @@ TEST_DEPS = [
     "llm>=0.36",
 ]
 BENCH_DEPS = ["langchain-core>=0.3"]
+#: pytest-xdist for the tests session. Two workers: the machines (CI's included) have two cores,
+#: and much of the suite waits (sandboxes, Chromium, servers, subprocesses), so two workers
+#: nearly halve the run; more than the cores would squeeze the tests with timeouts of their
+#: own. worksteal: test durations range from milliseconds to half a minute (a page answering
+#: after 30.8 s), and a worker that runs out steals from the other instead of idling at the end.
+#: `nox -s tests -- -n 0` runs serially (the last -n wins).
+TESTS_PARALLEL = ["-n", "2", "--dist", "worksteal"]
 ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -92,7 +100,7 @@ def dev(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Every distribution's tests and the cross-distribution tests, in one pytest run."""
     install_all(session, *TEST_DEPS)
-    session.run("pytest", *(session.posargs or []), env=ENV)
+    session.run("pytest", *TESTS_PARALLEL, *(session.posargs or []), env=ENV)
 
 
 @nox.session

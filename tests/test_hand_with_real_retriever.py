@@ -16,7 +16,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("embeddings")
+    # The demo catalog's vectors, shared by every module of this test process that deals from
+    # it (core/tests/test_hand_tokens.py and test_history_selection.py,
+    # tests/test_hand_with_real_retriever.py): embedding its ~400 tools takes seconds, and these
+    # tests check the hand, not a first embedding (tooldeck-faiss's own tests check that).
+    shared = tmp_path_factory.getbasetemp() / "demo-catalog-embeddings"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture

@@ -228,6 +228,7 @@ print("done")
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU: threads cannot outrun the clock")
+@pytest.mark.exclusive  # alone under xdist (conftest.py): the two threads need both cores
 async def test_two_busy_threads_run_for_their_whole_timeout(workdir):
     # About 9 CPU seconds in 4.5 s of a 6 s timeout. The old CPU limit (timeout_s + 1) killed
     # the snippet at about 3.5 s with SIGKILL, returned as a success with exit code 137.

@@ -292,6 +292,9 @@ CPUS = os.cpu_count() or 1
 
 
 @pytest.mark.skipif(CPUS < 2, reason="one CPU: threads cannot spend CPU time faster than the clock")
+# Alone under xdist: the two threads need both cores to spend CPU time faster than the clock
+# within the timeout (a test on the other worker starved them into a TIMEOUT).
+@pytest.mark.exclusive
 @pytest.mark.parametrize("any_mode", MODES, indirect=True)
 async def test_busy_threads_run_until_the_timeout_not_half_of_it(
     any_mode: RunnerExecutor, tmp_path: Path
