@@ -3106,16 +3106,7 @@ class Session:
             return info, decisions, key
 
         timeout = tool.execution.timeout_s
-        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
-        self._scopes.add(scope)
-        checked = None
-        try:
-            with scope:
-                checked = await trio.to_thread.run_sync(
-                    check, abandon_on_cancel=True, limiter=self._policy_threads
-                )
-        finally:
-            self._scopes.discard(scope)
+        checked, _ = await self._in_policy_thread(timeout, check)
         if checked is not None:
             return checked
         if self._generation != generation:
@@ -3139,6 +3130,25 @@ class Session:
             suggestion="Send smaller arguments.",
         )
 
+    async def _in_policy_thread(
+        self, timeout: float, function: Callable[..., _V], *args: Any
+    ) -> tuple[_V | None, trio.CancelScope]:
+        """``function(*args)`` in one of the session's policy threads, under a deadline of
+        ``timeout`` s that :meth:`cancel` and :meth:`aclose` end too. The answer, or None when
+        it did not come (the returned scope says whether the deadline passed: its thread is
+        abandoned, not killed)."""
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._scopes.add(scope)
+        answer: _V | None = None
+        try:
+            with scope:
+                answer = await trio.to_thread.run_sync(
+                    function, *args, abandon_on_cancel=True, limiter=self._policy_threads
+                )
+        finally:
+            self._scopes.discard(scope)
+        return answer, scope
+
     async def _decisions_in_thread(
         self,
         call: ToolCall,
@@ -3151,23 +3161,9 @@ class Session:
         the session cancelled the call meanwhile."""
         running: list[str] = []
         timeout = tool.execution.timeout_s
-        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
-        self._scopes.add(scope)
-        decisions: list[Decision] | None = None
-        try:
-            with scope:
-                decisions = await trio.to_thread.run_sync(
-                    self._decisions,
-                    call,
-                    tool,
-                    info,
-                    impls,
-                    running,
-                    abandon_on_cancel=True,
-                    limiter=self._policy_threads,
-                )
-        finally:
-            self._scopes.discard(scope)
+        decisions, _ = await self._in_policy_thread(
+            timeout, self._decisions, call, tool, info, impls, running
+        )
         if decisions is not None:
             return decisions
         if self._generation != generation:
@@ -3440,17 +3436,9 @@ class Session:
         ) is None:
             return _approval_hash(call, tool, self.workdir)
         timeout = tool.execution.timeout_s
-        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
-        self._scopes.add(scope)
-        digest = None
-        try:
-            with scope:
-                digest = await trio.to_thread.run_sync(
-                    _approval_hash, call, tool, self.workdir,
-                    abandon_on_cancel=True, limiter=self._policy_threads,
-                )  # fmt: skip
-        finally:
-            self._scopes.discard(scope)
+        digest, scope = await self._in_policy_thread(
+            timeout, _approval_hash, call, tool, self.workdir
+        )
         if digest is not None:
             return digest
         if scope.deadline > trio.current_time():
