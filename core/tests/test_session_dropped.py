@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Callable
 
 import trio
 
@@ -27,11 +28,18 @@ def _recording_deck(seen: list[tuple[str | None, dict]]):
     return make_deck(inline_plugin(tooldeck_event, name="closed"), load_entry_points=STAGES)
 
 
-async def _settle() -> None:
+async def _settle(until: Callable[[], bool] | None = None) -> None:
     # The finalizer queues the announcement on the loop: collect, then let the loop run it.
     for _ in range(3):
         gc.collect()
         await trio.sleep(0)
+    if until is not None:
+        # Observers run on the deck's event thread: a loaded machine (a parallel test run)
+        # delivers a moment later. Bounded: a missing event still fails the test.
+        with trio.fail_after(10):
+            while not until():
+                gc.collect()
+                await trio.sleep(0.01)
 
 
 async def test_a_dropped_session_is_announced_closed_once() -> None:
@@ -41,7 +49,7 @@ async def test_a_dropped_session_is_announced_closed_once() -> None:
         await session.call("no_such_tool", {})  # the session was used, then forgotten
         dropped_id = session.id
         del session
-        await _settle()
+        await _settle(until=lambda: bool(seen))
         assert seen == [(dropped_id, {"dropped": True})]
         await _settle()
         assert len(seen) == 1
@@ -115,7 +123,7 @@ async def test_a_dropped_session_does_not_end_a_live_one_with_the_same_id() -> N
         assert seen == []
         assert deck._live_sessions == {"conversation-1": 1}
         del live
-        await _settle()
+        await _settle(until=lambda: bool(seen))
         assert seen == [("conversation-1", {"dropped": True})]
         assert deck._live_sessions == {}
         # aclose() of one of two keeps the count right for the other's collection.
@@ -125,6 +133,6 @@ async def test_a_dropped_session_does_not_end_a_live_one_with_the_same_id() -> N
         await first.aclose()  # a second aclose() changes nothing
         assert deck._live_sessions == {"conversation-2": 1}
         del second
-        await _settle()
+        await _settle(until=lambda: len(seen) > 1)
         assert seen[-1] == ("conversation-2", {"dropped": True})
         assert deck._live_sessions == {}

@@ -2,8 +2,8 @@
 
 A folder that cannot be entered during a recursive listing (EMFILE on a busy host, EACCES for a
 deck that is not root, EIO) was skipped with ``truncated: false``: the listing read as complete.
-Here the process runs out of file descriptors part-way down a deep tree (RLIMIT_NOFILE at the
-highest fd in use, and every free number below it taken, then a few given back).
+Here the process runs out of file descriptors part-way down a deep tree (RLIMIT_NOFILE just
+above the highest fd in use, every free number taken, then a few given back).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def _list_with_few_fds(root: Path, free: int) -> dict:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     top = max(int(name) for name in os.listdir("/proc/self/fd"))
     hog: list[int] = []
-    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))
+    # Room for `free` more above the highest fd in use (a pytest-xdist worker has no gaps
+    # below it to hand out), then every free number taken and `free` of them given back.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1 + free, hard))
     try:
         try:
             while True:

@@ -27,6 +27,13 @@ only in that folder (the project's own code, which the developer runs on purpose
 script of theirs) is not shadowing and stays allowed; a name that also exists elsewhere is
 refused there, since the folder comes first.
 
+Node programs the deck runs on the host resolve their optional dependencies the same way, from
+every ``node_modules/`` above them: :func:`node_rules` protects those folders above a virtual
+environment kept in the workdir (Playwright's driver). Other programs the deck starts on the
+host no longer start in its current folder unless configured to (MCP stdio servers:
+``tooldeck_mcp``'s ``NEUTRAL_CWD``), so what their launchers read there (``npx``'s
+``node_modules/.bin/``, ``uv.toml``, ``.python-version``) stays the project's own business.
+
 :func:`tooldeck._cwd.drop_cwd_for_dash_m` is the other half: ``python -m tooldeck`` must not
 import its own dependencies (``trio``, ``attrs``, ...) from the folder it was started in.
 """
@@ -42,7 +49,7 @@ from ._cwd import DROPPED as _DROPPED
 from ._cwd import MISSED as _MISSED
 from ._cwd import drop_cwd_for_dash_m
 
-__all__ = ["drop_cwd_for_dash_m", "import_roots", "missed_modules", "shadow_rules"]
+__all__ = ["drop_cwd_for_dash_m", "import_roots", "missed_modules", "node_rules", "shadow_rules"]
 
 #: Names no library imports: CPython's own test suite and demos, and the folders a broken wheel
 #: installs at the top of site-packages (``tests/``, ``docs/``). A project's ``test.py`` or
@@ -142,13 +149,42 @@ def _within(path: str, folder: str) -> str | None:
     return path[len(prefix):] if path.startswith(prefix) else None
 
 
+def node_rules(base: str, roots: Sequence[str]) -> list[str]:
+    """Rules (anchored at the workdir ``base``) for the ``node_modules/`` folders above the
+    deck's installed packages, where those lie in the workdir (a virtual environment there).
+
+    Node resolves a bare ``require`` from every ``node_modules/`` above the requiring file, up
+    to ``/``. A Node program installed in such an import root and run by the deck on the host
+    (Playwright's driver, ``site-packages/playwright/driver/``: it looks for ``bufferutil``
+    and ``utf-8-validate`` at every start) would load ``node_modules/bufferutil/index.js``
+    planted anywhere above it: ``venv/node_modules/``, ``venv/lib/node_modules/``, ... and the
+    workdir's top. Every such folder inside the workdir is protected, from the import root's
+    parent up to the top (the root's own ``node_modules/`` is under ``site-packages/``
+    already). Only import roots of the installed kind (``site-packages``, ``dist-packages``):
+    a project's ``src/`` holds no Node program of the deck's. ``node_modules/`` of the
+    project's subfolders stays writable (``npm install`` in ``frontend/``).
+    """
+    rules: list[str] = []
+    for root in roots:
+        if os.path.basename(root) not in ("site-packages", "dist-packages"):
+            continue
+        inside = _within(os.path.dirname(root), base)
+        if inside is None:
+            continue
+        parts = inside.split("/") if inside else []
+        for depth in range(len(parts), -1, -1):
+            rel = "/".join(parts[:depth])
+            rules.append(f"/{rel}/node_modules/" if rel else "/node_modules/")
+    return rules
+
+
 def shadow_rules(workdir: str, roots: Sequence[str] | None = None) -> tuple[str, ...]:
     """Protected path rules (anchored at ``workdir``) against shadowing importable modules.
 
     :param workdir: the session's working folder.
     :param roots: the import folders (:func:`import_roots` when None).
     :returns: rules for the workdir's top, this process's current folder when it lies in the
-        workdir, and every import folder in the workdir.
+        workdir, and every import folder in the workdir; then :func:`node_rules`.
     """
     try:
         base = os.path.realpath(workdir)
@@ -195,6 +231,7 @@ def shadow_rules(workdir: str, roots: Sequence[str] | None = None) -> tuple[str,
             rules.append(f"{prefix}{name}/" if names[name] else f"{prefix}{name}/__init__.py")
         # Extension modules, and packages whose __init__ is one (name.cpython-311-*.so).
         rules.extend((f"{prefix}*.so", f"{prefix}*/__init__.so", f"{prefix}*/__init__.*.so"))
+    rules.extend(node_rules(base, roots))
     out = tuple(dict.fromkeys(rules))
     with _LOCK:
         if len(_CACHE) > 32:

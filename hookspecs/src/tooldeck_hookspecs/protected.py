@@ -60,6 +60,7 @@ __all__ = [
     "ProtectedScan",
     "find_protected",
     "fold_name",
+    "host_which",
     "normalise_rules",
     "protected_rule",
     "protected_message",
@@ -550,3 +551,22 @@ def find_protected(
                 else:
                     complete = False
     return ProtectedScan(tuple(found), complete, seen)
+
+
+def host_which(name: str) -> str | None:
+    """The absolute path of the program ``name`` that the deck may start on the host, looked up
+    in the absolute entries of ``PATH`` only (None: not found).
+
+    ``shutil.which`` also searches relative entries (``.``, or an empty one, which means the
+    current folder): with such a ``PATH``, ``which("bwrap")`` answered ``./bwrap``, and a deck
+    started in its workdir would have run a program the model planted there, on the host,
+    before any sandbox exists.
+    """
+    import shutil
+
+    search = os.pathsep.join(
+        entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+        if os.path.isabs(entry)
+    )
+    found = shutil.which(name, path=search) if search else None
+    return os.path.abspath(found) if found else None

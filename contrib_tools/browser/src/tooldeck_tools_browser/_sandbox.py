@@ -58,7 +58,7 @@ from typing import Any
 
 import attrs
 
-from tooldeck_hookspecs import ErrorCode, ToolFailure
+from tooldeck_hookspecs import ErrorCode, ToolFailure, host_which
 
 __all__ = [
     "DEFAULT_UID",
@@ -227,7 +227,7 @@ def _launcher_prefix(
     mode: str, uid: int, profile: str, *, setpriv: str | None, bwrap: str | None
 ) -> list[str]:
     """The argv that runs a program as the sandboxed browser would be run (without Chromium)."""
-    env = shutil.which("env") or "/usr/bin/env"
+    env = host_which("env") or "/usr/bin/env"
     prefix = [env, "-i", "PATH=/usr/bin:/bin", f"HOME={profile}",
               f"XDG_CONFIG_HOME={profile}/.config", f"XDG_CACHE_HOME={profile}/.cache",
               "LANG=C.UTF-8"]
@@ -283,7 +283,7 @@ def _launcher_script(prefix: list[str], chromium: str, profile: str) -> str:
 def _probe(prefix: list[str]) -> str | None:
     """Run what Chromium's zygote needs (new user, pid and net namespaces) under ``prefix``;
     the reason it fails, or None."""
-    unshare = shutil.which("unshare")
+    unshare = host_which("unshare")
     if unshare is None:  # no util-linux: Chromium's own start-up check is the only one left
         return None
     try:
@@ -332,13 +332,13 @@ def prepare_sandbox(
                               executable=chromium, chromium=chromium)
     as_root = os.geteuid() == 0
     if as_root:
-        setpriv = setpriv or shutil.which("setpriv")
+        setpriv = setpriv or host_which("setpriv")
         if setpriv is None or not os.access(setpriv, os.X_OK):
             raise _sandbox_error(mode, "setpriv (util-linux) is not installed, so Chromium cannot "
                                  "drop root")
     else:
         setpriv, uid = None, os.geteuid()  # already unprivileged: nothing to drop
-    bwrap = bwrap or shutil.which("bwrap")
+    bwrap = bwrap or host_which("bwrap")
     root = tempfile.mkdtemp(prefix="tooldeck-browser-")
     try:
         # The launch folder is root's (0711: the browser may pass through, not list it); the

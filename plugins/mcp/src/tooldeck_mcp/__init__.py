@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from ._bridge import McpBridge, convert_result, definitions_for
-from ._config import McpServerConfig, parse_servers, slug, tool_name
+from ._config import NEUTRAL_CWD, McpServerConfig, parse_servers, slug, tool_name
 
 __all__ = [
+    "NEUTRAL_CWD",
     "McpBridge",
     "McpServerConfig",
     "RemoteServer",

@@ -154,6 +154,39 @@ class ServerStatistics:
     malformed_tools: int = 0
 
 
+#: Servers already warned about (by name and folder): once per process, not at every restart.
+_WARNED_CWD: set[tuple[str, str]] = set()
+
+
+def _start_folder(config: McpServerConfig) -> str:
+    """The folder ``config``'s stdio server starts in (:attr:`McpServerConfig.start_folder`).
+
+    An explicit ``cwd`` is honoured, with a warning (once) when it lies in the deck's current
+    folder, the default workdir of every session: files a session writes there (a
+    ``node_modules/.bin/`` entry, ``uv.toml``, ``.python-version``, a module ``python -m``
+    imports) change what the server's launcher runs on the host.
+    """
+    folder = config.start_folder
+    if config.cwd is None:
+        return folder
+    try:
+        real = os.path.realpath(folder)
+        here = os.path.realpath(os.getcwd())
+    except OSError:
+        return folder
+    inside = real == here or real.startswith(here.rstrip(os.sep) + os.sep)
+    if inside and (config.name, real) not in _WARNED_CWD:
+        _WARNED_CWD.add((config.name, real))
+        log.warning(
+            "MCP server %r starts in %s, inside the deck's current folder (the default "
+            "workdir of sessions): files the model writes there can change what its command "
+            "runs on the host (npx's node_modules/.bin, uv.toml, .python-version, modules of "
+            "'python -m'); use a folder sessions do not write, or absolute paths and no 'cwd'",
+            config.name, real,
+        )
+    return folder
+
+
 class _Connection:
     """One live MCP client session; :meth:`run` owns its transport from start to close."""
 
@@ -188,7 +221,7 @@ class _Connection:
                 command=config.command[0],
                 args=list(config.command[1:]),
                 env=dict(config.env) or None,
-                cwd=config.cwd,
+                cwd=_start_folder(config),
             )
             return stdio_transport(params, errlog, server=config.name)
         from mcp.client.streamable_http import streamable_http_client

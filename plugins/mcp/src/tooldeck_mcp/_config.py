@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -11,7 +12,17 @@ import attrs
 
 from tooldeck_hookspecs import LEVEL_ORDER, ConfigError, SecurityLevel
 
-__all__ = ["McpServerConfig", "parse_servers", "slug", "tool_name"]
+__all__ = ["NEUTRAL_CWD", "McpServerConfig", "parse_servers", "slug", "tool_name"]
+
+#: Where a stdio server starts when its table names no ``cwd``: the file system's root, as MCP
+#: hosts such as Claude Desktop do. Not the deck's own current folder: that is usually the
+#: project, the default workdir of every session, and what a server's launcher reads from the
+#: folder it starts in (and its parents) decides what it runs: ``npx`` runs
+#: ``node_modules/.bin/<name>`` from there, ``uv run`` reads ``uv.toml`` and
+#: ``.python-version`` (which may name an interpreter's path), ``python -m`` imports from it,
+#: ``deno`` reads ``deno.json``'s import map. A model that can write the workdir would choose
+#: the program the deck starts on the host, outside every sandbox.
+NEUTRAL_CWD = os.path.abspath(os.sep)
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 #: The schema plugin's limit on tool names.
@@ -67,6 +78,8 @@ class McpServerConfig:
     command: tuple[str, ...] | None = None
     #: Extra environment of a stdio server, over the SDK's safe default (HOME, PATH, ...).
     env: tuple[tuple[str, str], ...] = ()
+    #: The stdio server's working directory; :data:`NEUTRAL_CWD` when unset (see
+    #: :attr:`start_folder`). Relative: to the deck's current folder.
     cwd: str | None = None
     url: str | None = None
     #: HTTP headers sent with every request (e.g. an Authorization header).
@@ -95,6 +108,12 @@ class McpServerConfig:
     def category_name(self) -> str:
         """The category of this server's tools (``mcp_<server>`` unless configured)."""
         return self.category or f"mcp_{slug(self.name)}"
+
+    @property
+    def start_folder(self) -> str:
+        """The folder a stdio server starts in: ``cwd`` as configured, else :data:`NEUTRAL_CWD`
+        (never the deck's own current folder by default)."""
+        return self.cwd or NEUTRAL_CWD
 
     @property
     def transport(self) -> str:

@@ -9,7 +9,8 @@ pay for it (about 12 ms of class creation at import).
 from __future__ import annotations
 
 import logging
-import shutil
+
+from tooldeck_hookspecs import host_which
 
 __all__ = [
     "ISOLATION_BWRAP",
@@ -37,7 +38,7 @@ def resolve_isolation(mode: str, allow_degraded: bool = False) -> str:
     """
     if mode == "process":
         return ISOLATION_PROCESS
-    if shutil.which("bwrap"):
+    if host_which("bwrap"):
         return ISOLATION_BWRAP
     if mode == "bubblewrap":
         from tooldeck_hookspecs import ConfigError

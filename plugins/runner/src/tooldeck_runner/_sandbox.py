@@ -79,6 +79,7 @@ from tooldeck_hookspecs import (
     ToolDefinition,
     ToolResult,
     find_protected,
+    host_which,
     normalise_rules,
     protected_message,
 )
@@ -1493,7 +1494,8 @@ class SandboxPool:
             worker += ["--preload", ",".join(preload)]
         if self.isolation == ISOLATION_PROCESS:
             return worker
-        bwrap = shutil.which("bwrap") or "bwrap"
+        # Never a relative PATH entry: that would start a program planted in the workdir.
+        bwrap = host_which("bwrap") or "/usr/bin/bwrap"
         mapper = self._ids.mapper if self._ids is not None else None
         staged_ro = self._ids.staged_ro if self._ids is not None else {}
         if staged is not None and mapper is not None:
