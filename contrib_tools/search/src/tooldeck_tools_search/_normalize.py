@@ -25,6 +25,10 @@ MAX_SNIPPET_CHARS = 600
 # never closed one (64,000 '<' took 2.5 s, quadratic).
 _TAG = re.compile(r"<[^<>]*>")
 _SPACE = re.compile(r"\s+")
+#: Control characters other than whitespace (ESC of ANSI sequences, NUL, C1 controls,
+#: bidirectional overrides): a provider's title must not repaint the terminal that shows it or
+#: reorder what the model and the user read.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _HIDDEN = re.compile(r"<(script|style)\b[^<>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 #: How much of a field is read at most, per character kept: markup and entities shrink, but a
 #: provider's field is never read past this (a hostile one sent 4 MB titles).
@@ -40,6 +44,7 @@ def strip_html(text: str, limit: int) -> str:
     text = text[: max(limit, 1) * _READ_FACTOR]
     text = _HIDDEN.sub(" ", text)
     text = html.unescape(_TAG.sub(" ", text))
+    text = _CONTROL.sub("", text)  # after unescaping: &#27; is an ESC too
     # Markup inside entities (&lt;b&gt;) is text the page meant to show; leave it.
     text = _SPACE.sub(" ", text).strip()
     if len(text) > limit:

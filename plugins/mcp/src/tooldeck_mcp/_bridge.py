@@ -7,6 +7,7 @@ every deck the SDK's import time (about 0.6 s).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ MAX_DESCRIPTION_CHARS = 8192
 #: Longest ``description`` or ``title`` kept inside a remote input schema (annotations only:
 #: cutting them changes no constraint).
 MAX_SCHEMA_TEXT_CHARS = 2048
+#: Longest error text of a remote tool kept in the result's message (longer: cut, logged).
+MAX_ERROR_CHARS = 4096
+#: Control characters other than tab and newline (ESC of ANSI sequences, NUL, C1 controls).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Results of more content blocks than this are converted in a worker thread.
 _INLINE_BLOCKS = 64
 #: Largest remote input schema registered, as compact JSON; a larger one leaves its tool out
@@ -94,6 +99,10 @@ def convert_result(server: str, tool: str, result: types.CallToolResult) -> Tool
     items = [_content_item(b) for b in result.content]
     if result.is_error:
         text = "; ".join(i for i in items if isinstance(i, str)) or "the tool reported an error"
+        # The message is what the model (and a terminal) reads of the failure: bounded, and
+        # without the control characters of ANSI sequences (a carriage return, an ESC[2J).
+        text = _cut(_CONTROL.sub("", text[: MAX_ERROR_CHARS * 4]), MAX_ERROR_CHARS,
+                    f"the error message of {tool!r} (MCP server {server!r})")
         return ToolResult.fail(
             ErrorCode.EXECUTION_ERROR,
             f"{tool} (MCP server {server!r}) failed: {text}",
@@ -211,11 +220,13 @@ def _parameters(schema: Mapping[str, Any] | None, *, where: str = "MCP tool") ->
     return parameters
 
 
-def _make_execute(remote: RemoteServer, remote_name: str) -> Any:
+def _make_execute(remote: RemoteServer, remote_name: str, pinned: str | None = None) -> Any:
     server = remote.config.name
 
     async def execute(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        result = await remote.call(remote_name, dict(arguments), progress=context.emit)
+        result = await remote.call(
+            remote_name, dict(arguments), progress=context.emit, pinned=pinned
+        )
         if len(result.content) <= _INLINE_BLOCKS:
             return convert_result(server, remote_name, result)
         # Linear in the blocks (a remote server picks how many): not on the deck's loop.
@@ -232,13 +243,17 @@ def definitions_for(
     config: McpServerConfig, tools: Sequence[types.Tool], remote: RemoteServer | None = None
 ) -> list[ToolDefinition]:
     """Deck definitions of a server's tools (``remote`` executes them; None: no execute)."""
+    if remote is not None:
+        from ._client import fingerprint
     definitions: list[ToolDefinition] = []
     seen: dict[str, str] = {}
     # A remote name listed more than once is one remote tool: registered once, at the
     # strictest level any of its entries asks for (an innocuous twin must not be a way round
     # the confirmation its destructive entry needs).
     levels: dict[str, SecurityLevel] = {}
+    entries: dict[str, list[types.Tool]] = {}
     for tool in tools:
+        entries.setdefault(tool.name, []).append(tool)
         hints = tool.annotations
         level = config.level_for(
             read_only=hints.read_only_hint if hints else None,
@@ -306,7 +321,14 @@ def definitions_for(
                     timeout_s=config.timeout_s + config.startup_timeout_s + _TIMEOUT_GRACE_S,
                     retryable=False,
                 ),
-                execute=_make_execute(remote, tool.name) if remote is not None else None,
+                # Pinned to the listing it was built from: the server cannot change the tool
+                # (a destructive twin, a new description) under the level and the approvals
+                # the user gave to this definition.
+                execute=(
+                    _make_execute(remote, tool.name, fingerprint(entries[tool.name], tool.name))
+                    if remote is not None
+                    else None
+                ),
                 tags=tuple(tags),
             )
         )

@@ -37,11 +37,38 @@ from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._config import McpServerConfig
 
-__all__ = ["RemoteServer", "ServerStatistics", "remote_server", "shutdown"]
+__all__ = ["RemoteServer", "ServerStatistics", "fingerprint", "remote_server", "shutdown"]
 
 log = logging.getLogger("tooldeck.mcp")
 
 T = TypeVar("T")
+
+def fingerprint(tools: list[types.Tool], name: str) -> str | None:
+    """What the deck pins of the remote tool ``name`` in the listing ``tools``: a digest of
+    every entry of that name (title, description, schemas, annotations), None when unlisted.
+
+    A definition registered from one listing is called only while the server lists the tool
+    exactly so: the user reviewed (and approved calls of) the tool as it was registered, and a
+    server must not swap in another description, schema or destructive behaviour under the
+    same name after a restart or a ``tools/list_changed`` (a "rug pull").
+    """
+    import hashlib
+    import json
+
+    entries = [
+        t.model_dump(
+            mode="json", by_alias=True, exclude_none=True,
+            include={"name", "title", "description", "input_schema", "output_schema",
+                     "annotations"},
+        )
+        for t in tools
+        if t.name == name
+    ]
+    if not entries:
+        return None
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 
 #: How long a server suspected dead (its connection reported closed, or an answer the SDK
 #: could not read) has to answer again before the bridge restarts it.
@@ -200,12 +227,29 @@ class _Connection:
         self._stop = anyio.Event()
         self.client: Client | None = None
         self.tools: list[types.Tool] = []
+        #: Fingerprints of ``tools`` by name, computed on first use (cleared on a new listing).
+        self.fingerprints: dict[str, str | None] = {}
         self.error: BaseException | None = None
         self.alive = False
         # Cancelled by close() when the connection never became ready: a server that does not
         # answer initialize or tools/list (or pages its tools without end) must not keep its
         # process and this task after the start was given up.
         self._scope = anyio.CancelScope()
+        self.screen: _ListingScreen | None = None
+        #: ``screen.list_changed`` when ``tools`` was last read: a higher count means the
+        #: server announced a new listing since.
+        self.listed_at_change = 0
+
+    def listing(self, tools: list[types.Tool]) -> None:
+        """Take ``tools`` as the server's current listing."""
+        self.tools = tools
+        self.fingerprints = {}
+
+    def fingerprint(self, name: str) -> str | None:
+        """:func:`fingerprint` of ``name`` in the current listing (cached)."""
+        if name not in self.fingerprints:
+            self.fingerprints[name] = fingerprint(self.tools, name)
+        return self.fingerprints[name]
 
     def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         config = self.config
@@ -238,11 +282,12 @@ class _Connection:
         try:
             with self._scope:
                 async with contextlib.AsyncExitStack() as stack:
-                    transport = _screened(
-                        self._transport(stack), _ListingScreen(self.config.name, self._report)
-                    )
+                    self.screen = _ListingScreen(self.config.name, self._report)
+                    transport = _screened(self._transport(stack), self.screen)
                     client = await stack.enter_async_context(Client(transport, cache=None))
-                    self.tools = await _list_all(client, self.config.name)
+                    changes = self.screen.list_changed
+                    self.listing(await _list_all(client, self.config.name))
+                    self.listed_at_change = changes
                     self.client = client
                     self.alive = True
                     self.ready.set()
@@ -332,6 +377,8 @@ class _ListingScreen:
         self._initializing: set[Any] = set()
         #: The version ``initialize`` negotiated (handshake era).
         self.version: str | None = None
+        #: ``notifications/tools/list_changed`` received so far.
+        self.list_changed = 0
 
     def sent(self, item: Any) -> None:
         message = getattr(item, "message", None)
@@ -345,6 +392,11 @@ class _ListingScreen:
 
     def received(self, item: Any) -> Any:
         message = getattr(item, "message", None)
+        if (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/tools/list_changed"
+        ):
+            self.list_changed += 1
         if not isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             return item
         if message.id in self._initializing:
@@ -534,14 +586,17 @@ class RemoteServer:
         tool: str,
         arguments: dict[str, Any],
         progress: Callable[[Mapping[str, Any]], None] | None = None,
+        pinned: str | None = None,
     ) -> types.CallToolResult:
         """Forward one ``tools/call`` from trio (or asyncio).
 
         :param progress: receives the server's progress notifications for this call
             (``ToolContext.emit`` of the bridged tool: it hands them to the deck's caller).
+        :param pinned: the tool's :func:`fingerprint` when it was registered: the call is
+            refused, not forwarded, when the server now lists the tool otherwise.
         :raises ToolFailure: the server could not be reached, died, refused or timed out.
         """
-        future = _LOOP.portal().start_task_soon(self._call, tool, arguments, progress)
+        future = _LOOP.portal().start_task_soon(self._call, tool, arguments, progress, pinned)
         return await wait_future(future)
 
     def statistics(self) -> ServerStatistics:
@@ -624,7 +679,9 @@ class RemoteServer:
             # Bounded like the first listing: a live server that stops answering tools/list
             # must not block the deck's registration for ever.
             with anyio.fail_after(self.config.startup_timeout_s):
-                connection.tools = await _list_all(connection.client, self.config.name)
+                changes = connection.screen.list_changed if connection.screen else 0
+                connection.listing(await _list_all(connection.client, self.config.name))
+                connection.listed_at_change = changes
         except Exception as exc:  # keep the listing made at connect time
             log.warning("MCP server %r: tools/list failed: %s", self.config.name, exc)
         return connection.tools
@@ -641,6 +698,7 @@ class RemoteServer:
         tool: str,
         arguments: dict[str, Any],
         progress: Callable[[Mapping[str, Any]], None] | None = None,
+        pinned: str | None = None,
     ) -> types.CallToolResult:
         connection = await self._ensure()
         client = connection.client
@@ -654,6 +712,8 @@ class RemoteServer:
         if client is None:
             await self._died(connection)
             raise ToolFailure(ErrorCode.EXECUTION_ERROR, lost, retryable=True, suggestion=again)
+        if pinned is not None:
+            await self._check_pin(connection, client, tool, pinned)
         try:
             with anyio.fail_after(config.timeout_s):
                 result = await client.call_tool(
@@ -707,6 +767,50 @@ class RemoteServer:
             ) from None
         self._failures = 0
         return result
+
+    async def _check_pin(
+        self, connection: _Connection, client: Client, tool: str, pinned: str
+    ) -> None:
+        """Refuse the call when the server no longer lists ``tool`` as it was registered.
+
+        The listing checked is the one read when the connection started (a restarted server
+        is listed anew) or, once the server announced ``tools/list_changed``, a fresh one.
+        """
+        config = self.config
+        screen = connection.screen
+        if screen is not None and screen.list_changed > connection.listed_at_change:
+            changes = screen.list_changed
+            try:
+                with anyio.fail_after(min(config.timeout_s, config.startup_timeout_s)):
+                    tools = await _list_all(client, config.name)
+            except Exception as exc:
+                raise ToolFailure(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"MCP server {config.name!r} announced new tools but did not list them "
+                    f"({_describe(exc)[:200]}); {tool!r} was not called",
+                    retryable=True,
+                    details={"server": config.name},
+                ) from None
+            connection.listing(tools)
+            connection.listed_at_change = changes
+        if connection.fingerprint(tool) == pinned:
+            return
+        if (tool, "changed") not in self._malformed and len(self._malformed) < MAX_TOOLS:
+            self._malformed.add((tool, "changed"))
+            log.warning(
+                "MCP server %r changed its tool %r since the deck registered it (description, "
+                "schema or annotations differ, or it is no longer listed); its calls are "
+                "refused until the deck registers the tool again", config.name, tool,
+            )
+        raise ToolFailure(
+            ErrorCode.EXECUTION_ERROR,
+            f"MCP server {config.name!r} changed the tool {tool!r} since the deck registered "
+            "it (its description, schema or annotations differ, or it is no longer listed); "
+            "it was not called",
+            suggestion="Use another tool: this one needs the deck to register it again "
+            "(a restart) so that its new definition can be reviewed.",
+            details={"server": config.name, "tool": tool, "reason": "tool_changed"},
+        )
 
     async def _answers(self, client: Client) -> bool:
         """Whether the server still answers (bounded: a silent server is dead).
