@@ -80,6 +80,14 @@ class RunnerSettings:
     #: was cancelled is waited for, so that its real result is reported (past it: a failure
     #: saying the change may have landed).
     commit_grace_s: float = 5.0
+    #: An in-process tool step that holds the event loop longer than this (``async def`` code
+    #: between two awaits, or a ``@nonblocking`` function) is reported by the executor's
+    #: watchdog, once per tool (see the README, "Tools that block the event loop"); 0: no
+    #: watchdog.
+    loop_block_warn_s: float = 0.5
+    #: Once a tool was seen holding the loop, run its later calls off the loop (a worker
+    #: thread; an ``async def`` under a ``trio.run`` of its own there); false: report only.
+    contain_loop_blockers: bool = True
 
     @property
     def default_limit(self) -> int:
@@ -113,7 +121,8 @@ class RunnerSettings:
                     f"not {table['sandbox']!r}"
                 )
             kw["sandbox"] = table["sandbox"]
-        for name in ("allow_degraded", "cgroups", "seccomp", "zygote", "pin_sync_threads"):
+        for name in ("allow_degraded", "cgroups", "seccomp", "zygote", "pin_sync_threads",
+                     "contain_loop_blockers"):
             if name in table:
                 if not isinstance(table[name], bool):
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be true or false")
@@ -131,7 +140,8 @@ class RunnerSettings:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ConfigError(f"[tool.tooldeck.runner].{name} must be an integer >= 0")
                 kw[name] = value
-        for name in ("retry_initial_s", "retry_max_s", "retry_jitter_s", "commit_grace_s"):
+        for name in ("retry_initial_s", "retry_max_s", "retry_jitter_s", "commit_grace_s",
+                     "loop_block_warn_s"):
             if name in table:
                 value = table[name]
                 if not isinstance(value, int | float) or value < 0:

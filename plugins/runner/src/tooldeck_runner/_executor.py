@@ -48,6 +48,12 @@ worker's CPU during its next 64 waits, and given all of its CPUs back after each
 ``_acquire_on_cpu``). A Ctrl-C during a direct wait gives its job up like a cancelled call.
 That thread is not a ``trio.to_thread`` thread: a tool that calls back into trio passes
 ``trio_token`` to ``trio.from_thread``.
+
+Tools that block the loop. Each step of a tool's own code on the loop is marked for a watchdog
+thread (see ``_watchdog``); a tool seen holding the loop ``[runner] loop_block_warn_s`` is
+logged once, and with ``contain_loop_blockers`` its later calls run off the loop: an ``async
+def`` in a thread of its own pool under a ``trio.run`` of its own (:class:`_OffLoopRun`), a
+``@nonblocking`` function as a plain sync tool. See the README for the semantics.
 """
 
 from __future__ import annotations
@@ -100,6 +106,7 @@ from ._outcomes import (
     rendered_traceback,
 )
 from ._unwind import bounded, holds, passes_for_the_callers
+from ._watchdog import LoopWatch, LoopWatchdog
 
 if TYPE_CHECKING:
     from ._sandbox import SandboxPool, SandboxStatistics
@@ -136,6 +143,9 @@ class ExecutorStatistics:
 
     categories: Mapping[str, CategoryStatistics]
     sandbox: SandboxStatistics | None = None
+    #: Tools seen holding the event loop (see the README, "Tools that block the event loop"):
+    #: name -> the longest hold the watchdog saw, in seconds (a lower bound).
+    loop_blockers: Mapping[str, float] = attrs.field(factory=dict)
 
     def __getitem__(self, category: str) -> CategoryStatistics:
         return self.categories[category]
@@ -246,7 +256,7 @@ class _AttemptControl(CallControl):
     up on the attempt during a commit: the tool's outcome (``late``) when the commit finished
     within the grace, or ``overran`` when it did not."""
 
-    __slots__ = ("late", "overran")
+    __slots__ = ("late", "overran", "off_loop")
 
     def __init__(
         self, *, deadline: float | None = None, probe: Callable[[], bool] | None = None
@@ -254,6 +264,8 @@ class _AttemptControl(CallControl):
         super().__init__(deadline=deadline, probe=probe)
         self.late: outcome.Outcome[Any] | None = None
         self.overran = False
+        #: The attempt ran off the loop: an async tool seen blocking it (see _OffLoopRun).
+        self.off_loop = False
 
     @property
     def gave_up_while_committing(self) -> bool:
@@ -323,8 +335,9 @@ _IDLE_THREAD_MS = int(_IDLE_THREAD_S * 1000)
 #: Execute functions whose verdict "may run inline" is remembered; past it they are judged
 #: again (a bytecode scan each). Tools registered at run time bring new functions for weeks.
 _MAX_JUDGED = 4096
-#: RunnerExecutor._kind's answers.
-_INLINE, _THREAD, _AWAITED = 1, 2, 3
+#: RunnerExecutor._kind's answers; below _AWAITED: candidates for the quick paths.
+#: _OFF_LOOP: an async tool seen holding the event loop, run in a worker thread (_OffLoopRun).
+_INLINE, _THREAD, _AWAITED, _OFF_LOOP = 1, 2, 3, 4
 #: Per-tool thread pools kept; past it, pools with no thread and no call are dropped when a new
 #: one is made (a pool is made again at its tool's next call).
 _MAX_POOLS = 256
@@ -949,6 +962,79 @@ def _forged_cancellation(tool: ToolDefinition, exc: BaseException) -> ToolResult
     )
 
 
+class _OffLoopRun:
+    """One call of an async tool run off the deck's loop: in a worker thread, under a
+    ``trio.run`` of its own (see the README, "Tools that block the event loop").
+
+    The thread runs the tool in a copy of the caller's context (as for sync tools). The inner
+    run's scope has the attempt's deadline (plus a margin: the deck's own timeout answers
+    first) and is cancelled when the call ends any other way (:meth:`cancel`, from the deck's
+    loop), so a tool that awaits again stops there instead of running on, abandoned."""
+
+    __slots__ = ("tool", "arguments", "context", "_lock", "_state", "_token", "_scope")
+
+    #: Past its deadline the deck answers TIMEOUT; the inner run ends a moment after.
+    MARGIN_S = 0.1
+
+    def __init__(self, tool: ToolDefinition, arguments: Mapping[str, Any], context: ToolContext):
+        self.tool = tool
+        self.arguments = arguments
+        self.context = context
+        self._lock = threading.Lock()
+        #: 0: not started, 1: running (token and scope set), 2: over or cancelled.
+        self._state = 0
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._scope: trio.CancelScope | None = None
+
+    def run(self) -> Any:
+        """In the worker thread: the tool's outcome."""
+        return trio.run(self._main)
+
+    async def _main(self) -> Any:
+        control = self.context.control
+        deadline = control.deadline if control is not None else None
+        with trio.CancelScope() as scope:
+            if deadline is not None:
+                scope.deadline = trio.current_time() + (
+                    deadline - time.monotonic() + self.MARGIN_S
+                )
+            with self._lock:
+                if self._state == 2:
+                    scope.cancel()
+                else:
+                    self._state = 1
+                    self._token = trio.lowlevel.current_trio_token()
+                    self._scope = scope
+            try:
+                value = call_tool_function(self.tool, self.arguments, self.context)
+                if inspect.isawaitable(value):
+                    value = await bounded(value, control)
+                return value
+            finally:
+                with self._lock:
+                    self._state = 2
+        # Read only when the deck's own loop was held past the deadline (else it answered and
+        # dropped this thread's result first).
+        raise ToolFailure(
+            ErrorCode.TIMEOUT,
+            f"{self.tool.name!r} did not finish within {self.tool.execution.timeout_s:g}s "
+            "(run off the event loop) and was stopped",
+            details={"queued": False, "timeout_s": self.tool.execution.timeout_s},
+        )
+
+    def cancel(self) -> None:
+        """On the deck's loop, once the call is over: cancel the inner run if it still goes
+        on (the caller gave up), or keep it from starting."""
+        with self._lock:
+            state, self._state = self._state, 2
+            token, scope = self._token, self._scope
+        if state == 1 and token is not None and scope is not None:
+            try:
+                token.run_sync_soon(scope.cancel)
+            except trio.RunFinishedError:
+                pass  # it has just ended
+
+
 @attrs.frozen
 class _Started:
     """A sync call :meth:`RunnerExecutor._run_direct` handed to a thread that outlasted the
@@ -998,6 +1084,15 @@ class RunnerExecutor:
     # The loop the sandbox pool lives on (its processes and sockets are that loop's): where
     # session_closed, called from any thread, hands its work.
     _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
+    # What runs on the loop now, for the watchdog (see _watchdog), and the watchdog itself
+    # (started at the first call of a tool whose code can run on the loop).
+    _watch: LoopWatch = attrs.field(factory=LoopWatch, init=False)
+    _watchdog: LoopWatchdog | None = attrs.field(default=None, init=False)
+    # Execute functions seen holding the loop -> their tool's name: their calls run off it
+    # (with contain_loop_blockers). Written by the watchdog's thread, read on the loop.
+    _off_loop: dict[Any, str] = attrs.field(factory=dict, init=False)
+    # Tool name -> the longest hold of the loop seen (statistics().loop_blockers).
+    _blockers: dict[str, float] = attrs.field(factory=dict, init=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | None = None) -> RunnerExecutor:
@@ -1025,9 +1120,13 @@ class RunnerExecutor:
                     # (and keep what their closures hold) for the life of the deck.
                     self._inline.clear()
                 kind = self._inline[tool.execute] = self._kind(tool)
+                if self._watchdog is None and kind != _THREAD:
+                    self._start_watchdog()
         except TypeError:  # an unhashable callable object: not judged, so never inline
             kind = _AWAITED
-        if kind != _AWAITED and not self._closed:
+            if self._watchdog is None:
+                self._start_watchdog()
+        if kind < _AWAITED and not self._closed:
             execution = tool.execution
             if (
                 not tool.security.sandbox
@@ -1163,6 +1262,8 @@ class RunnerExecutor:
                     ErrorCode.CANCELLED,
                     f"the call to {tool.name!r} was cancelled before it finished",
                 )
+        if entry.control is not None and entry.control.off_loop:
+            result = result.with_metadata(off_loop=True)
         return result.with_metadata(
             duration_s=time.perf_counter() - started,
             attempts=attempts[0],
@@ -1232,6 +1333,7 @@ class RunnerExecutor:
                 for name, q in self._queues.items()
             },
             sandbox=self._sandbox.statistics() if self._sandbox is not None else None,
+            loop_blockers=dict(self._blockers),
         )
 
     def sandbox_pool(self) -> SandboxPool:
@@ -1250,6 +1352,8 @@ class RunnerExecutor:
     async def aclose(self) -> None:
         """Cancel running calls and kill the sandbox's idle workers."""
         self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for threads in self._threads.values():
             threads.close()
         for calls in list(self._in_flight.values()):
@@ -1260,16 +1364,104 @@ class RunnerExecutor:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _start_watchdog(self) -> None:
+        """On the loop's thread, at the first call that may run a tool's code on the loop: start
+        the thread that notices a tool holding it (none with ``loop_block_warn_s = 0``)."""
+        threshold = self.settings.loop_block_warn_s
+        watchdog = self._watchdog = LoopWatchdog(self._watch, threshold, self._loop_blocked)
+        if threshold > 0 and math.isfinite(threshold):
+            watchdog.start()
+
+    def _loop_blocked(self, tool: ToolDefinition, seconds: float, stack: str) -> None:
+        """In the watchdog's thread: ``tool``'s code has held the event loop ``seconds`` (at
+        least) without yielding. Logged once per tool; with ``contain_loop_blockers`` its later
+        calls run off the loop. The loop is still held: only dict stores here, each atomic
+        under the GIL, which the loop reads at its next call."""
+        name = tool.name
+        first = name not in self._blockers
+        self._blockers[name] = max(seconds, self._blockers.get(name, 0.0))
+        contained = False
+        if self.settings.contain_loop_blockers and not tool.security.sandbox:
+            try:
+                self._off_loop[tool.execute] = name
+                # The verdict run() reads first: the next call takes the thread's path.
+                self._inline[tool.execute] = _OFF_LOOP if tool.is_async else _THREAD
+                contained = True
+            except TypeError:  # an unhashable callable object: reported only
+                pass
+        if not first:
+            return
+        function = tool.execute
+        where = (
+            f"{getattr(function, '__module__', '?')}."
+            f"{getattr(function, '__qualname__', type(function).__name__)}"
+        )
+        if tool.is_async:
+            fix = (
+                "Its async code blocks (time.sleep, a synchronous HTTP client or socket, "
+                "CPU-bound work): await trio's equivalent (trio.sleep, an async client), move "
+                "the blocking part into `await trio.to_thread.run_sync(...)`, or make the tool "
+                "a plain `def` (run in a worker thread under its timeout)."
+            )
+        else:
+            fix = "Its function is marked @nonblocking but blocks: remove the marker."
+        then = (
+            "Its later calls run in a worker thread, off the loop ([runner] "
+            "contain_loop_blockers; metadata off_loop = true)."
+            if contained
+            else "Its later calls still run on the loop."
+        )
+        logger.warning(
+            "tooldeck-runner: tool %r (plugin %r, %s) held the event loop for %.2f s without "
+            "yielding: every session of this deck stalled meanwhile, and no timeout could fire "
+            "(its own %g s included). %s %s Where the loop was:\n%s",
+            name,
+            tool.plugin,
+            where,
+            seconds,
+            tool.execution.timeout_s,
+            fix,
+            then,
+            stack.rstrip() or "(not available)",
+        )
+
+    def _runs_off_loop(self, tool: ToolDefinition) -> bool:
+        """Was ``tool``'s function seen holding the loop (and contained)?"""
+        try:
+            return tool.execute in self._off_loop
+        except TypeError:
+            return False
+
+    async def _call_off_loop(
+        self, tool: ToolDefinition, call: ToolCall, context: ToolContext, waiting: list[int]
+    ) -> Any:
+        """Run an async tool seen holding the loop in a thread of its own pool, under a
+        ``trio.run`` of its own (see :class:`_OffLoopRun`): the sync tools' machinery, so its
+        timeout and cancellation are those of a sync tool (the thread is abandoned; the run
+        inside it is cancelled too, which ends it at the tool's next checkpoint)."""
+        control = context.control
+        attempt = control if isinstance(control, _AttemptControl) else None
+        if attempt is not None:
+            attempt.off_loop = True
+        run = _OffLoopRun(tool, call.arguments, context)
+        threads = self._threads.get(tool.name) or self._tool_threads(tool)
+        try:
+            return await threads.run(run.run, waiting, attempt)
+        finally:
+            run.cancel()
+
     def _isolation(self, tool: ToolDefinition) -> str:
         if tool.security.sandbox:
             return self.sandbox_pool().isolation
         return ISOLATION_IN_PROCESS
 
-    @staticmethod
-    def _kind(tool: ToolDefinition) -> int:
+    def _kind(self, tool: ToolDefinition) -> int:
         """How ``tool.execute`` runs in process: ``_INLINE`` (see the module docstring),
-        ``_THREAD`` (a plain function: a worker thread) or ``_AWAITED`` (a coroutine function
-        that suspends: awaited under the call's scope)."""
+        ``_THREAD`` (a plain function: a worker thread), ``_AWAITED`` (a coroutine function
+        that suspends: awaited under the call's scope) or ``_OFF_LOOP`` (a coroutine function
+        seen holding the loop: see :class:`_OffLoopRun`)."""
+        if self._off_loop and self._runs_off_loop(tool):
+            return _OFF_LOOP if tool.is_async else _THREAD
         if never_suspends(tool.execute):
             return _INLINE
         if tool.is_async:
@@ -1287,6 +1479,11 @@ class RunnerExecutor:
         queue.in_flight += 1
         if queue.in_flight > queue.max_in_flight:
             queue.max_in_flight = queue.in_flight
+        # The whole call is one step of the tool's code on the loop (see _watchdog).
+        watch = self._watch
+        watch.seq += 1
+        outer = watch.holder
+        watch.holder = tool
         try:
             value = call_tool_function(tool, call.arguments, context)
             # An `async def`'s coroutine (exact type first: cheaper than isawaitable's checks).
@@ -1321,6 +1518,7 @@ class RunnerExecutor:
             else:
                 result = _bounded(tool, consistent(value))
         finally:
+            watch.holder = outer
             queue.in_flight -= 1
             queue.completed += 1
         return result.with_metadata(
@@ -1441,7 +1639,11 @@ class RunnerExecutor:
                     probe=_scope_probe(
                         (scope,) if owner is None or owner.scope is scope else (scope, owner.scope)
                     )
-                    if tool.is_async and not tool.security.sandbox
+                    if tool.is_async
+                    and not tool.security.sandbox
+                    # Off the loop the tool reads what the runner decided under the pool's
+                    # lock, as a sync tool does (its thread has a trio run of its own).
+                    and not (self._off_loop and self._runs_off_loop(tool))
                     else None,
                 )
                 if owner is not None:
@@ -1540,10 +1742,19 @@ class RunnerExecutor:
             return await self.sandbox_pool().run(tool, call, context)
         try:
             if tool.is_async:
-                # Driven (see _unwind): a tool swallowing its cancellation cannot outlive it.
-                value = await bounded(
-                    call_tool_function(tool, call.arguments, context), context.control
-                )
+                if self._off_loop and self._runs_off_loop(tool):
+                    value = await self._call_off_loop(
+                        tool, call, context, waiting if waiting is not None else []
+                    )
+                else:
+                    # Driven (see _unwind): a tool swallowing its cancellation cannot outlive
+                    # it; each step of its code is marked for the watchdog.
+                    value = await bounded(
+                        call_tool_function(tool, call.arguments, context),
+                        context.control,
+                        self._watch,
+                        tool,
+                    )
             else:
                 value = await self._in_thread(
                     tool, call, context, waiting if waiting is not None else [], job
