@@ -22,7 +22,7 @@ import pytest
 HUGE_WORDS = 30_000  # about 180 kB of text: well over the 50 k characters cap
 
 #: Hostile pages (test_browser_hostile_pages): a script looping after the load event, 30
-#: pop-ups, a 600 kB title, a 1.5 MB URL.
+#: pop-ups, a 600 kB title, a 1.5 MB URL; and one taking memory without end.
 HOSTILE_PAGES = {
     "/loop": "<title>loop</title><p>x</p>"
              "<script>window.onload=()=>setTimeout(()=>{while(true){}},0)</script>",
@@ -31,6 +31,12 @@ HOSTILE_PAGES = {
     "/bigtitle": "<title>" + "t" * 600_000 + "</title><p>hello</p>",
     "/bigurl": "<title>u</title><p>x</p>"
                "<script>history.replaceState(null,'','/bigurl?'+'q'.repeat(1500000))</script>",
+    # Takes memory 256 MiB at a time, touched, after its load event: 8 GiB if nothing stops it
+    # (only served to a browser under a memory cap, test_browser_sandbox.py).
+    "/memory-hog": "<title>hog</title><p>x</p><script>window.kept = []; window.onload = () => "
+                   "{ const grow = () => { if (kept.length < 32) { const b = new Uint8Array("
+                   "256 << 20); b.fill(7); kept.push(b); setTimeout(grow, 20) } }; grow() }"
+                   "</script>",
 }
 
 

@@ -24,17 +24,22 @@ import pytest
 import trio
 from tooldeck_tools_browser import _engine, _sandbox, engine, find_executable
 from tooldeck_tools_browser._sandbox import (
+    DEFAULT_MEMORY_MB,
     DEFAULT_UID,
+    ENV_MEMORY,
     ENV_SANDBOX,
     ENV_UID,
+    PIDS_MAX,
     WEAKENING_SWITCHES,
     prepare_sandbox,
+    requested_memory_mb,
     requested_mode,
     requested_uid,
 )
 
 from tooldeck.testing import make_deck
 from tooldeck_hookspecs import ConfigError, ToolFailure
+from tooldeck_hookspecs.cgroups import CgroupSupport, detect
 
 ENTRY_POINTS = ["schema", "runner", "policy", "browser"]
 
@@ -137,6 +142,7 @@ def _assert_sandboxed(procs: list[Proc]) -> Proc:
 def no_sandbox_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_SANDBOX, raising=False)
     monkeypatch.delenv(ENV_UID, raising=False)
+    monkeypatch.delenv(ENV_MEMORY, raising=False)
 
 
 @pytest.fixture
@@ -330,9 +336,15 @@ async def test_none_is_explicit_and_reported(
         assert meta["mode"] == "none" and meta["layers"] == [] and "unsandboxed" in meta["note"]
         closed = await session.call("browser_close", {"page_id": result.data["page_id"]})
         assert closed.metadata["browser_sandbox"]["mode"] == "none"
+        main = next(p for p in chromium_processes() if p.type is None)
         if AS_ROOT:  # the opt-out really is the old behaviour
-            main = next(p for p in chromium_processes() if p.type is None)
             assert main.uids[0] == 0 and "--no-sandbox" in main.args
+        # ... but for the memory cap, which the opt-out keeps where cgroups can be made.
+        group = engine().sandbox.cgroup  # type: ignore[union-attr]
+        if group is not None:
+            assert meta["memory_mb"] == DEFAULT_MEMORY_MB and main.pid in group.members()
+        else:
+            assert meta["memory_mb"] is None and "no memory cap" in meta["memory_note"]
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:  # no setting: auto again
         result = await _session(deck, tmp_path).call("browser_navigate", {"url": site.url("/")})
         assert result.metadata["browser_sandbox"]["mode"] in ("bwrap", "user")
@@ -404,3 +416,145 @@ async def test_a_host_port_allowance_opens_that_port_only(site, no_sandbox_env, 
     finally:
         other.shutdown()
         other.server_close()
+
+
+def _peak_bytes(group: Any) -> int | None:
+    """The most memory the group ever held (v1 ``memory.max_usage_in_bytes``, v2
+    ``memory.peak``), or None where the kernel does not keep it."""
+    base = group.dirs.get("memory") or group.dirs.get("unified")
+    for name in ("memory.max_usage_in_bytes", "memory.peak"):
+        try:
+            return int(Path(base, name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+async def test_a_page_over_the_memory_cap_is_killed_and_the_browser_goes_on(
+    site, allow_loopback, no_sandbox_env, alone, tmp_path
+):
+    support = detect()
+    if not support.available:  # never serve the hog to a browser without a cap
+        pytest.skip(f"no cgroup for the cap here: {support.reason}")
+    cap = 768
+    async with make_deck(config={"browser": {"memory_mb": cap}},
+                         load_entry_points=ENTRY_POINTS) as deck:
+        session = _session(deck, tmp_path)
+        plain = await session.call("browser_navigate", {"url": site.url("/")})
+        assert plain.success, plain.error
+        assert plain.metadata["browser_sandbox"]["memory_mb"] == cap
+        group = engine().sandbox.cgroup  # type: ignore[union-attr]
+        assert group is not None and group.pids_max == PIDS_MAX
+        # Every process of the browser was born in the cgroup (the launcher joins first).
+        members = set(group.members())
+        procs = chromium_processes()
+        assert procs and all(p.pid in members for p in procs), (members, procs)
+        hog = await session.call("browser_navigate", {"url": site.url("/memory-hog")})
+        assert hog.success, hog.error
+        with trio.fail_after(60):  # not a timing figure: without the cap it would take 8 GiB
+            while True:
+                probe = await session.call("browser_click", {"page_id": hog.data["page_id"],
+                                                             "selector": "p"})
+                if not probe.success:
+                    break
+                await trio.sleep(0.2)
+        assert probe.error.code == "EXECUTION_ERROR", probe.error
+        assert probe.error.details == {"crashed": True, "memory_limit_mb": cap}, probe.error
+        assert "memory cap" in probe.error.message and "closed" in probe.error.message
+        peak = _peak_bytes(group)
+        assert peak is None or peak <= cap << 20, peak
+        # The browser goes on: a new page loads and reads.
+        again = await session.call("browser_navigate", {"url": site.url("/")})
+        assert again.success and again.data["title"] == "Tooldeck Test Home", again.error
+        dirs = list(group.dirs.values())
+    await trio.to_thread.run_sync(engine().shutdown)
+    assert not any(os.path.exists(d) for d in dirs)  # the cgroup went with the browser
+
+
+def test_the_memory_cap_setting_is_checked_and_the_environment_wins(
+    no_sandbox_env, monkeypatch
+):
+    assert requested_memory_mb({}) == DEFAULT_MEMORY_MB
+    assert requested_memory_mb({"memory_mb": 0}) == 0  # no cap, by choice
+    assert requested_memory_mb({"memory_mb": 4096}) == 4096
+    for bad in (-1, True, 1.5, "lots", 1 << 40):
+        with pytest.raises(ToolFailure) as info:
+            requested_memory_mb({"memory_mb": bad})
+        assert "memory_mb" in (info.value.suggestion or "")
+    monkeypatch.setenv(ENV_MEMORY, "1024")
+    assert requested_memory_mb({"memory_mb": 4096}) == 1024
+    for bad_env in ("-5", "1g", "1.5", "99999999999"):
+        monkeypatch.setenv(ENV_MEMORY, bad_env)
+        with pytest.raises(ToolFailure):
+            requested_memory_mb({})
+    for table in ({"memory_mb": -1}, {"memory_mb": "2048"}, {"memory_mb": 2.5}):
+        with pytest.raises(ConfigError) as config_info:
+            make_deck(config={"browser": table}, load_entry_points=ENTRY_POINTS)
+        assert "browser" in str(config_info.value)
+
+
+def test_without_cgroups_the_browser_starts_uncapped_and_says_why(
+    no_sandbox_env, monkeypatch
+):
+    chromium = find_executable()
+    monkeypatch.setattr(_sandbox, "detect",
+                        lambda: CgroupSupport("", reason="cgroup v1: no memory controller"))
+    sandbox = prepare_sandbox(chromium, "user")
+    try:
+        assert sandbox.memory_mb is None and sandbox.cgroup is None
+        meta = sandbox.metadata()
+        assert meta["memory_mb"] is None
+        assert meta["memory_note"] == "no memory cap: cgroup v1: no memory controller"
+        assert "cgroup.procs" not in Path(sandbox.executable).read_text()
+    finally:
+        sandbox.cleanup()
+    # memory_mb = 0 asks for no cap: no cgroup is made, and nothing is said to be missing.
+    monkeypatch.setattr(_sandbox, "detect", lambda: pytest.fail("no cgroup was asked for"))
+    uncapped = prepare_sandbox(chromium, "none", memory_mb=0)
+    assert uncapped.executable == chromium and uncapped.metadata()["memory_mb"] is None
+    assert "memory_note" not in uncapped.metadata()
+
+
+def test_a_failed_launch_leaves_no_cgroup(no_sandbox_env, tmp_path):
+    support = detect()
+    if not support.available:
+        pytest.skip(f"no cgroup here: {support.reason}")
+    parents = list(support.parents.values())
+
+    def ours() -> set[str]:
+        return {os.path.normpath(os.path.join(p, n)) for p in parents for n in os.listdir(p)
+                if n.startswith(f"tooldeck-browser-{os.getpid()}-")}
+
+    before = ours()
+    with pytest.raises(ToolFailure):  # bubblewrap that always fails, mode "bwrap"
+        prepare_sandbox(find_executable(), "bwrap", bwrap="/bin/false")
+    assert ours() == before
+    sandbox = prepare_sandbox(find_executable(), "user", memory_mb=512)
+    assert sandbox.cgroup is not None
+    assert ours() == before | {os.path.normpath(d) for d in sandbox.cgroup.dirs.values()}
+    text = Path(sandbox.executable).read_text()
+    # The join comes first, before setpriv drops root: the launcher's first command.
+    assert text.splitlines()[2].startswith("echo $$ > ") and "|| exit 125" in text
+    sandbox.cleanup()
+    assert ours() == before
+
+
+def test_a_killed_decks_browser_cgroup_is_swept_at_the_next_launch(no_sandbox_env):
+    support = detect()
+    if not support.available:
+        pytest.skip(f"no cgroup here: {support.reason}")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid with no process: the deck that made the group was killed
+    stale = [os.path.join(p, f"tooldeck-browser-{gone.pid}-0") for p in support.parents.values()]
+    for path in stale:
+        os.mkdir(path)
+    sandbox = prepare_sandbox(find_executable(), "none", memory_mb=256)
+    try:
+        assert not any(os.path.exists(path) for path in stale)
+        assert sandbox.cgroup is not None  # and its own group is there
+        assert all(os.path.isdir(d) for d in sandbox.cgroup.dirs.values())
+    finally:
+        sandbox.cleanup()
+        for path in stale:
+            if os.path.exists(path):
+                os.rmdir(path)

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from tooldeck_runner import _cgroup
+
+from tooldeck_hookspecs import cgroups as _cgroup
 
 HERE = Path(__file__).resolve().parent
 SUITES = ("test_throughput_zygote.py", "test_runner_sandbox_isolation.py")

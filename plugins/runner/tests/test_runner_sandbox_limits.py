@@ -34,7 +34,6 @@ from tooldeck_runner import (
     ISOLATION_UNAVAILABLE,
     RunnerExecutor,
 )
-from tooldeck_runner._cgroup import detect
 from tooldeck_runner._outcomes import signal_result
 from tooldeck_runner._sandbox import cpu_seconds
 
@@ -47,6 +46,7 @@ from tooldeck_hookspecs import (
     ToolResult,
     normalise_rules,
 )
+from tooldeck_hookspecs.cgroups import detect
 
 TOOLS_DIR = str(Path(__file__).resolve().parent)
 HAVE_BWRAP = shutil.which("bwrap") is not None

@@ -33,7 +33,7 @@ import attrs
 from tooldeck_hookspecs import ErrorCode, ToolFailure, wait_future
 
 from ._guard import allow_list_for
-from ._sandbox import DEFAULT_UID, BrowserSandbox, prepare_sandbox
+from ._sandbox import DEFAULT_MEMORY_MB, DEFAULT_UID, BrowserSandbox, prepare_sandbox
 
 if TYPE_CHECKING:
     # asyncio (~10 ms) and the proxy load with the engine's loop, at the first page: a deck
@@ -180,8 +180,8 @@ class BrowserEngine:
         prepare: Callable[..., BrowserSandbox] = prepare_sandbox,
     ) -> None:
         """:param prepare: sets up the boundary of a launch, called as ``prepare(chromium, mode,
-        uid=uid)`` in a worker thread (:func:`._sandbox.prepare_sandbox`; a partial of it with
-        other ``bwrap``/``setpriv`` binaries, for instance)."""
+        uid=uid, memory_mb=memory_mb)`` in a worker thread (:func:`._sandbox.prepare_sandbox`;
+        a partial of it with other ``bwrap``/``setpriv`` binaries, for instance)."""
         self.max_pages_per_session = max_pages_per_session
         self._prepare = prepare
         self.max_sessions = max_sessions
@@ -201,8 +201,10 @@ class BrowserEngine:
         self.launches = 0
         #: The boundary of the running browser (see :mod:`._sandbox`); None before a launch.
         self.sandbox: BrowserSandbox | None = None
-        self._wanted: tuple[str, int] = ("auto", DEFAULT_UID)
-        self._launched_for: tuple[str, int] | None = None
+        self._wanted: tuple[str, int, int] = ("auto", DEFAULT_UID, DEFAULT_MEMORY_MB)
+        # OOM kills in the browser's cgroup already told (a later crash after more is the cap's).
+        self._oom_seen = 0
+        self._launched_for: tuple[str, int, int] | None = None
 
     # -- the bridge between trio and the engine's asyncio loop ---------------------------------
 
@@ -240,12 +242,14 @@ class BrowserEngine:
 
     # -- on the engine's loop ------------------------------------------------------------------
 
-    def want_sandbox(self, mode: str, uid: int = DEFAULT_UID) -> None:
-        """Ask for a sandbox mode (``auto``, ``bwrap``, ``user``, ``none``) and uid
-        (thread-safe); a browser launched otherwise is replaced (with every session's context)
-        at the next page a session opens. One browser serves the process, so decks of one
-        process that ask for different modes make it relaunch: give them the same setting."""
-        self._wanted = (mode, uid)
+    def want_sandbox(
+        self, mode: str, uid: int = DEFAULT_UID, memory_mb: int = DEFAULT_MEMORY_MB
+    ) -> None:
+        """Ask for a sandbox mode (``auto``, ``bwrap``, ``user``, ``none``), uid and memory cap
+        in MiB (thread-safe); a browser launched otherwise is replaced (with every session's
+        context) at the next page a session opens. One browser serves the process, so decks of
+        one process that ask for different settings make it relaunch: give them the same."""
+        self._wanted = (mode, uid, memory_mb)
 
     async def _get_browser(self) -> Any:
         import asyncio
@@ -269,7 +273,8 @@ class BrowserEngine:
             loop = asyncio.get_running_loop()
             # The probe runs processes: off the loop, so other sessions' pages keep going.
             sandbox = await loop.run_in_executor(
-                None, functools.partial(self._prepare, executable, wanted[0], uid=wanted[1])
+                None, functools.partial(self._prepare, executable, wanted[0], uid=wanted[1],
+                                        memory_mb=wanted[2])
             )
             try:
                 self._browser = await self._playwright.chromium.launch(
@@ -298,6 +303,7 @@ class BrowserEngine:
                     details={"sandbox": sandbox.mode, "reason": first[:300]},
                 ) from None
             self.sandbox = sandbox
+            self._oom_seen = sandbox.oom_kills()
             self._launched_for = wanted
             self.launches += 1
             self._sessions.clear()  # contexts of a crashed browser are gone with it
@@ -412,7 +418,7 @@ class BrowserEngine:
             task = asyncio.ensure_future(_quietly(entry.page.close()))
             state.reaping.add(task)
             task.add_done_callback(state.reaping.discard)
-            raise crashed_failure(page_id)
+            raise crashed_failure(page_id, self._memory_limit_hit())
         if entry is None or entry.page.is_closed():
             if state is not None and entry is not None:
                 state.pages.pop(page_id, None)
@@ -442,7 +448,19 @@ class BrowserEngine:
                 or "Page crashed" in text):
             return None
         await self.close_page(session_id, page_id)
-        return crashed_failure(page_id)
+        return crashed_failure(page_id, self._memory_limit_hit())
+
+    def _memory_limit_hit(self) -> int | None:
+        """The memory cap (MiB) when the kernel killed a process of the browser at it since the
+        last crash was reported, else None: the crash is then said to be the cap's doing."""
+        sandbox = self.sandbox
+        if sandbox is None or sandbox.memory_mb is None:
+            return None
+        kills = sandbox.oom_kills()
+        if kills <= self._oom_seen:
+            return None
+        self._oom_seen = kills
+        return sandbox.memory_mb
 
     def proxy_of(self, session_id: str) -> ProxyDoor | None:
         """The session's door of the guarding proxy: what it refused (to explain a blocked
@@ -521,8 +539,19 @@ class BrowserEngine:
         self._launch_lock = None
 
 
-def crashed_failure(page_id: str) -> ToolFailure:
-    """The error of a call on a page whose renderer crashed (the page is closed)."""
+def crashed_failure(page_id: str, memory_limit_mb: int | None = None) -> ToolFailure:
+    """The error of a call on a page whose renderer crashed (the page is closed);
+    ``memory_limit_mb`` when the kernel killed it at the browser's memory cap."""
+    if memory_limit_mb is not None:
+        return ToolFailure(
+            ErrorCode.EXECUTION_ERROR,
+            f"the page {page_id!r} crashed: it went over the browser's memory cap "
+            f"({memory_limit_mb} MiB for all pages together) and its renderer was killed; the "
+            "page was closed",
+            suggestion="The page needs more memory than the browser may use; try another page "
+            "or site (the user can raise [tool.tooldeck.browser] memory_mb).",
+            details={"crashed": True, "memory_limit_mb": memory_limit_mb},
+        )
     return ToolFailure(
         ErrorCode.EXECUTION_ERROR,
         f"the page {page_id!r} crashed (its renderer process died; the page may have used too "

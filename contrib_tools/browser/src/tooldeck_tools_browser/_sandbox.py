@@ -39,6 +39,16 @@ matters only when tooldeck runs as root; otherwise Chromium keeps tooldeck's own
 shared by other daemons on many hosts: give the browser a uid of its own where that matters (its
 profile folder is readable by that uid).
 
+**Memory and threads.** Chromium and every process it starts (renderers, GPU, network service)
+share one cgroup beneath the deck's own, with ``memory_mb`` (``[tool.tooldeck.browser]``, or
+``TOOLDECK_BROWSER_MEMORY_MB``; default 2048, 0 for none) and a cap on processes and threads.
+Without it a page's script could take every byte of the host (``new Uint8Array(512 << 20)``
+eight times took 4 GB in seconds). Over the cap the
+kernel kills a process of the browser, a renderer first (Chromium marks them so): that page is
+reported crashed (``details.memory_limit_mb``) and the others go on. Where no cgroup can be made
+(not root, no cgroup controllers) the browser starts without the cap and every result's
+``metadata["browser_sandbox"]["memory_note"]`` says why.
+
 Before each launch a probe runs the exact launcher prefix on ``unshare --user --pid --net
 --fork true`` (what Chromium's zygote does), so a missing kernel feature is a clear structured
 error (``EXECUTION_ERROR`` with ``details.sandbox``) rather than a browser that dies at start. It
@@ -53,22 +63,28 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from tooldeck_hookspecs import ErrorCode, ToolFailure, host_which
+from tooldeck_hookspecs.cgroups import BROWSER_PREFIX, Cgroup, detect, remove_stale
 
 __all__ = [
+    "DEFAULT_MEMORY_MB",
     "DEFAULT_UID",
+    "ENV_MEMORY",
     "ENV_SANDBOX",
     "ENV_UID",
+    "PIDS_MAX",
     "SANDBOX_MODES",
     "WEAKENING_SWITCHES",
     "BrowserSandbox",
     "configure_sandbox",
     "prepare_sandbox",
+    "requested_memory_mb",
     "requested_mode",
     "requested_uid",
 ]
@@ -77,8 +93,19 @@ __all__ = [
 ENV_SANDBOX = "TOOLDECK_BROWSER_SANDBOX"
 #: Environment variable choosing the uid Chromium runs as when tooldeck runs as root.
 ENV_UID = "TOOLDECK_BROWSER_UID"
+#: Environment variable setting the browser's memory cap in MiB (wins over the configuration).
+ENV_MEMORY = "TOOLDECK_BROWSER_MEMORY_MB"
 #: ``nobody`` on Debian; its group ``nogroup`` has the same number.
 DEFAULT_UID = 65534
+#: The memory of Chromium and all its processes together, in MiB: a few busy sessions of five
+#: pages each fit; one page's script cannot take the host's memory.
+DEFAULT_MEMORY_MB = 2048
+#: Processes and threads of the browser together (the pids controller counts threads): a
+#: renderer runs about 20, so 32 sessions of five pages fit. A backstop: a page creating 6,000
+#: Web Workers peaked at 524 tasks (Chromium runs few at once).
+PIDS_MAX = 4096
+#: The largest cap the setting takes (1 TiB): above that it is a typo, not a cap.
+_MAX_MEMORY_MB = 1 << 20
 SANDBOX_MODES = ("auto", "bwrap", "user", "none")
 
 #: Chromium switches that switch a sandbox layer off or run code outside it. The launcher
@@ -115,14 +142,58 @@ _PROBE_TIMEOUT_S = 10.0
 
 _configured_mode: str | None = None
 _configured_uid: int | None = None
+_configured_memory_mb: int | None = None
 
 
-def configure_sandbox(*, mode: str | None = None, uid: int | None = None) -> None:
-    """Set the sandbox mode and uid programmatically (the environment and configuration win)."""
-    global _configured_mode, _configured_uid
+def configure_sandbox(
+    *, mode: str | None = None, uid: int | None = None, memory_mb: int | None = None
+) -> None:
+    """Set the sandbox mode, uid and memory cap (MiB, 0 for none) programmatically (the
+    environment and configuration win)."""
+    global _configured_mode, _configured_uid, _configured_memory_mb
     if mode is not None:
         _check_mode(mode, "configure_sandbox(mode=...)")
-    _configured_mode, _configured_uid = mode, uid
+    if memory_mb is not None:
+        _check_memory(memory_mb, "configure_sandbox(memory_mb=...)")
+    _configured_mode, _configured_uid, _configured_memory_mb = mode, uid, memory_mb
+
+
+def _whole_number(raw: object) -> int:
+    """``raw`` as a whole number (an int, or a string of digits from the environment), else -1.
+
+    Only whole numbers: int() would also take 1.9 or True and turn them into some value."""
+    if isinstance(raw, str) and raw.strip().isdigit():
+        return int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    return -1
+
+
+def _check_memory(raw: object, where: str) -> int:
+    value = _whole_number(raw)
+    if not 0 <= value <= _MAX_MEMORY_MB:
+        raise ToolFailure(
+            ErrorCode.EXECUTION_ERROR,
+            f"the browser memory cap {raw!r} (from {where}) is not a number of MiB between 0 "
+            f"(no cap) and {_MAX_MEMORY_MB}",
+            suggestion="Tell the user to fix [tool.tooldeck.browser] memory_mb (or "
+            f"{ENV_MEMORY}); the browser does not start with it.",
+        )
+    return value
+
+
+def requested_memory_mb(settings: Mapping[str, Any] | None) -> int:
+    """The memory cap asked for, in MiB (0: none): ``TOOLDECK_BROWSER_MEMORY_MB``, the
+    plugin's settings, :func:`configure_sandbox`, :data:`DEFAULT_MEMORY_MB`."""
+    env = os.environ.get(ENV_MEMORY)
+    if env:
+        return _check_memory(env, ENV_MEMORY)
+    value = (settings or {}).get("memory_mb")
+    if value is not None:
+        return _check_memory(value, "[tool.tooldeck.browser] memory_mb")
+    if _configured_memory_mb is not None:
+        return _configured_memory_mb
+    return DEFAULT_MEMORY_MB
 
 
 def _check_mode(mode: object, where: str) -> str:
@@ -158,13 +229,7 @@ def requested_uid(settings: Mapping[str, Any] | None) -> int:
         raw = _configured_uid
     if raw is None:
         return DEFAULT_UID
-    # Only whole numbers: int() would also take 1.9 or True and turn them into some uid.
-    if isinstance(raw, str) and raw.strip().isdigit():
-        uid = int(raw.strip())
-    elif isinstance(raw, int) and not isinstance(raw, bool):
-        uid = raw
-    else:
-        uid = -1
+    uid = _whole_number(raw)
     if not 0 < uid < 2**32 - 1:  # 2**32 - 1 is (uid_t) -1, "no uid"
         raise ToolFailure(
             ErrorCode.EXECUTION_ERROR,
@@ -198,6 +263,12 @@ class BrowserSandbox:
     profile_dir: str | None = None
     #: Why ``auto`` did not get every layer (None when it did, or for an explicit mode).
     fallback: str | None = None
+    #: The memory cap in force for the browser's processes together, in MiB (None: no cap).
+    memory_mb: int | None = None
+    #: Why there is no memory cap although one was asked for.
+    memory_note: str | None = None
+    #: The cgroup holding every process of the browser (None without a cap).
+    cgroup: Cgroup | None = attrs.field(default=None, repr=False)
 
     @property
     def chromium_sandbox(self) -> bool:
@@ -210,6 +281,9 @@ class BrowserSandbox:
                                "layers": list(self.layers), "uid": self.uid}
         if self.fallback:
             out["fallback"] = self.fallback
+        out["memory_mb"] = self.memory_mb
+        if self.memory_note:
+            out["memory_note"] = self.memory_note
         if self.mode == "none":
             # Said in words too: a reader of a log should not have to know what "none" implies.
             out["note"] = ("unsandboxed: Chromium runs without its own sandbox"
@@ -217,10 +291,29 @@ class BrowserSandbox:
                            + ", by the explicit setting sandbox = \"none\"")
         return out
 
+    def oom_kills(self) -> int:
+        """How many of the browser's processes the kernel killed at the memory cap so far."""
+        return self.cgroup.oom_kills() if self.cgroup is not None else 0
+
     def cleanup(self) -> None:
-        """Remove the launch's private folder (after the browser has exited)."""
+        """Remove the launch's private folder and cgroup (after the browser has exited; any
+        process of it still there is killed)."""
+        if self.cgroup is not None:
+            _remove_cgroup(self.cgroup)
         if self.root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _remove_cgroup(group: Cgroup, timeout_s: float = 5.0) -> None:
+    # On cgroup v1 there is no atomic kill: kill what is there until the group is empty, which
+    # converges (a process being killed cannot fork). Bounded: a group that will not empty is
+    # left for the next deck's stale sweep rather than holding up a close.
+    deadline = time.monotonic() + timeout_s
+    while not group.remove():
+        if time.monotonic() > deadline:
+            return
+        group.kill()
+        time.sleep(0.02)
 
 
 def _launcher_prefix(
@@ -267,17 +360,66 @@ def _switch_patterns() -> str:
     return "|".join(patterns)
 
 
-def _launcher_script(prefix: list[str], chromium: str, profile: str) -> str:
+def _join_lines(procs_files: list[str]) -> str:
+    # First, before anything else runs (and while still root, before setpriv): everything the
+    # launcher starts is born in the cgroup. A failed join starts nothing (exit 125).
+    return "".join(f"echo $$ > {shlex.quote(path)} || exit 125\n" for path in procs_files)
+
+
+def _launcher_script(
+    prefix: list[str], chromium: str, profile: str, procs_files: list[str] | None = None
+) -> str:
     command = " ".join(shlex.quote(part) for part in [*prefix, chromium])
     return (
         "#!/bin/sh\n"
         "# Generated by tooldeck-tools-browser: runs Chromium inside its sandbox boundary.\n"
-        "# Arguments that would weaken the sandbox are dropped, whoever passed them.\n"
+        + _join_lines(procs_files or [])
+        + "# Arguments that would weaken the sandbox are dropped, whoever passed them.\n"
         'for arg do\n  shift\n  case "$arg" in\n'
         f"    {_switch_patterns()}) ;;\n"
         '    *) set -- "$@" "$arg" ;;\n  esac\ndone\n'
         f'exec {command} --user-data-dir={shlex.quote(profile)} "$@"\n'
     )
+
+
+def _plain_launcher_script(chromium: str, procs_files: list[str]) -> str:
+    """The launcher of ``sandbox = "none"`` with a memory cap: joins the cgroup, runs Chromium
+    with the arguments as given."""
+    return (
+        "#!/bin/sh\n"
+        "# Generated by tooldeck-tools-browser: runs Chromium under its memory cap.\n"
+        + _join_lines(procs_files)
+        + f'exec {shlex.quote(chromium)} "$@"\n'
+    )
+
+
+def _memory_cgroup(memory_mb: int) -> tuple[Cgroup | None, str | None]:
+    """A cgroup capped at ``memory_mb`` MiB and :data:`PIDS_MAX` tasks, or None and why not."""
+    if memory_mb <= 0:
+        return None, None
+    support = detect()
+    if not support.available:
+        return None, f"no memory cap: {support.reason}"
+    remove_stale(support)  # a killed deck's browser group, empty since
+    try:
+        group = support.create(pids_max=PIDS_MAX, prefix=BROWSER_PREFIX)
+    except OSError as exc:
+        return None, f"no memory cap: cannot create a cgroup: {exc.strerror or exc}"
+    try:
+        group.set_memory(memory_mb << 20)
+    except OSError as exc:
+        _remove_cgroup(group)
+        return None, f"no memory cap: cannot set it: {exc.strerror or exc}"
+    return group, None
+
+
+def _write_launcher(root: str, text: str) -> str:
+    launcher = os.path.join(root, "launch-chromium")
+    fd = os.open(launcher, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(launcher, stat.S_IRWXU)
+    return launcher
 
 
 def _probe(prefix: list[str]) -> str | None:
@@ -317,19 +459,60 @@ def prepare_sandbox(
     uid: int = DEFAULT_UID,
     bwrap: str | None = None,
     setpriv: str | None = None,
+    memory_mb: int = DEFAULT_MEMORY_MB,
 ) -> BrowserSandbox:
-    """Set up the boundary for one launch of ``chromium``: probe it, write the launcher.
+    """Set up the boundary for one launch of ``chromium``: probe it, make its cgroup, write
+    the launcher.
 
     Blocking (it runs the probe): call it from a worker thread. Raises ``ToolFailure``
     (``EXECUTION_ERROR``, ``details.sandbox``) when the mode asked for cannot be had.
 
     :param bwrap: the bubblewrap binary (default: ``bwrap`` on PATH).
     :param setpriv: the setpriv binary (default: ``setpriv`` on PATH); used only as root.
+    :param memory_mb: the memory cap of the browser's processes together, in MiB (0: none).
+        Where no cgroup can be made the browser starts without it and
+        :attr:`BrowserSandbox.memory_note` says why.
     """
     mode = _check_mode(mode, "the browser sandbox mode")
+    memory_mb = _check_memory(memory_mb, "the browser memory cap")
+    group, memory_note = _memory_cgroup(memory_mb)
+    capped = memory_mb if group is not None else None
     if mode == "none":
+        if group is None:
+            return BrowserSandbox(requested="none", mode="none", layers=(), uid=os.geteuid(),
+                                  executable=chromium, chromium=chromium,
+                                  memory_note=memory_note)
+        root = tempfile.mkdtemp(prefix="tooldeck-browser-")
+        try:
+            launcher = _write_launcher(root, _plain_launcher_script(chromium,
+                                                                    group.procs_files()))
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            _remove_cgroup(group)
+            raise
         return BrowserSandbox(requested="none", mode="none", layers=(), uid=os.geteuid(),
-                              executable=chromium, chromium=chromium)
+                              executable=launcher, chromium=chromium, root=root,
+                              memory_mb=capped, cgroup=group)
+    try:
+        return _prepare_sandboxed(chromium, mode, uid=uid, bwrap=bwrap, setpriv=setpriv,
+                                  group=group, capped=capped, memory_note=memory_note)
+    except BaseException:
+        if group is not None:
+            _remove_cgroup(group)
+        raise
+
+
+def _prepare_sandboxed(
+    chromium: str,
+    mode: str,
+    *,
+    uid: int,
+    bwrap: str | None,
+    setpriv: str | None,
+    group: Cgroup | None,
+    capped: int | None,
+    memory_note: str | None,
+) -> BrowserSandbox:
     as_root = os.geteuid() == 0
     if as_root:
         setpriv = setpriv or host_which("setpriv")
@@ -368,16 +551,14 @@ def prepare_sandbox(
                                      f"namespaces: {problem}"
                                      + (f" ({fallback})" if fallback else ""))
         prefix = _launcher_prefix(chosen, uid, profile, setpriv=setpriv, bwrap=bwrap)
-        launcher = os.path.join(root, "launch-chromium")
-        fd = os.open(launcher, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
-        with os.fdopen(fd, "w") as out:
-            out.write(_launcher_script(prefix, chromium, profile))
-        os.chmod(launcher, stat.S_IRWXU)
+        launcher = _write_launcher(root, _launcher_script(
+            prefix, chromium, profile, group.procs_files() if group is not None else None))
         layers = (("unprivileged-uid",) + (("bubblewrap",) if chosen == "bwrap" else ())
                   + ("chromium-sandbox",))
         return BrowserSandbox(requested=mode, mode=chosen, layers=layers, uid=uid,
                               executable=launcher, chromium=chromium, root=root,
-                              profile_dir=profile, fallback=fallback)
+                              profile_dir=profile, fallback=fallback,
+                              memory_mb=capped, memory_note=memory_note, cgroup=group)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

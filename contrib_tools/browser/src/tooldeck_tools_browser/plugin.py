@@ -31,8 +31,9 @@ def tooldeck_event(event: Event) -> None:
 
 @hookimpl
 def tooldeck_config_schema() -> dict[str, Any]:
-    """The ``[browser]`` table: the sandbox mode and the uid Chromium runs as (see
-    :mod:`tooldeck_tools_browser._sandbox`), checked by the core at start-up."""
+    """The ``[browser]`` table: the sandbox mode, the uid Chromium runs as and the memory cap
+    of its processes in MiB (see :mod:`tooldeck_tools_browser._sandbox`), checked by the core
+    at start-up."""
     return {
         "browser": {
             "type": "object",
@@ -40,6 +41,8 @@ def tooldeck_config_schema() -> dict[str, Any]:
                 "sandbox": {"type": "string", "enum": list(SANDBOX_MODES)},
                 # Not root (0), not (uid_t) -1.
                 "uid": {"type": "integer", "minimum": 1, "maximum": 2**32 - 2},
+                # 0: no cap; above 1 TiB it is a typo, not a cap.
+                "memory_mb": {"type": "integer", "minimum": 0, "maximum": 1 << 20},
             },
             "additionalProperties": False,
         }

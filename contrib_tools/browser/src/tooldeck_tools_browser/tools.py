@@ -24,7 +24,7 @@ from ._engine import BrowserEngine, engine
 from ._extract import PageBusy, page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
-from ._sandbox import requested_mode, requested_uid
+from ._sandbox import requested_memory_mb, requested_mode, requested_uid
 
 __all__ = [
     "DEFAULT_ACTION_TIMEOUT_S",
@@ -210,8 +210,9 @@ def _engine_for(context: ToolContext) -> BrowserEngine:
     # EXECUTION_ERROR here, before any browser starts.
     settings = context.settings if isinstance(context.settings, Mapping) else {}
     mode, uid = requested_mode(settings), requested_uid(settings)
+    memory_mb = requested_memory_mb(settings)
     eng = engine()
-    eng.want_sandbox(mode, uid)
+    eng.want_sandbox(mode, uid, memory_mb)
     return eng
 
 

@@ -83,8 +83,9 @@ from tooldeck_hookspecs import (
     normalise_rules,
     protected_message,
 )
+from tooldeck_hookspecs import cgroups as _cgroup
 
-from . import _cgroup, _idmap
+from . import _idmap
 from ._config import RunnerSettings
 from ._isolation import (
     ISOLATION_BWRAP,

@@ -1,11 +1,12 @@
-"""Per-call cgroups: memory and process count of a sandbox's whole process tree.
+"""cgroups beneath the deck's own: memory and process count of a whole process tree.
 
-Each sandbox worker gets its own cgroup (one per controller on cgroup v1, one directory on v2),
-created *beneath the cgroup the deck already runs in* (``/proc/self/cgroup``), so that the limits
-of whoever runs the deck (a container, a systemd unit) still hold above ours and nothing is moved
-out of its place. The worker is placed in it before it can fork: the sandbox is started through
-``/bin/sh -c 'echo $$ > <cgroup>/cgroup.procs ...; exec bwrap ...'`` (see :func:`join_command`),
-so bubblewrap and everything it starts are born inside.
+Used by the runner (each sandbox worker gets its own cgroup) and by the browser pack (Chromium and
+every renderer it starts share one). A cgroup is one per controller on cgroup v1, one directory on
+v2, created *beneath the cgroup the deck already runs in* (``/proc/self/cgroup``), so that the
+limits of whoever runs the deck (a container, a systemd unit) still hold above ours and nothing is
+moved out of its place. The process tree is placed in it before it can fork: it is started
+through ``/bin/sh -c 'echo $$ > <cgroup>/cgroup.procs ...; exec ...'`` (see :func:`join_command`),
+so the program and everything it starts are born inside.
 
 - memory: ``memory.limit_in_bytes`` (+ ``memory.memsw.limit_in_bytes`` when swap is accounted) on
   v1, ``memory.max`` (+ ``memory.swap.max = 0``) on v2. Page cache and tmpfs pages the call writes
@@ -28,10 +29,14 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["Cgroup", "CgroupSupport", "detect", "join_command"]
+__all__ = ["BROWSER_PREFIX", "Cgroup", "CgroupSupport", "detect", "join_command", "remove_stale"]
 
 _counter = itertools.count()
+#: Names of the cgroups made here: ``<prefix><deck's pid>-<n>``. The sandbox's per-call groups
+#: and the browser's are told apart by their prefix (a test counting one kind sees only it).
 _PREFIX = "tooldeck-sbx-"
+BROWSER_PREFIX = "tooldeck-browser-"
+_PREFIXES = (_PREFIX, BROWSER_PREFIX)
 
 
 @attrs.frozen
@@ -50,9 +55,15 @@ class CgroupSupport:
         """True when cgroups can be created."""
         return bool(self.version)
 
-    def create(self, *, pids_max: int) -> Cgroup:
-        """A new, empty cgroup with its process limit set (memory is set per call)."""
-        name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
+    def create(self, *, pids_max: int, prefix: str = _PREFIX) -> Cgroup:
+        """A new, empty cgroup with its process limit set (memory is set per call).
+
+        :param prefix: the start of its name, one of ``tooldeck-sbx-`` (a sandboxed call, the
+            default) or :data:`BROWSER_PREFIX`.
+        """
+        if prefix not in _PREFIXES:
+            raise ValueError(f"cgroup name prefix {prefix!r} is not one of {_PREFIXES}")
+        name = f"{prefix}{os.getpid()}-{next(_counter)}"
         dirs: dict[str, str] = {}
         try:
             for controller, parent in self.parents.items():
@@ -249,10 +260,14 @@ class Cgroup:
 
     def oom_killed(self) -> bool:
         """True when the kernel killed a process of the group for going over its memory."""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes of the group the kernel killed for going over its memory."""
         base = self._dir("memory")
         if self.version == "v2":
-            return _counter_in(_read(os.path.join(base, "memory.events")), "oom_kill") > 0
-        return _counter_in(_read(os.path.join(base, "memory.oom_control")), "oom_kill") > 0
+            return _counter_in(_read(os.path.join(base, "memory.events")), "oom_kill")
+        return _counter_in(_read(os.path.join(base, "memory.oom_control")), "oom_kill")
 
     def pids_exhausted(self) -> bool:
         """True when a fork or clone of the group failed at ``pids.max``."""
@@ -295,15 +310,17 @@ class Cgroup:
 
 
 def remove_stale(support: CgroupSupport) -> None:
-    """Remove empty per-call cgroups a previous, killed deck left under our parents."""
+    """Remove empty cgroups a previous, killed deck left under our parents (a sandboxed
+    call's or a browser's)."""
     for parent in support.parents.values():
         try:
             names = os.listdir(parent)
         except OSError:
             continue
         for name in names:
-            if not name.startswith(_PREFIX):
+            prefix = next((p for p in _PREFIXES if name.startswith(p)), None)
+            if prefix is None:
                 continue
-            pid = name[len(_PREFIX) :].split("-", 1)[0]
+            pid = name[len(prefix) :].split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
                 _rmdir(os.path.join(parent, name))
