@@ -49,7 +49,7 @@ PAGES = {
     "/noisy": "<title>noisy</title><p>x</p><script>let n = 0; setInterval(() => "
               "{ new Image().src = 'http://[::1]:8081/other-session-' + (n++) }, 20)</script>",
     "/gated": "<title>gated</title><p>a</p><img src='/gate'>",
-    "/downloads": "<title>dl</title><input type=file id=upload>"
+    "/downloads": "<title>dl</title><p id=still>still</p><input type=file id=upload>"
                   "<a id=attachment href='/attachment'>a</a>"
                   "<a id=data download='planted.pth' href='data:text/plain,import os'>d</a>"
                   "<a id=blob onclick=\"const a = document.createElement('a'); a.href = "
@@ -246,9 +246,25 @@ async def test_downloads_write_nothing_and_file_inputs_take_no_host_path(
         page = await session.call("browser_navigate", {"url": hostile.base + "/downloads"})
         assert page.success, page.error
         page_id = page.data["page_id"]
-        for link in ("#attachment", "#data", "#blob"):
+        reported: list[dict[str, str]] = []
+        # (Chromium suggests ".bashrc" as "bashrc": it strips a leading dot. The script-made
+        # blob link starts no download in headless Chromium: nothing to report, nothing saved.)
+        for link, name in (("#attachment", "bashrc"), ("#data", "planted.pth"), ("#blob", None)):
             clicked = await session.call("browser_click", {"page_id": page_id, "selector": link})
             assert clicked.success, clicked.error
+            if name is None:
+                continue
+            # ... and says so: the model does not take the click for a saved file (s40).
+            with trio.fail_after(10):  # the refusal is reported by the next call at the latest
+                while not clicked.data.get("refused_downloads"):
+                    await trio.sleep(0.1)
+                    clicked = await session.call("browser_click",
+                                                 {"page_id": page_id, "selector": "#still"})
+            refused = clicked.data["refused_downloads"]
+            assert [d["filename"] for d in refused] == [name], refused
+            assert "nothing was saved" in clicked.data["note_downloads"]
+            reported += refused
+        assert reported[1]["url"].startswith("data:text/plain")
         filled = await session.call("browser_fill", {"page_id": page_id, "selector": "#upload",
                                                      "value": "/etc/passwd"})
         assert filled.error is not None and filled.error.code == "EXECUTION_ERROR"
@@ -258,3 +274,20 @@ async def test_downloads_write_nothing_and_file_inputs_take_no_host_path(
     assert not [p for p in tmp_path.rglob("*") if p.name in names]
     if profile is not None and profile.exists():
         assert not [p for p in profile.rglob("*") if p.name in names]
+
+
+def test_refused_downloads_are_reported_bounded_and_printable() -> None:
+    from tooldeck_tools_browser._engine import MAX_REPORTED_DOWNLOADS, PageEntry
+
+    entry = PageEntry(page_id="pg_1", page=None)
+    assert entry.take_downloads() == {}
+    entry.note_download("data:text/plain," + "A" * 5_000, "evil\u202etxt.exe\x1b[31m\n.toml")
+    for n in range(20):
+        entry.note_download(f"http://127.0.0.1/{n}", f"f{n}")
+    report = entry.take_downloads()
+    refused = report["refused_downloads"]
+    assert len(refused) == MAX_REPORTED_DOWNLOADS
+    assert refused[0]["filename"] == "eviltxt.exe[31m.toml"  # no bidi, ESC or newline
+    assert len(refused[0]["url"]) == 300 and refused[0]["url"].endswith("\u2026")
+    assert f"({21 - MAX_REPORTED_DOWNLOADS} more not listed)" in report["note_downloads"]
+    assert entry.take_downloads() == {}  # reported once

@@ -126,6 +126,47 @@ class PageEntry:
     page: Any  # playwright.async_api.Page
     #: Its renderer died (out of memory, a hostile page): every call on it would fail.
     crashed: bool = False
+    #: Downloads the page started since the last call reported them (the context refuses them
+    #: all; without a word the model took a click on "Download" for a saved file).
+    refused_downloads: list[dict[str, str]] = attrs.Factory(list)
+    #: Refused downloads beyond :data:`MAX_REPORTED_DOWNLOADS`, only counted.
+    more_downloads: int = 0
+
+    def note_download(self, url: str, filename: str) -> None:
+        """Remember a refused download (bounded: a page may start thousands)."""
+        if len(self.refused_downloads) >= MAX_REPORTED_DOWNLOADS:
+            self.more_downloads += 1
+            return
+        self.refused_downloads.append({"url": _printable(url, 300),
+                                       "filename": _printable(filename, 120)})
+
+    def take_downloads(self) -> dict[str, Any]:
+        """The refused downloads to report in a result (and forget), or ``{}``."""
+        if not self.refused_downloads and not self.more_downloads:
+            return {}
+        found, more = self.refused_downloads, self.more_downloads
+        self.refused_downloads, self.more_downloads = [], 0
+        out: dict[str, Any] = {
+            "refused_downloads": found,
+            "note_downloads": "The page started a download; the browser does not download "
+            "files, so nothing was saved" + (f" ({more} more not listed)" if more else "")
+            + ". Use another tool to fetch a file, if the user wants it.",
+        }
+        return out
+
+
+#: Refused downloads listed per result; more are counted.
+MAX_REPORTED_DOWNLOADS = 8
+
+
+def _printable(text: str, limit: int) -> str:
+    """``text`` without control or bidi characters, cut at ``limit`` characters (with ``…``):
+    names and URLs a page picks, shown to the model."""
+    kept = "".join(c for c in text[: limit * 4] if c.isprintable() and c not in _BIDI)
+    return kept if len(kept) <= limit else kept[: limit - 1] + "…"
+
+
+_BIDI = frozenset("؜‎‏‪‫‬‭‮⁦⁧⁨⁩")
 
 
 @attrs.define(eq=False)
@@ -401,6 +442,9 @@ class BrowserEngine:
             state.opening -= 1
         entry = PageEntry(page_id="pg_" + secrets.token_hex(4), page=page)
         page.on("crash", lambda _page: setattr(entry, "crashed", True))
+        # The context refuses downloads (accept_downloads=False); Playwright still tells.
+        page.on("download", lambda download: entry.note_download(
+            str(download.url), str(download.suggested_filename)))
         state.pages[entry.page_id] = entry
         return entry, closed
 

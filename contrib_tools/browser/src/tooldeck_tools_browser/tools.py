@@ -168,7 +168,7 @@ async def _navigate(
     content_type = headers.get("content-type")
     result: dict[str, Any] = {"page_id": entry.page_id, "status": status,
                               "content_type": content_type[:200] if content_type else None,
-                              **snapshot}
+                              **snapshot, **entry.take_downloads()}
     blocked_requests = _blocked_since(eng, session_id, before)
     if blocked_requests:
         result["blocked_requests"] = blocked_requests
@@ -266,7 +266,8 @@ async def _click(
     eng: BrowserEngine, session_id: str, page_id: str, selector: str | None, text: str | None,
     timeout_ms: float,
 ) -> dict[str, Any]:
-    page = eng.get_page(session_id, page_id).page
+    entry = eng.get_page(session_id, page_id)
+    page = entry.page
     target = f"selector {selector!r}" if selector else f"the element with text {text!r}"
     locator = page.locator(selector).first if selector else page.get_by_text(text).first
     before = _block_count(eng, session_id)
@@ -281,7 +282,8 @@ async def _click(
     except Exception:  # a slow load is reported through the snapshot's state
         pass
     snapshot = await _snapshot(eng, session_id, page_id, page, timeout_ms)
-    result: dict[str, Any] = {"page_id": page_id, "clicked": target, **snapshot}
+    result: dict[str, Any] = {"page_id": page_id, "clicked": target, **snapshot,
+                              **entry.take_downloads()}
     blocked = _blocked_since(eng, session_id, before)
     if blocked:
         result["blocked_requests"] = blocked
@@ -307,13 +309,15 @@ async def _fill(
     eng: BrowserEngine, session_id: str, page_id: str, selector: str, value: str,
     timeout_ms: float,
 ) -> dict[str, Any]:
-    page = eng.get_page(session_id, page_id).page
+    entry = eng.get_page(session_id, page_id)
+    page = entry.page
     try:
         await page.locator(selector).first.fill(value, timeout=timeout_ms)
     except Exception as exc:  # mapped to a structured error
         crashed = await eng.failure_if_crashed(session_id, page_id, exc)
         raise crashed or _action_error("fill", f"selector {selector!r}", exc) from None
-    return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url}
+    return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url,
+            **entry.take_downloads()}
 
 
 async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
