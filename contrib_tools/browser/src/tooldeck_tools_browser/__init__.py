@@ -10,6 +10,10 @@ it works, and Chromium's own namespace + seccomp sandbox; ``sandbox = "none"`` o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from tooldeck_hookspecs._lazy import lazy_exports
+
 from ._definitions import (
     BROWSER_CLICK,
     BROWSER_CLOSE,
@@ -18,34 +22,47 @@ from ._definitions import (
     BROWSER_SCREENSHOT,
     definitions,
 )
-from ._engine import (
-    DEFAULT_EXECUTABLES,
-    ENV_EXECUTABLE,
-    LAUNCH_ARGS,
-    BrowserEngine,
-    configure,
-    engine,
-    find_executable,
-    shutdown,
-)
 from ._extract import MAX_LINKS, MAX_TEXT_CHARS, clean_text
 from ._guard import allow_list_for, check_url, remember_session_allow
-from ._sandbox import (
-    DEFAULT_UID,
-    ENV_SANDBOX,
-    ENV_UID,
-    SANDBOX_MODES,
-    BrowserSandbox,
-    configure_sandbox,
-    prepare_sandbox,
-)
-from .tools import (
-    browser_click,
-    browser_close,
-    browser_fill,
-    browser_navigate,
-    browser_screenshot,
-)
+
+if TYPE_CHECKING:
+    from ._engine import (
+        DEFAULT_EXECUTABLES,
+        ENV_EXECUTABLE,
+        LAUNCH_ARGS,
+        BrowserEngine,
+        configure,
+        engine,
+        find_executable,
+        shutdown,
+    )
+    from ._sandbox import (
+        DEFAULT_UID,
+        ENV_SANDBOX,
+        ENV_UID,
+        SANDBOX_MODES,
+        BrowserSandbox,
+        configure_sandbox,
+        prepare_sandbox,
+    )
+    from .tools import (
+        browser_click,
+        browser_close,
+        browser_fill,
+        browser_navigate,
+        browser_screenshot,
+    )
+
+# Loaded on first use: every ``tooldeck`` command imports this pack to register its tools, and
+# the engine (Playwright's thread, the sandbox) is for browser calls only.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **dict.fromkeys(("DEFAULT_EXECUTABLES", "ENV_EXECUTABLE", "LAUNCH_ARGS", "BrowserEngine",
+                     "configure", "engine", "find_executable", "shutdown"), "._engine"),
+    **dict.fromkeys(("DEFAULT_UID", "ENV_SANDBOX", "ENV_UID", "SANDBOX_MODES", "BrowserSandbox",
+                     "configure_sandbox", "prepare_sandbox"), "._sandbox"),
+    **dict.fromkeys(("browser_click", "browser_close", "browser_fill", "browser_navigate",
+                     "browser_screenshot"), ".tools"),
+})
 
 __all__ = [
     "BROWSER_CLICK",

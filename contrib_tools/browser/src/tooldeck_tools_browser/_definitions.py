@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-from tooldeck_hookspecs import ExecutionConfig, SecurityConfig, SecurityLevel, ToolDefinition
+import importlib
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
-from . import tools
+from tooldeck_hookspecs import (
+    ExecutionConfig,
+    SecurityConfig,
+    SecurityLevel,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+)
+
 from ._extract import MAX_LINKS, MAX_TEXT_CHARS
-from .tools import MAX_TIMEOUT_S
+from ._limits import (
+    DEFAULT_ACTION_TIMEOUT_S,
+    DEFAULT_NAVIGATE_TIMEOUT_S,
+    MAX_TIMEOUT_S,
+    SCREENSHOT_MAX_OUTPUT_BYTES,
+)
 
 __all__ = [
     "BROWSER_CLICK",
@@ -22,6 +37,23 @@ _PAGE_ID = {
     "minLength": 1,
     "description": "The page_id returned by browser_navigate.",
 }
+
+
+_Tool = Callable[[Mapping[str, Any], ToolContext], Coroutine[Any, Any, ToolResult]]
+
+
+def _on_first_call(name: str) -> _Tool:
+    """``tools.<name>``, imported at the tool's first call: every ``tooldeck`` command loads
+    this pack to list its tools, and the tools' module brings Playwright's engine and the
+    sandbox (about 14 ms of a 230 ms ``tooldeck call file_read``)."""
+
+    async def call(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        function: _Tool = getattr(importlib.import_module(f"{__package__}.tools"), name)
+        return await function(arguments, context)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"Runs ``tooldeck_tools_browser.tools.{name}`` (imported on first call)."
+    return call
 
 
 def _timeout(default: float) -> dict[str, object]:
@@ -72,14 +104,14 @@ BROWSER_NAVIGATE = ToolDefinition(
                            "description": "When the page counts as loaded: 'load' (default), "
                            "'domcontentloaded' (faster), 'networkidle' (for pages that fetch "
                            "their content late)."},
-            "timeout_s": _timeout(tools.DEFAULT_NAVIGATE_TIMEOUT_S),
+            "timeout_s": _timeout(DEFAULT_NAVIGATE_TIMEOUT_S),
         },
         "required": ["url"],
         "additionalProperties": False,
     },
     security=_security(SecurityLevel.MODERATE, url_params=("url",)),
     execution=_EXECUTION,
-    execute=tools.browser_navigate,
+    execute=_on_first_call("browser_navigate"),
     entrypoint="tooldeck_tools_browser.tools:browser_navigate",
     call_style="mapping",
     tags=("web", "page", "open", "browse", "website", "read", "url", "javascript"),
@@ -102,14 +134,14 @@ BROWSER_CLICK = ToolDefinition(
                          "description": "CSS selector, e.g. 'button[type=submit]' or '#next'."},
             "text": {"type": "string", "minLength": 1,
                      "description": "Visible text of the element to click, e.g. 'Sign in'."},
-            "timeout_s": _timeout(tools.DEFAULT_ACTION_TIMEOUT_S),
+            "timeout_s": _timeout(DEFAULT_ACTION_TIMEOUT_S),
         },
         "required": ["page_id"],
         "additionalProperties": False,
     },
     security=_security(SecurityLevel.MODERATE),
     execution=_EXECUTION,
-    execute=tools.browser_click,
+    execute=_on_first_call("browser_click"),
     entrypoint="tooldeck_tools_browser.tools:browser_click",
     call_style="mapping",
     tags=("web", "click", "button", "link", "press", "submit"),
@@ -132,14 +164,14 @@ BROWSER_FILL = ToolDefinition(
                          "description": "CSS selector of the field."},
             "value": {"type": "string", "maxLength": 100_000,
                       "description": "The text to put in the field."},
-            "timeout_s": _timeout(tools.DEFAULT_ACTION_TIMEOUT_S),
+            "timeout_s": _timeout(DEFAULT_ACTION_TIMEOUT_S),
         },
         "required": ["page_id", "selector", "value"],
         "additionalProperties": False,
     },
     security=_security(SecurityLevel.MODERATE),
     execution=_EXECUTION,
-    execute=tools.browser_fill,
+    execute=_on_first_call("browser_fill"),
     entrypoint="tooldeck_tools_browser.tools:browser_fill",
     call_style="mapping",
     tags=("web", "form", "type", "input", "fill", "field"),
@@ -174,9 +206,9 @@ BROWSER_SCREENSHOT = ToolDefinition(
     # The PNG replaces whatever file was at the path: a cached file_read (or listing) of it
     # would answer with the previous picture.
     execution=ExecutionConfig(timeout_s=_EXECUTION.timeout_s,
-                              max_output_bytes=tools.SCREENSHOT_MAX_OUTPUT_BYTES,
+                              max_output_bytes=SCREENSHOT_MAX_OUTPUT_BYTES,
                               invalidates=_WORKDIR_READERS),
-    execute=tools.browser_screenshot,
+    execute=_on_first_call("browser_screenshot"),
     entrypoint="tooldeck_tools_browser.tools:browser_screenshot",
     call_style="mapping",
     tags=("web", "screenshot", "image", "capture", "png", "picture"),
@@ -198,7 +230,7 @@ BROWSER_CLOSE = ToolDefinition(
     },
     security=_security(SecurityLevel.SAFE),
     execution=ExecutionConfig(timeout_s=30.0),
-    execute=tools.browser_close,
+    execute=_on_first_call("browser_close"),
     entrypoint="tooldeck_tools_browser.tools:browser_close",
     call_style="mapping",
     tags=("web", "close", "page", "tab"),

@@ -72,6 +72,8 @@ import attrs
 from tooldeck_hookspecs import ErrorCode, ToolFailure, host_which
 from tooldeck_hookspecs.cgroups import BROWSER_PREFIX, Cgroup, detect, remove_stale
 
+from ._limits import SANDBOX_MODES
+
 __all__ = [
     "DEFAULT_MEMORY_MB",
     "DEFAULT_UID",
@@ -106,7 +108,6 @@ DEFAULT_MEMORY_MB = 2048
 PIDS_MAX = 4096
 #: The largest cap the setting takes (1 TiB): above that it is a typo, not a cap.
 _MAX_MEMORY_MB = 1 << 20
-SANDBOX_MODES = ("auto", "bwrap", "user", "none")
 
 #: Chromium switches that switch a sandbox layer off or run code outside it. The launcher
 #: removes them whatever passed them (Playwright adds ``--no-sandbox`` unless told otherwise).

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from tooldeck_hookspecs import Event, RegisterFn, hookimpl, nonblocking, observes
 
 from ._definitions import definitions
-from ._engine import release_session
 from ._guard import forget_session_allow
-from ._sandbox import SANDBOX_MODES
+from ._limits import SANDBOX_MODES
 
 
 @hookimpl
@@ -26,7 +26,10 @@ def tooldeck_event(event: Event) -> None:
     """Close a session's pages and browser context when the deck closes the session."""
     if event.kind == "session.closed" and event.session_id:
         forget_session_allow(event.session_id)
-        release_session(event.session_id)
+        # The engine is imported by a browser call: not imported, no session has pages.
+        engine_module = sys.modules.get(f"{__package__}._engine")
+        if engine_module is not None:
+            engine_module.release_session(event.session_id)
 
 
 @hookimpl

@@ -24,12 +24,21 @@ from ._engine import BrowserEngine, engine
 from ._extract import PageBusy, page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
+from ._limits import (
+    DEFAULT_ACTION_TIMEOUT_S,
+    DEFAULT_NAVIGATE_TIMEOUT_S,
+    IMAGE_MAX_BYTES,
+    MAX_TIMEOUT_S,
+    SCREENSHOT_MAX_OUTPUT_BYTES,
+)
 from ._sandbox import requested_memory_mb, requested_mode, requested_uid
 
 __all__ = [
     "DEFAULT_ACTION_TIMEOUT_S",
     "DEFAULT_NAVIGATE_TIMEOUT_S",
+    "IMAGE_MAX_BYTES",
     "MAX_TIMEOUT_S",
+    "SCREENSHOT_MAX_OUTPUT_BYTES",
     "browser_click",
     "browser_close",
     "browser_fill",
@@ -37,10 +46,6 @@ __all__ = [
     "browser_screenshot",
 ]
 
-DEFAULT_NAVIGATE_TIMEOUT_S = 30.0
-DEFAULT_ACTION_TIMEOUT_S = 10.0
-#: Upper bound of the ``timeout_s`` arguments (the tools' own execution timeout is above it).
-MAX_TIMEOUT_S = 90.0
 _WAIT_UNTIL = ("load", "domcontentloaded", "networkidle")
 
 
@@ -432,14 +437,6 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
             "inline image; it is saved at path"
         )
     return ToolResult.ok(result, browser_sandbox=sandbox) if sandbox else ToolResult.ok(result)
-
-
-#: Screenshots up to this size (raw PNG bytes) come back as an image block too.
-IMAGE_MAX_BYTES = 600_000
-#: browser_screenshot's ``execution.max_output_bytes``: the inline image counts as its base64
-#: (4/3 of the PNG) plus room for the other fields. It used to share the page tools' 400 000,
-#: under which a 447 kB screenshot was saved but its call answered OUTPUT_TRUNCATED.
-SCREENSHOT_MAX_OUTPUT_BYTES = (IMAGE_MAX_BYTES + 2) // 3 * 4 + 64 * 1024  # base64, and the rest
 
 
 async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:
