@@ -16,7 +16,10 @@ Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
   character); the rule's and the global allowlists let placeholders through;
 - ``private-key``: whole ``-----BEGIN ... PRIVATE KEY-----`` blocks through their END line
   (through the last key line when the END line was cut off, from the first key line before the
-  END line when the BEGIN line was); markers alone, as in code that looks for keys, are left;
+  END line when the BEGIN line was); markers alone, as in code that looks for keys, are left; a
+  base64 or hex run with neither line is taken when its bytes show a private key's structure
+  (consecutive big DER INTEGERs or OpenSSH mpints, OpenSSH/EC/PKCS#8 key fields: see
+  ``_KEY_SIGNATURES``), so certificates, public keys and images stay;
 - ``url-credentials``: the password of ``scheme://user:password@host``;
 - ``authorization-header``: the credential of ``Authorization: Bearer|Basic|Token ...``;
 - ``aws-access-key-id`` / ``aws-secret-access-key``: AWS keys regardless of entropy (gitleaks
@@ -24,6 +27,9 @@ Every secret found is replaced by ``[REDACTED:<rule-id>]``. The detectors:
 - ``cookie``: the values of ``Cookie:`` / ``Set-Cookie:`` headers and ``curl --cookie`` (every
   pair, to the header's end);
 - ``netrc-password``: ``machine HOST login USER password SECRET`` (``~/.netrc``);
+- ``pgpass-password``: the password of ``host:port:database:user:password`` (``~/.pgpass``);
+- ``password-hash``: crypt(3), htpasswd, LDAP, Django and PHC password hashes (``$apr1$...``,
+  ``$2y$...``, ``{SHA}...``, ``$6$...``, ``$argon2id$...``), whole;
 - ``cli-credential``: credentials on a command line (``--password X``, ``--token X``,
   ``mysql -pX``, ``sshpass -p X``, ``redis-cli -a X``, ``docker login -p X``, ``curl -u user:X``);
 - ``keyword-assignment``: ``password = ...``, ``secret: ...``, ``api_key=...``, ``token: ...`` in
@@ -279,6 +285,8 @@ class _Allowlist:
         """
         checks: list[bool] = []
         if self.has_paths:
+            if self.condition == "AND":
+                return False  # tool output has no file path to match: no need to read more
             checks.append(False)  # tool output has no file path to match
         if self.regexes:
             if self.target == "secret":
@@ -317,9 +325,42 @@ class _Allowlist:
         return not _segment_is_secret(secret[cursor:], threshold)
 
 
+# Up to this length, _covers searches the whole text (each search is bounded by it).
+_COVERS_SEARCH_MAX = 4096
+
+
 def _covers(rx: re.Pattern[str], where: str, anchor: int) -> bool:
-    """Whether a match of ``rx`` in ``where`` spans the offset ``anchor``."""
-    for hit in rx.finditer(where, 0, len(where)):
+    """Whether a match of ``rx`` in ``where`` (one of ``finditer``'s) spans the offset ``anchor``.
+
+    ``finditer`` is walked by hand, trying ``rx`` only at the offsets up to ``anchor``: a
+    search for the next hit tried every offset to the end of ``where``, and the match of
+    gitleaks' generic rule can be a whole line (its value ``[a-z0-9+/]{11,}`` has no bound).
+    Its allowlist's ``[a-z0-9-]*?api[a-z0-9-]*?:jar:`` then read the rest of that value from
+    every offset: 8 s for 32 kB of ``key = aaaa...`` (quadratic). A search is the first offset
+    at which ``match`` succeeds, so the hits are the same.
+    """
+    if len(where) <= _COVERS_SEARCH_MAX:
+        return _covers_from(rx, where, anchor, 0)  # short: one C loop is cheaper
+    at = 0
+    while at <= anchor:
+        hit = rx.match(where, at)
+        if hit is None:
+            at += 1
+            continue
+        if hit.end() == hit.start():
+            # finditer's rules after an empty hit (no second empty hit at the same offset)
+            # cannot be replayed with match(): read on with finditer itself (none of gitleaks'
+            # allowlists matches the empty string).
+            return _covers_from(rx, where, anchor, at)
+        if hit.end() > anchor:
+            return True
+        at = hit.end()
+    return False
+
+
+def _covers_from(rx: re.Pattern[str], where: str, anchor: int, at: int) -> bool:
+    """:func:`_covers`, by ``finditer`` from offset ``at`` (where one of its hits starts)."""
+    for hit in rx.finditer(where, at, len(where)):
         if hit.start() > anchor:
             return False  # later hits start later still
         if hit.end() > anchor:
@@ -1672,6 +1713,110 @@ class _XmlElementRule(_Rule):
             yield Finding(rule_id=self.id, start=m.start("v"), end=m.end("v"))
 
 
+# A field of a ~/.pgpass line: any character but a blank, ':', a quote or '\', or an escaped one
+# (``\:``, ``\\``). JSON's escaped breaks (``\n``) end a field: a file printed in a JSON string is
+# one line of text with its lines joined by them.
+_PGPASS_FIELD = r"""(?:[^\s:\\"'`]|\\[^\snrt])"""
+
+
+def _mixed_token(value: str) -> bool:
+    """Letters and digits mixed, 8+ characters, over 3 bits per character: a generated
+    password, not a number, a name or a path."""
+    return (
+        len(value) >= 8
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and shannon_entropy(value) > 3.0
+    )
+
+
+class _PgpassRule(_Rule):
+    """The password of a PostgreSQL password file line, ``host:port:database:user:password``
+    (``cat ~/.pgpass``; grep's ``file:`` and ``file:N:`` in front are read too).
+
+    There is no keyword: the shape is the signal. The line must start a line or follow a blank
+    or a quote, its port must be a number or ``*`` and the password runs to the first unescaped
+    colon or blank (libpq ignores what follows a colon), so ``/etc/passwd`` (``root:x:0:0:...``,
+    no port in second place), ``host:port`` pairs and URLs are left; so is a password that reads
+    as a word (``_cli_value_check``), which also spares ``grep -n`` output of log lines
+    (``app.log:3:ERROR:db:connection``). A password with blanks is cut at its first blank (the
+    rest of it stays: such passwords are rare in pgpass files, colon-separated log lines with
+    prose after them are not).
+    """
+
+    # Where to look: lines holding ``:PORT:``; each line is read once whatever its count.
+    _PORT = _lazy_re(r":(?:\*|[0-9]{1,5}):")
+    _LINE = _lazy_re(
+        r"(?m)(?:^|(?<=[\s\"'`>|])|(?<=\\[nrt]))"  # a line's start, after a blank or a quote
+        r"(?:[^\s:\"'`]{0,256}pgpass(?::[0-9]{1,9})?:)?"  # grep's file name and line number
+        # host: a name, an address (``\:`` in IPv6), ``*``, or a socket directory's path
+        r"""(?:\*|(?:[\w.%\[\]-]|\\[^\snrt]){1,253}+|/[^\s:\\"'`]{0,255}+)"""
+        r":(?:\*|[0-9]{1,5})"  # port
+        r":" + _PGPASS_FIELD + r"{1,256}+"  # database
+        r":" + _PGPASS_FIELD + r"{1,256}+"  # user
+        # the password: a quote inside it is its own, one before a ',', '}' or a blank closes
+        # the JSON string it was printed in
+        r""":((?:[^\s:\\"'`]|\\[^\snrt]|["'`](?=[^\s:,;}\]\\"'`])){1,1024}+)"""
+    )
+
+    def __init__(self, priority: int) -> None:
+        self.id = "pgpass-password"
+        self.keywords = ()  # runs on every text: _PORT finds the candidate lines at C speed
+        self.priority = priority
+
+    def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
+        line_end = -1
+        for anchor in self._PORT.finditer(text):
+            at = anchor.start()
+            if at < line_end:
+                continue  # this line was read whole already
+            _check_deadline()
+            line_start = text.rfind("\n", 0, at) + 1
+            line_end = _line_end(text, at)
+            for m in self._LINE.finditer(text, line_start, line_end):
+                start, end = m.span(1)
+                if _is_placeholder(m.group(1)) or not _cli_value_check(text, m):
+                    continue
+                if end < line_end and text[end] == ":" and not _mixed_token(m.group(1)):
+                    # A sixth field: a pgpass line has five (libpq would ignore the rest, and
+                    # only a random value glued to one is still taken), /etc/shadow, /etc/group
+                    # and $PATH seen through ``grep -Hn`` have more (``:20228:0:99999:7:::``).
+                    continue
+                yield Finding(rule_id=self.id, start=start, end=end)
+
+
+# crypt(3)'s alphabet, and base64's (LDAP and Django hashes).
+_C64 = "[./0-9A-Za-z]"
+_B64 = "[A-Za-z0-9+/]"
+
+#: Password hashes: htpasswd (``user:$apr1$...``, ``user:{SHA}...``, ``user:$2y$...``),
+#: /etc/shadow, LDAP's userPassword, Django, PHP (phpass), passlib. A hash is credential
+#: material (it is cracked offline, and some protocols accept it as it is), so the whole of it
+#: goes. Every alternative has the exact shape of its scheme (lengths, alphabet), so prose
+#: about the schemes and shell's ``$1$2`` are left; its keyword starts the match. (The 13
+#: characters of a DES crypt hash and htpasswd's plain-text passwords have no shape to tell
+#: them from a word.)
+_PASSWORD_HASH = (
+    r"(?:\$(?:1|apr1|md5)\$" + _C64 + r"{1,8}\$" + _C64 + r"{22}"  # MD5-crypt, Apache
+    r"|\$2[abxy]?\$[0-9]{2}\$" + _C64 + r"{53}"  # bcrypt
+    r"|\$[56]\$(?:rounds=[0-9]{1,9}\$)?[^$\s:]{1,16}\$" + _C64 + r"{43}(?:" + _C64
+    + r"{43})?"  # SHA-256/512-crypt
+    r"|\$(?:y|gy|7)\$" + _C64 + r"{1,128}\$(?:" + _C64 + r"{1,128}\$)?" + _C64
+    + r"{43}"  # yescrypt, gost-yescrypt, scrypt
+    r"|\$argon2(?:id|i|d)\$(?:v=[0-9]{1,4}\$)?m=[0-9]{1,10},t=[0-9]{1,10},p=[0-9]{1,4}"
+    r"\$[A-Za-z0-9+/.-]{8,128}\$[A-Za-z0-9+/.-]{16,512}"  # Argon2 (PHC string)
+    r"|\$(?:pbkdf2(?:-sha(?:1|256|512))?|scrypt)\$[\w=,]{1,64}\$[A-Za-z0-9+/.=-]{4,128}"
+    r"\$[A-Za-z0-9+/.=-]{16,512}"  # passlib's PBKDF2 and scrypt
+    r"|\$[PH]\$" + _C64 + r"{31}"  # phpass (WordPress, phpBB)
+    r"|pbkdf2_sha(?:1|256)\$[0-9]{1,10}\$[^$\s]{1,128}\$" + _B64 + r"{20,}+={0,2}"  # Django
+    r"|scrypt\$[0-9]{1,10}\$[^$\s]{1,128}\$[0-9]{1,3}\$[0-9]{1,3}\$" + _B64
+    + r"{20,}+={0,2}"  # Django's scrypt
+    r"|(?:sha1|md5)\$[^$\s]{1,128}\$(?:[0-9a-f]{40}|[0-9a-f]{32})(?![0-9a-f])"  # old Django
+    r"|\{(?i:s?sha(?:256|384|512)?|s?md5|pbkdf2[\w-]{0,16}|argon2|bcrypt|crypt)\}"
+    r"[A-Za-z0-9+/=.$,-]{12,1024}+)"  # LDAP's userPassword, htpasswd's {SHA}
+)
+
+
 def _own_rules() -> list[_Rule]:
     # Priorities: lower wins on overlap. gitleaks' specific rules sit at 10, its generic one at 50.
     return [
@@ -1731,6 +1876,16 @@ def _own_rules() -> list[_Rule]:
             group=1,
             priority=25,
             check=_cli_value_check,
+        ),
+        _PgpassRule(priority=25),
+        _RegexRule(
+            "password-hash",
+            _PASSWORD_HASH,
+            ("$1$", "$apr1$", "$md5$", "$2$", "$2a$", "$2b$", "$2x$", "$2y$", "$5$", "$6$",
+             "$y$", "$gy$", "$7$", "$argon2", "$pbkdf2", "$scrypt$", "$p$", "$h$",
+             "pbkdf2_sha", "scrypt$", "sha1$", "md5$", "{sha", "{ssha", "{md5}", "{smd5}",
+             "{pbkdf2", "{argon2}", "{bcrypt}", "{crypt}"),
+            priority=5,
         ),
         _HighEntropyAssignmentRule(priority=60),
         _CutTokenRule(priority=70),
@@ -2085,23 +2240,159 @@ def _encoded_runs(text: str) -> Iterator[tuple[int, int, str, bytes]]:
             _check_deadline()
         start, end = m.span()
         run = m.group()
-        if "\n" in run:
-            lines = run.split("\n")
-            width = len(lines[0].rstrip("\r"))
-            # Only lines of the wrap width and one shorter last line are the blob's: a word on
-            # the line after it is not.
-            kept = 1
+        if "\n" not in run:
+            decoded = _decode_run(run)
+            if decoded is not None and len(decoded[1]) >= _MIN_DECODED:
+                yield start, end, decoded[0], decoded[1]
+            continue
+        # Lines of one wrap width and one shorter last line are a blob; a line of another
+        # width starts the next one. A blob whose first line was cut (``tail -c``, a
+        # shortened message) is two: that line, then the whole lines after it, which start
+        # where the encoder's lines did (64 and 76 are multiples of 4: still aligned). Only the
+        # first blob used to be decoded, and the rest of the run, most of it, was never read.
+        lines = run.split("\n")
+        i, at = 0, start
+        while i < len(lines):
+            width = len(lines[i].rstrip("\r"))
+            kept = i + 1
             while kept < len(lines) and len(lines[kept].rstrip("\r")) == width:
                 kept += 1
             if kept < len(lines) and 0 < len(lines[kept].rstrip("\r")) < width:
                 kept += 1
-            run = "".join(lines[:kept]).translate(_LINE_BREAKS)
-            end = start + len("\n".join(lines[:kept]))
-            if len(run) < 20:
+            block = "\n".join(lines[i:kept])
+            joined = block.translate(_LINE_BREAKS)
+            if len(joined) >= 20:
+                decoded = _decode_run(joined)
+                if decoded is not None and len(decoded[1]) >= _MIN_DECODED:
+                    yield at, at + len(block), decoded[0], decoded[1]
+            at += len(block) + 1
+            i = kept
+
+
+# Private key material in bytes with no PEM markers around it: what the base64 of a key body
+# decodes to when the BEGIN and END lines were both cut off (``sed -n 5,20p id_rsa``, a middle
+# part of a long message), or a DER/OpenSSH key file read as bytes. Random-looking base64 is not
+# enough (a certificate is public, an image or a compressed file is as random), so the bytes
+# must show a private key's structure:
+# - DER INTEGERs one right after the other: two of 128+ bytes, or three of 64+ bytes: the
+#   private numbers of an RSA key (d, p, q, dp, dq, qinv) or a DSA key (g, y). A certificate,
+#   a CSR or a public key holds one big number (the modulus, then the short exponent), a
+#   signature two of 32-66 bytes;
+# - three of OpenSSH's mpints (a 4-byte length, then the number) of one length in a row (iqmp,
+#   p, q: big-endian lengths are common in binary files, equal ones in a row are not);
+# - OpenSSH's ``openssh-key-v1`` magic (the format holds private keys only), an Ed25519 or
+#   ECDSA key's private half in it (the public key, then the length of the private one: in a
+#   public key blob nothing follows the public key), an ECPrivateKey's scalar followed by its
+#   [0] curve or [1] public key (a public key has neither tag), and a PKCS#8 X25519 / Ed25519
+#   / X448 / Ed448 key (its OCTET STRING in an OCTET STRING).
+# Each number must be positive, minimally encoded and random in its first 64 bytes: zeros,
+# padding or a repeated pattern (images, sparse files) are not a key's numbers. In random bytes
+# a false match is about 1 in 10^10 positions. Not recognized, for want of any structure:
+# encrypted keys (their body is ciphertext), a PKCS#8 DSA key (its one secret number is short),
+# and fewer lines than the numbers need (about 4 lines of 64 characters).
+_DER_KEY_INT = _lazy_re(rb"\x02(?:[\x40-\x7f]|\x81[\x80-\xff]|\x82[\x01-\x3f][\x00-\xff])", re.S)
+_SSH_KEY_MPINT = _lazy_re(rb"\x00\x00(?:\x00[\x40-\xff]|[\x01-\x07][\x00-\xff])", re.S)
+_KEY_SIGNATURES = _lazy_re(
+    rb"openssh-key-v1\x00\x00\x00\x00[\x04-\x20][a-z]"  # the magic, then a cipher's name
+    rb"|ssh-ed25519\x00\x00\x00\x20.{32}\x00\x00\x00\x40"
+    rb"|ecdsa-sha2-nistp(?:256|384|521)\x00\x00\x00\x08nistp(?:256|384|521)"
+    rb"\x00\x00\x00(?:\x41\x04.{64}|\x61\x04.{96}|\x85\x04.{132})\x00\x00\x00[\x20-\x42]"
+    rb"|\x04(?:\x20.{32}|\x30.{48}|\x42.{66})"
+    rb"(?:\xa0[\x05-\x0c]\x06[\x03-\x0a]|\xa1[\x20-\x90]\x03[\x20-\x90]\x00\x04)"
+    rb"|\x06\x03\x2b\x65[\x6e-\x71]\x04[\x22-\x3a]\x04[\x20-\x38]",
+    re.S,
+)
+_KEY_NUMBER_MIN = 64
+
+
+def _key_number(data: bytes, at: int, ssh: bool) -> tuple[int, int] | None:
+    """``(content start, content end)`` of a positive key number of 64+ bytes (DER INTEGER, or
+    SSH mpint when ``ssh``) whose header is at ``at``; None when there is none there. The end
+    may lie past the data (a number cut off)."""
+    if ssh:
+        if at + 4 > len(data):
+            return None
+        length, head = int.from_bytes(data[at : at + 4], "big"), 4
+        if not _KEY_NUMBER_MIN <= length < 2048:
+            return None
+    else:
+        if at + 2 > len(data) or data[at] != 2:
+            return None
+        length, head = data[at + 1], 2
+        if length == 0x81 and at + 3 <= len(data):
+            length, head = data[at + 2], 3
+        elif length == 0x82 and at + 4 <= len(data):
+            length, head = int.from_bytes(data[at + 2 : at + 4], "big"), 4
+        if length < _KEY_NUMBER_MIN or length >= 0x80 and head == 2:
+            return None
+        if (head == 3 and length < 0x80) or (head == 4 and length < 0x100):
+            return None  # DER's lengths are minimal
+    first = data[at + head : at + head + 64]
+    if len(first) < 32 or first[0] >= 0x80 or (first[0] == 0 and first[1] < 0x80):
+        return None  # not a positive, minimally encoded number (or too little of it is here)
+    if len(set(first)) * 4 < len(first) * 3:
+        # Not random: zeros, padding, a repeated pattern, machine code (64 random bytes hold
+        # ~57 distinct values, x86 code ~30-45).
+        return None
+    return at + head, at + head + length
+
+
+def _private_key_bytes(data: bytes) -> bool:
+    """Whether ``data`` holds private key material (see ``_KEY_SIGNATURES`` above)."""
+    if _KEY_SIGNATURES.search(data) is not None:
+        return True
+    for pattern, ssh in ((_DER_KEY_INT, False), (_SSH_KEY_MPINT, True)):
+        for m in pattern.finditer(data):
+            first = _key_number(data, m.start(), ssh)
+            if first is None or first[1] >= len(data):
                 continue
-        decoded = _decode_run(run)
-        if decoded is not None and len(decoded[1]) >= _MIN_DECODED:
-            yield start, end, decoded[0], decoded[1]
+            second = _key_number(data, first[1], ssh)
+            if second is None:
+                continue
+            sizes = first[1] - first[0], second[1] - second[0]
+            if not ssh and min(sizes) >= 128:
+                return True
+            third = _key_number(data, second[1], ssh) if second[1] < len(data) else None
+            if third is None:
+                continue
+            if not ssh:
+                return True  # three DER numbers of 64+ bytes (RSA-1024: d, p, q...)
+            # OpenSSH: iqmp, p and q, as long as one another (or d, twice as long, then iqmp
+            # and p). Big-endian lengths in [64, 2048) are common in binary files (an ELF, a
+            # PNG): two in a row are not rare enough.
+            d, half, last = sizes[0], sizes[1], third[1] - third[0]
+            if abs(half - last) <= 1 and (abs(d - half) <= 1 or abs(d - 2 * half) <= 2):
+                return True
+    return False
+
+
+# Decoded bytes shorter than this hold no private key (a PKCS#8 Ed25519 key is 48 bytes).
+_MIN_KEY_BYTES = 40
+
+
+def _key_body_run(text: str, start: int, end: int, kind: str, data: bytes) -> bool:
+    """Whether the encoded run ``text[start:end]`` (decoded: ``data``) is private key material.
+
+    A run of lines whose width is not a multiple of 4 (OpenSSH's 70) is also read from its 2nd,
+    3rd and 4th character: a body whose first lines were cut may start mid-group. (Lines of 64
+    or 76 characters start on a group, and so does a one-line run: no second reading.)
+    """
+    if len(data) < _MIN_KEY_BYTES:
+        return False
+    if _private_key_bytes(data):
+        return True
+    if kind != "base64":
+        return False
+    block = text[start:end]
+    first_break = block.find("\n")
+    if first_break < 0 or not len(block[:first_break].rstrip("\r")) % 4:
+        return False
+    run = block.translate(_LINE_BREAKS)
+    for skip in (1, 2, 3):
+        shifted = _decode_run(run[skip:])
+        if shifted is not None and _private_key_bytes(shifted[1]):
+            return True
+    return False
 
 
 def _text_like(data: bytes) -> str | None:
@@ -2334,11 +2625,17 @@ class _Redactor:
         parts: list[str] = []
         offsets: list[int] = []
         sources: list[tuple[int, int, str] | _View] = []
+        found: list[tuple[float, Finding]] = []
         at = 0
         for start, end, kind, data in _encoded_runs(text):
             decoded = _text_like(data)
             if decoded is None:
-                continue  # binary (an image, a random key): no text rule reads it
+                # Binary (an image, a random token): no text rule reads it. A private key's
+                # body, its BEGIN and END lines both cut off, is recognized by its structure.
+                if _key_body_run(text, start, end, kind, data):
+                    found.append((self.priority("private-key"),
+                                  Finding(rule_id="private-key", start=start, end=end)))
+                continue
             parts.append(decoded)
             offsets.append(at)
             sources.append((start, end, kind))
@@ -2349,10 +2646,9 @@ class _Redactor:
             sources.append(view)
             at += len(view.text) + len(_PART_SEPARATOR)
         if not parts:
-            return []
+            return found
         joined = _PART_SEPARATOR.join(parts)
         inner: dict[int, list[Finding]] = {}
-        found: list[tuple[float, Finding]] = []
         for f in self.find(joined, depth + 1):
             first = bisect.bisect_right(offsets, f.start) - 1
             last = bisect.bisect_right(offsets, f.end - 1) - 1
@@ -2522,6 +2818,8 @@ def _blob_secret(blob: str) -> str | None:
         return None
     redactor = _redactor()
     text = _text_like(decoded[1])
+    if text is None and _private_key_bytes(decoded[1]):
+        return "base64:private-key"  # a DER or OpenSSH key file's bytes
     if text is None:
         # Bytes that are not text (an image, a database page): scanned one character per byte
         # for plain-text secrets, not decoded further (a byte 0xAD would read as a soft hyphen).
