@@ -85,6 +85,8 @@ REFUSED_ENV_NAMES = frozenset(
         "JDK_JAVA_OPTIONS", "JAVA_OPTS", "MAVEN_OPTS", "GRADLE_OPTS", "CLASSPATH", "GOFLAGS",
         "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS",
         "RUSTDOCFLAGS", "LUA_PATH", "LUA_CPATH",
+        # qemu-user's guest environment and library prefix; psql's pager and editor
+        "QEMU_SET_ENV", "QEMU_LD_PREFIX", "PSQL_PAGER", "PSQL_EDITOR",
     }
 )
 _REFUSED_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "GLIBC_", "GIT_CONFIG_KEY_",

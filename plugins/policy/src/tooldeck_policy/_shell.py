@@ -25,10 +25,14 @@ their basename.
 **Wrappers.** Programs that run another program (``env``, ``sudo``, ``timeout``, ``nice``,
 ``xargs``, ``flock``, ``unshare``, ``chroot``, ``find -exec``, ``git`` subcommands, ...) are looked
 through with a table that knows which of their options take values, recursively up to
-:data:`MAX_DEPTH`. Programs that run a *string* (``sh -c``, ``script -c``, ``flock -c``, ``su -c``,
-``watch``, ``env -S``, ``git rebase --exec``, ``npx -c``, ``man -P``, ``split --filter``) are
-refused as nested shells, and the string is analysed too; options that run a program (``sort
---compress-program``, ``tar -I``, ``rsync -e``, ``apt-get -o ...Pre-Invoke``) are refused.
+:data:`MAX_DEPTH`; so are profilers and launchers (``perf stat``, ``runcon``, ``bwrap``,
+``setarch``, ``npx``, ``npm exec``, ``pnpm exec``, ``bunx``, ...: :data:`_RUNNERS`). A wrapper
+that starts a shell when given no command (``sudo -s``, ``chroot DIR``, ``unshare``) is refused:
+the shell reads the tool's standard input. Programs that run a *string* (``sh -c``,
+``script -c``, ``flock -c``, ``su -c``, ``watch``, ``env -S``, ``git rebase --exec``,
+``npx -c``, ``man -P``, ``split --filter``) are refused as nested shells, and the string is
+analysed too; options that run a program (``sort --compress-program``, ``tar -I``, ``rsync -e``,
+``apt-get -o ...Pre-Invoke``) are refused.
 Interpreters' inline code (``python -c``, ``perl -e``, ``awk 'BEGIN{...}'``, ``node -e``) can run
 anything: inline code that names a way to start a program (``system``, ``exec``, ``popen``,
 backticks, ``subprocess``, ``child_process``, ``| getline``) or to hide one (``eval``,
@@ -917,6 +921,9 @@ _CODE_VARIABLES = frozenset(
         "JDK_JAVA_OPTIONS", "JAVA_OPTS", "MAVEN_OPTS", "GRADLE_OPTS", "CLASSPATH", "GOFLAGS",
         "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS",
         "RUSTDOCFLAGS", "LUA_PATH", "LUA_CPATH",
+        # qemu's user-mode emulators take the guest program's environment and the libraries it
+        # loads from these; psql runs its pager and editor from these.
+        "QEMU_SET_ENV", "QEMU_LD_PREFIX", "PSQL_PAGER", "PSQL_EDITOR",
     }
 )
 _CODE_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_",
@@ -1084,6 +1091,12 @@ def _check_command(
         # 'capsh [options] -- ARGS' runs /bin/bash ARGS ('capsh -- -c CMD', or a shell reading
         # stdin with no ARGS).
         _check_shell("bash", args[values.index("--") + 1 :], findings, allow_pipes, depth + 1)
+        return
+    runner = _RUNNERS.get(name) or (_check_qemu_user if _QEMU_USER.match(name) else None)
+    if runner is not None:
+        inner = runner(name, args, findings, allow_pipes, depth)
+        if inner:
+            _check_command(inner, findings.sub(""), allow_pipes, depth + 1)
         return
     spec = _WRAPPERS.get(name)
     if spec is not None:
@@ -1253,6 +1266,12 @@ class _Wrapper:
     string_options: tuple[str, ...] = ()  # options whose value is run as a shell command
     env_options: tuple[str, ...] = ()  # options whose value is NAME=value for the command
     no_command_options: tuple[str, ...] = ()  # with these, nothing is run (command -v)
+    # Options that make the wrapper start a shell (sudo -s, doas -s): with no command, the
+    # shell reads its commands from standard input, which the guard does not see.
+    shell_options: tuple[str, ...] = ()
+    # With no command at all the wrapper starts a shell reading standard input (chroot DIR,
+    # unshare, nsenter, setarch, proot, firejail, schroot).
+    empty_shell: bool = False
 
 
 def _w(
@@ -1264,9 +1283,11 @@ def _w(
     strings: tuple[str, ...] = (),
     env: tuple[str, ...] = (),
     no_command: tuple[str, ...] = (),
+    shell: tuple[str, ...] = (),
+    empty_shell: bool = False,
 ) -> _Wrapper:
     return _Wrapper(short, frozenset(long), optional, operands, assignments, strings, env,
-                    no_command)
+                    no_command, shell, empty_shell)
 
 
 _WRAPPERS: dict[str, _Wrapper] = {
@@ -1275,23 +1296,26 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "sudo": _w("ugCDprtUTh", ("--user", "--group", "--close-from", "--chdir", "--prompt",
                                "--role", "--type", "--other-user", "--command-timeout",
                                "--host"), assignments=True, no_command=("-l", "-v", "-k", "-K",
-                                                                        "--list", "--validate")),
-    "doas": _w("uC"),
+                                                                        "--list", "--validate"),
+               shell=("-s", "-i", "--shell", "--login")),
+    "doas": _w("uC", shell=("-s",)),
     "pkexec": _w("", ("--user",)),
     "nice": _w("n", ("--adjustment",)),
     "ionice": _w("cnpPu", ("--class", "--classdata", "--pid", "--pgid", "--uid")),
     "nohup": _w(),
     "setsid": _w(),
-    "unbuffer": _w("p"),
+    # 'unbuffer [-p] program [args]': -p (pipeline mode) takes no value. Read as taking one,
+    # 'unbuffer -p sh' hid the shell and 'unbuffer -p rm -rf ~' the deletion.
+    "unbuffer": _w(),
     "timeout": _w("sk", ("--signal", "--kill-after"), operands=1),
     "stdbuf": _w("ioe", ("--input", "--output", "--error")),
     "chrt": _w("TPD", ("--sched-runtime", "--sched-period", "--sched-deadline"), operands=1),
     "taskset": _w("", (), operands=1),
     "unshare": _w("SGRwl", ("--setuid", "--setgid", "--root", "--wd", "--map-user",
                             "--map-group", "--map-users", "--map-groups", "--propagation",
-                            "--load-interp", "--owner")),
-    "nsenter": _w("tSG", ("--target", "--setuid", "--setgid", "--env")),
-    "chroot": _w("", ("--userspec", "--groups"), operands=1),
+                            "--load-interp", "--owner"), empty_shell=True),
+    "nsenter": _w("tSG", ("--target", "--setuid", "--setgid", "--env"), empty_shell=True),
+    "chroot": _w("", ("--userspec", "--groups"), operands=1, empty_shell=True),
     "xargs": _w("adEILnPs", ("--arg-file", "--delimiter", "--max-args", "--max-procs",
                              "--max-chars", "--process-slot-var"), optional="eil"),
     "time": _w("fo", ("--format", "--output")),
@@ -1326,11 +1350,12 @@ _WRAPPERS: dict[str, _Wrapper] = {
                        "--securebits", "--pdeathsig", "--selinux-label", "--apparmor-profile",
                        "--landlock-access", "--landlock-rule", "--seccomp-filter")),
     "numactl": _w("CNmipP", ()),
-    "firejail": _w(),
+    "firejail": _w(empty_shell=True),
     "fakeroot": _w("lsi", ("--lib", "--faked")),
     "systemd-run": _w("upEMH", ("--unit", "--property", "--setenv", "--machine", "--host",
                                 "--description", "--slice", "--uid", "--gid", "--nice",
-                                "--working-directory"), env=("-E", "--setenv")),
+                                "--working-directory"), env=("-E", "--setenv"),
+                      shell=("-S", "--shell")),
     "dbus-run-session": _w(),
     "nocache": _w(),
     "catchsegv": _w(),
@@ -1362,6 +1387,54 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "dumb-init": _w("r", ("--rewrite",)),
     "trickle": _w("duwtln"),
     "lckdo": _w("W", (), operands=1),
+    # Audit s40: more programs that run the command after their options, each of which hid
+    # 'rm -rf ~' (or a shell reading stdin) behind it.
+    # 'runcon CONTEXT CMD' or 'runcon [-c] [-t TYPE] [-u USER] [-r ROLE] [-l RANGE] CMD'
+    # (_wrapped drops the CONTEXT operand when no part of it is given by an option).
+    "runcon": _w("turl", ("--type", "--user", "--role", "--range")),
+    # 'setarch ARCH [options] [CMD]' (ARCH first, _wrapped skips it) and its per-architecture
+    # names; with no command they start /bin/sh, which reads stdin.
+    **{name: _w(empty_shell=True, no_command=("--list",))
+       for name in ("setarch", "linux32", "linux64", "i386", "x86_64", "uname26")},
+    # daemontools / runit: run the command as a user, with limits, under a lock.
+    "chpst": _w("uUe/nlLmdopfcrt"),
+    "setuidgid": _w("", (), operands=1),
+    "envuidgid": _w("", (), operands=1),
+    "softlimit": _w("mdostfcrpal"),
+    "setlock": _w("", (), operands=1),
+    "pgrphack": _w(),
+    # 'envdir DIR CMD' loads a variable from each file of DIR (_wrapped refuses it, as
+    # --env-file: the files can set LD_PRELOAD).
+    "envdir": _w("", (), operands=1),
+    "fakechroot": _w("ldecb", ("--lib", "--elfloader", "--environment", "--config-dir",
+                               "--bindir")),
+    "proot": _w("rRSbmqwkvi", ("--rootfs", "--bind", "--mount", "--qemu", "--pwd", "--cwd",
+                               "--kernel-release", "--verbose"), empty_shell=True),
+    "schroot": _w("cudno", ("--chroot", "--user", "--directory", "--session-name",
+                            "--option"), empty_shell=True),
+    "sshpass": _w("pfdP", (), optional="e"),
+    # 'entr [-acdnprsz] UTILITY ARGS' ('-s': UTILITY is a shell string, see _wrapped).
+    "entr": _w(),
+    "nq": _w(),
+    "tsp": _w("LDWN"),
+    "daemonize": _w("ceopluE", (), env=("-E",)),
+    **{name: _w() for name in ("run-one", "run-this-one", "keep-one-running",
+                               "run-one-constantly", "run-one-until-success",
+                               "run-one-until-failure")},
+    "heaptrack": _w("opa", ("--output", "--pid", "--analyze")),
+    "kcov": _w("", (), operands=1),  # 'kcov [--opt=value] OUTDIR CMD'
+    "memusage": _w("npdxy", ("--progname", "--png", "--data", "--x-size", "--y-size")),
+    "systemd-cat": _w("tp", ("--identifier", "--priority", "--stderr-priority",
+                             "--level-prefix")),
+    "dbus-launch": _w("", ("--autolaunch", "--config-file")),
+    **{name: _w() for name in ("prime-run", "primusrun", "pvkrun")},
+    "optirun": _w("bc", ("--bridge", "--vgl-compress")),
+    # 'flatpak-spawn --host CMD' runs CMD outside the flatpak sandbox.
+    "flatpak-spawn": _w("", ("--env", "--directory", "--forward-fd", "--unset-env",
+                             "--app-path", "--usr-path", "--sandbox-expose",
+                             "--sandbox-expose-ro", "--sandbox-flag", "--sandbox-expose-path",
+                             "--sandbox-expose-path-ro", "--sandbox-expose-path-try",
+                             "--sandbox-expose-path-ro-try"), env=("--env",)),
 }
 
 # Project tools whose subcommand runs the rest of the line as a command in the project's
@@ -1393,6 +1466,17 @@ _SUBCOMMAND_RUNNERS: dict[str, tuple[frozenset[str], _Wrapper]] = {
     "dotenv": (frozenset({"run"}), _w()),
     "dotenvx": (frozenset({"run"}), _w("fe", ("--env-file", "--env", "--convention"))),
     "nix": (frozenset({"develop", "shell"}), _w()),
+    # 'ip netns exec NAME CMD', 'ip vrf exec NAME CMD' ('ip -all netns exec CMD': no NAME).
+    "ip": (frozenset({"exec"}), _w("", (), operands=1)),
+    # 'py-spy record [options] -- CMD', 'rr record [options] CMD': profilers of a command.
+    "py-spy": (frozenset({"record", "top"}), _w("oprdfn", (
+        "--output", "--pid", "--rate", "--duration", "--format", "--function", "--nonblocking",
+        "--idle", "--gil", "--threads", "--native", "--subprocesses"))),
+    "rr": (frozenset({"record"}), _w("cohV", ("--num-cpu-ticks", "--output-trace-dir",
+                                               "--env", "--bind-to-cpu",
+                                               "--syscall-buffer-size"))),
+    # 'R CMD TOOL ARGS' runs R's tools, and any other program, in R's environment.
+    "R": (frozenset({"CMD"}), _w()),
 }
 
 
@@ -1409,8 +1493,14 @@ def _subcommand_command(name: str, args: Sequence[_Word]) -> list[_Word] | None:
         # follows -c or --command; without it nix starts an interactive shell.
         at = next((i for i, w in enumerate(rest) if w.value in ("-c", "--command")), None)
         return None if at is None else rest[at + 1 :]
-    if name in ("mise", "rtx", "asdf", "dotenvx") and any(w.value == "--" for w in rest):
+    if name in ("mise", "rtx", "asdf", "dotenvx", "py-spy") and any(w.value == "--"
+                                                                   for w in rest):
         return rest[[w.value for w in rest].index("--") + 1 :]
+    if name == "py-spy" and any(w.value in ("-p", "--pid") or w.value.startswith("--pid=")
+                                for w in rest):
+        return None  # a running process, no command
+    if name == "ip" and any(v.startswith("-a") for v in values[:k]):
+        spec = _w()  # 'ip -all netns exec CMD': the command runs in every namespace
     inner = _wrapped(name, spec, rest, _Findings(), [])
     while name in ("mise", "rtx", "asdf") and inner and "@" in inner[0].value:
         inner = inner[1:]  # 'mise x node@20 python@3.12 CMD': tool versions first
@@ -1427,12 +1517,14 @@ def _wrapped(
     """The command a wrapper runs (may be empty); shell strings it runs go to ``strings``."""
     values = [a.value for a in args]
     options: dict[str, list[str]] = {}
-    names = [o for o in (*spec.string_options, *spec.env_options, *spec.no_command_options)
-             if o.startswith("--")]
+    names = [o for o in (*spec.string_options, *spec.env_options, *spec.no_command_options,
+                         *spec.shell_options) if o.startswith("--")]
     if name == "watch":
         names.append("--exec")
-    j = _skip_options(values, spec.short_values, spec.long_values, spec.short_optional, options,
-                      names)
+    # 'setarch ARCH [options] CMD': the architecture comes before the options.
+    start = 1 if name == "setarch" and values[:1] and not values[0].startswith("-") else 0
+    j = start + _skip_options(values[start:], spec.short_values, spec.long_values,
+                              spec.short_optional, options, names)
     for option in spec.string_options:
         for value in options.get(option, ()):
             if name == "env":
@@ -1469,6 +1561,20 @@ def _wrapped(
         return []
     if name == "script":
         return []  # script runs its -c string (or a shell reading input)
+    if name == "entr" and "-s" in options:
+        if j < len(values):
+            strings.append(values[j])  # 'entr -s STRING': run by $SHELL -c
+        return []
+    if name == "runcon" and not any(o in options for o in (
+            "-t", "-u", "-r", "-l", "--type", "--user", "--role", "--range")):
+        j += 1  # 'runcon CONTEXT CMD'
+    if name == "envdir":
+        findings.inject("'envdir DIR' loads environment variables from the files of DIR, which "
+                        "can set the ones that choose the code that runs (LD_PRELOAD, ...)")
+    if name == "chpst" and "-e" in options:
+        findings.inject("'chpst -e DIR' loads environment variables from the files of DIR, "
+                        "which can set the ones that choose the code that runs (LD_PRELOAD, "
+                        "...)")
     if name == "watch":
         rest = values[j:]
         if "-x" in options or "--exec" in options:
@@ -1481,6 +1587,15 @@ def _wrapped(
         while j < len(values) and _ASSIGNMENT.match(values[j]):
             _check_assignment(values[j], findings, f" through '{name}'")
             j += 1
+    shell = next((o for o in spec.shell_options if o in options), None)
+    if j >= len(values) and (shell is not None or spec.empty_shell) and not any(
+        v in ("-h", "--help", "-V", "--version") for v in values
+    ):
+        # 'sudo -s', 'doas -s', 'chroot DIR', 'unshare -r': an interactive shell, fed the
+        # tool's standard input.
+        how = f"'{name} {shell}'" if shell else f"'{name}' with no command"
+        findings.inject(f"{how} starts a shell that reads its commands from standard input, "
+                        "which the guard does not see")
     return list(args[j:])
 
 
@@ -1696,7 +1811,29 @@ _INTERPRETERS: dict[str, _Interpreter] = {
     "nawk": _Interpreter("", (), "vFf", "", True, "f"),
     "sed": _Interpreter("e", ("--expression",), "fl", "", True, "f",
                         long_values=("--file", "--line-length")),
+    # Audit s40: more interpreters with inline code or a prompt that reads standard input.
+    "R": _Interpreter("e", (), "", "", source_options="f", long_values=("--file",)),
+    "julia": _Interpreter("eE", ("--eval", "--print"), "LJpt", "", attached="Og",
+                          long_values=("--load", "--sysimage")),
+    "expect": _Interpreter("c", (), "D", "", source_options="fb"),
+    "octave": _Interpreter("", ("--eval",), "p", "", long_values=(
+        "--path", "--exec-path", "--image-path", "--info-file", "--info-program",
+        "--doc-cache-file", "--texi-macros-file")),
+    "ipython": _Interpreter("c", (), "", "m", source_options="m"),
+    "irb": _Interpreter("", (), "Ir", ""),
+    "m4": _Interpreter("", (), "DUIlFRtoLWHBST", "", attached="d"),
+    "gnuplot": _Interpreter("e", (), "", "c", source_options="c"),
 }
+# Python modules that read Python (or debugger commands, which run Python) from standard
+# input: 'python -m code' is a REPL, 'python -m pdb x.py' a debugger prompt.
+_PYTHON_PROMPTS = frozenset({"code", "pdb", "asyncio", "idlelib", "IPython", "ptpython",
+                             "bpython", "rlcompleter", "idlelib.idle"})
+# 'python -m timeit STMT...', '-s SETUP': statements given on the line are inline code.
+_PYTHON_CODE_MODULES = frozenset({"timeit"})
+# IPython's shell escapes and magics: '!id', 'x = !id', '%system id', '%%bash'.
+_IPYTHON_SHELL = re.compile(r"(?m)(?:^|[;=])\s*!|%")
+# gnuplot: '!CMD', system(), backticks, and files read from a command ("< CMD", "| CMD").
+_GNUPLOT_SHELL = re.compile(r"!|[\"']\s*[<|]|\b(?:load|call|eval(?:uate)?|system|shell)\b")
 _SPAWN = re.compile(
     r"\b(?:system|exec(?:l|lp|le|v|vp|ve|vpe|lpe|_command)?(?=\s*[(\s'\"])|popen\w*|spawn\w*"
     r"|fork\w*|subprocess|child_process|pty|__import__|importlib|eval|compile|getattr|"
@@ -1876,6 +2013,7 @@ def _check_interpreter(
     sources: list[str] = []  # program files named by options (awk -f FILE, sed -f FILE)
     module_code: list[str] = []  # perl -M/-m values, which perl pastes into its code
     has_source = False
+    prompt = False  # an interactive prompt reads standard input after the program
     stop = False
     i, n = 0, len(values)
     while i < n:
@@ -1903,6 +2041,12 @@ def _check_interpreter(
         j, stop = 1, False
         while j < len(arg):
             letter = arg[j]
+            if (family in ("python", "pypy", "lua", "luajit", "ipython") and letter == "i") or (
+                family == "perl" and letter == "d" and arg[j + 1 : j + 2] not in (":", "t")
+            ):
+                # 'python -i x.py', 'lua -i x.lua': a prompt after the program; 'perl -d': the
+                # debugger's prompt, which evaluates Perl. Both read standard input.
+                prompt = True
             if letter in spec.attached:
                 if family == "perl" and letter in "mM":
                     # '-MFoo=a,b' becomes 'use Foo split(/,/,q{a,b});' before the program:
@@ -1950,6 +2094,31 @@ def _check_interpreter(
         if stop:
             break
     operands = values[i:] if i <= n else []
+    if family in ("python", "pypy", "ipython") and stop and sources and not codes:
+        module = sources[-1]
+        if module in _PYTHON_PROMPTS:
+            prompt = True
+        elif module in _PYTHON_CODE_MODULES:
+            # 'python -m timeit [-s SETUP] STMT...': every statement is inline code.
+            k = i
+            while k < n:
+                if values[k] in ("-s", "--setup") and k + 1 < n:
+                    codes.append(values[k + 1])
+                    code_words.append(words[k + 1])
+                    k += 2
+                    continue
+                if values[k] in ("-n", "--number", "-r", "--repeat", "-u", "--unit"):
+                    k += 2
+                    continue
+                if not values[k].startswith("-"):
+                    codes.append(values[k])
+                    code_words.append(words[k])
+                k += 1
+    if prompt:
+        findings.destroy(f"'{name}' opens a prompt that reads code from standard input, which "
+                         "the guard does not see: the user must confirm this exact call")
+    # '--version' and '--help' end the interpreter before it reads any code.
+    informational = any(v in ("--version", "--help") for v in values[:i])
     # Options are read up to the first operand, and that word may be one: 'python3 "$X"' runs
     # '-cCODE', 'awk "$X"' and 'perl $X' may be '-e CODE'. GNU sed reads options anywhere.
     # After python's -c CODE (or -m) everything is the program's.
@@ -1982,7 +2151,7 @@ def _check_interpreter(
                 f"'{name}' reads its program from standard input or an open file descriptor, "
                 "which the guard does not see: the user must confirm this exact call"
             )
-    if not codes and not has_source and not spec.first_operand_is_code:
+    if not codes and not has_source and not spec.first_operand_is_code and not informational:
         # The code is unseen, and inline code can run anything: the user must see this call.
         findings.destroy(
             f"'{name}' with no program reads its code from standard input, which the guard "
@@ -2005,6 +2174,8 @@ def _check_interpreter(
         else:
             spawn = _SPAWN.search(code) or (
                 _awk_pipe(code) if family in ("awk", "gawk", "mawk", "nawk") else None
+            ) or (_IPYTHON_SHELL.search(code) if family == "ipython" else None) or (
+                _GNUPLOT_SHELL.search(code) if family == "gnuplot" else None
             )
             if spawn:
                 # Interpreters' inline code can run anything: it is not refused (python -c is an
@@ -2460,6 +2631,15 @@ def _check_remote_shells(
             break
     if name in ("at", "batch") and not values:
         findings.inject(f"'{name}' schedules shell commands to run later")
+    if name in ("gdb", "lldb") and not any(
+        v in ("-batch", "--batch", "-b", "-batch-silent", "--batch-silent", "--version",
+              "-version", "--help", "-help", "-v", "--configuration") for v in values
+    ):
+        # Without batch mode the debugger reads its commands from standard input, where
+        # 'shell CMD' (or 'platform shell', 'script') runs anything: 'gdb --args rm -rf ~'.
+        findings.destroy(f"'{name}' reads debugger commands from standard input, where "
+                         "'shell CMD' runs a shell command the guard does not see: the user "
+                         "must confirm this exact call")
     if name in ("vim", "vi", "nvim", "ex", "view", "vimdiff", "gvim"):
         _check_ed(name, args, findings, allow_pipes, depth)  # ex mode reads stdin
 
@@ -2571,6 +2751,8 @@ _RUNS_OPTIONS: dict[str, tuple[_RunsOption, ...]] = {
              _RunsOption("--config", config=True)),
     # Preprocessors and pagers run for the caller: 'rg --pre ./x PATTERN' runs ./x per file.
     "rg": (_RunsOption("--pre"),),
+    # 'nodemon --exec "CMD"' runs CMD by a shell on every change.
+    "nodemon": (_RunsOption("--exec", "x", string=True),),
     "ag": (_RunsOption("--pager"),),
     **{name: (_RunsOption("--pager"),) for name in ("bat", "batcat")},
     # A kubeconfig's users[].user.exec.command is run to get credentials (measured: kubectl
@@ -2790,6 +2972,618 @@ def _check_fd(
             continue
         findings.destroy(f"'{name} ... {values[at]} {inner[0].value}' deletes what it finds "
                          f"in {danger}")
+
+
+# --- audit s40: more programs that run a command, a string or code ------------------------
+#
+# Each handler reads the words after the program name, records what it finds, and returns the
+# command the program runs (checked like any other, one level deeper) or None.
+
+# perf's subcommands that run a command ('perf stat CMD', 'perf record -- CMD'), and the ones
+# in front of them ('perf mem record CMD', 'perf kvm stat CMD', 'perf script NAME CMD').
+_PERF_RUNS = frozenset({"record", "stat", "trace", "ftrace", "top", "mem", "c2c", "kvm", "lock",
+                        "sched", "kmem", "timechart", "kwork", "script", "iostat"})
+# Options of those subcommands that take the next word as their value (when not attached):
+# read as flags, their value would be taken for the command ('perf stat -x , rm -rf ~').
+_PERF_VALUES = frozenset(
+    {"-e", "--event", "--filter", "-p", "--pid", "-t", "--tid", "-c", "--count", "-o",
+     "--output", "-C", "--cpu", "-F", "--freq", "-m", "--mmap-pages", "-G", "--cgroup", "-u",
+     "--uid", "-j", "--branch-filter", "-D", "--delay", "-r", "--repeat", "-x",
+     "--field-separator", "-M", "--metrics", "--log-fd", "--pre", "--post", "-I",
+     "--interval-print", "--control", "-k", "--clockid", "--call-graph", "--affinity",
+     "--max-size", "--switch-output-event", "--for-each-cgroup", "--td-level", "--duration",
+     "--max-events", "--max-stack", "--min-stack", "-i", "--input", "-s", "--script",
+     "--exec-path", "--debugfs-dir", "--buildid-dir", "--symfs", "--vmlinux", "--kallsyms",
+     "-T", "--tracer", "-N", "--notrace-funcs", "-g", "--graph-funcs", "--graph-opts",
+     "-b", "--buffer-size", "--sort", "--time", "--cpu-list", "--pid-filter", "--comm",
+     "--dsos", "--iostat"}
+)
+# Letters of _PERF_VALUES that are plain flags in some subcommands ('perf stat -T' is
+# --transaction, 'perf ftrace -T' takes functions): by subcommand (record's for the ones that
+# pass their options to record).
+_PERF_FLAGS: dict[str, frozenset[str]] = {
+    "record": frozenset({"-g", "-T", "-b", "-N", "-s", "-i", "-I"}),
+    "stat": frozenset({"-T", "-c", "-i", "-g", "-b", "-N", "-s"}),
+    "trace": frozenset({"-T", "-s", "-g", "-b", "-N"}),
+    "ftrace": frozenset({"-i", "-s", "-c", "-I"}),
+    "script": frozenset({"-g", "-T", "-b", "-N", "-I", "-c"}),
+}
+
+
+def _check_perf(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """'perf stat|record|trace|ftrace [options] [--] CMD ARGS': CMD runs under perf.
+
+    ``--pre``/``--post`` of 'perf stat' are shell strings; ``perf script -s FILE`` runs a script
+    file (like 'python FILE', left to the sandbox) unless it is standard input.
+    """
+    values = [a.value for a in args]
+    k, n = 0, len(values)
+    sub: str | None = None
+    script_name = False
+    while k < n:
+        value = values[k]
+        if value == "--":
+            return list(args[k + 1 :]) if sub else None
+        if value.startswith("-") and value != "-":
+            key, eq, attached = value.partition("=")
+            nxt = attached if eq else (values[k + 1] if k + 1 < n else "")
+            if key in ("--pre", "--post") and sub:
+                findings.inject(f"'{name} stat {key}' runs a string as a shell command")
+                _nested_line(nxt, f"{name} stat {key}", findings, allow_pipes, depth)
+            if key in ("-s", "--script") and sub == "script" and nxt and _stdin_file(nxt):
+                findings.destroy(f"'{name} script {key} {nxt}' reads its script from standard "
+                                 "input, which the guard does not see: the user must confirm "
+                                 "this exact call")
+            flags = _PERF_FLAGS.get(sub or "", _PERF_FLAGS["record"])
+            if key in _PERF_VALUES and not eq and key not in flags:
+                k += 1
+            k += 1
+            continue
+        if value in _PERF_RUNS and not script_name:
+            sub = value
+            k += 1
+            continue
+        if sub == "script" and value in ("record", "report", "live"):
+            k += 1
+            continue
+        if sub == "script" and not script_name:
+            script_name = True  # 'perf script NAME [CMD]': the name of a perf script
+            k += 1
+            continue
+        if sub is None:
+            return None  # 'perf report', 'perf list', 'perf probe ...': no command
+        break
+    return list(args[k:]) if sub and k < n else None
+
+
+# npm's command names and aliases: the first of them on the line is npm's command; other
+# non-option words before it are option values ('npm --loglevel silent exec ...').
+_NPM_COMMANDS = frozenset(
+    {"access", "adduser", "audit", "bugs", "cache", "ci", "completion", "config", "dedupe",
+     "deprecate", "diff", "dist-tag", "docs", "doctor", "edit", "exec", "x", "explain",
+     "explore", "find-dupes", "fund", "get", "help", "help-search", "hook", "init", "create",
+     "install", "i", "in", "add", "install-ci-test", "cit", "install-test", "it", "link", "ln",
+     "ll", "login", "logout", "ls", "list", "la", "org", "outdated", "owner", "pack", "ping",
+     "pkg", "prefix", "profile", "prune", "publish", "query", "rebuild", "rb", "repo",
+     "restart", "root", "run", "run-script", "rum", "urn", "sbom", "search", "s", "se",
+     "find", "set", "shrinkwrap", "star", "stars", "start", "stop", "team", "test", "t", "tst",
+     "token", "uninstall", "un", "rm", "r", "remove", "unlink", "unpublish", "unstar",
+     "update", "up", "upgrade", "version", "v", "view", "info", "show", "whoami", "why",
+     "home", "issues", "author", "c", "ddp", "dist-tags", "innit", "isntall"}
+)
+# npm options (configuration keys) that take the next word as their value.
+_NPM_VALUES = frozenset(
+    {"-p", "--package", "-c", "--call", "-w", "--workspace", "--prefix", "--loglevel",
+     "--registry", "--cache", "--userconfig", "--globalconfig", "--node-options",
+     "--script-shell", "--shell", "--tag", "--otp", "--scope", "--before", "--omit",
+     "--include", "--install-strategy", "--cafile", "--proxy", "--https-proxy", "--noproxy",
+     "--location", "--npx-cache", "--filter", "-F", "--dir", "-C", "--cwd", "--reporter",
+     "--resume-from", "--config", "--env-file", "--preload", "--ext", "--cert",
+     "--import-map", "--lock", "--seed", "--v8-flags", "--allow-read", "--allow-write",
+     "--allow-net", "--allow-env", "--allow-run", "--allow-ffi", "--allow-sys"}
+)
+# pnpm's own commands; any other word is a script or, failing that, a program pnpm runs
+# ('pnpm eslint .' is 'pnpm exec eslint .').
+_PNPM_COMMANDS = frozenset(
+    {"add", "install", "i", "remove", "rm", "uninstall", "un", "update", "up", "upgrade",
+     "link", "ln", "unlink", "run", "run-script", "test", "t", "start", "publish", "pack",
+     "list", "ls", "ll", "why", "outdated", "audit", "store", "init", "create", "dlx", "exec",
+     "config", "c", "import", "rebuild", "rb", "prune", "fetch", "patch", "patch-commit",
+     "patch-remove", "env", "setup", "server", "root", "bin", "licenses", "deploy", "doctor",
+     "help", "dedupe", "install-test", "it", "restart", "stop", "self-update", "cat-file",
+     "cat-index", "find-hash", "approve-builds", "ignored-builds", "recursive", "multi", "m",
+     "version", "login", "logout", "whoami", "view", "info", "search", "owner", "dist-tag",
+     "deprecate", "unpublish", "sbom"}
+)
+
+
+def _npm_operand(values: Sequence[str], start: int) -> int:
+    """Index of the first operand from ``start``: after '--', or past npm's options."""
+    k = start
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            return k + 1
+        if not value.startswith("-") or value == "-":
+            return k
+        k += 2 if value in _NPM_VALUES else 1
+    return k
+
+
+def _check_node_runner(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """The package managers of node: what runs a program named on the line.
+
+    'npx CMD', 'npm exec|x [--] CMD', 'pnpm exec|dlx CMD', 'pnpm CMD' (no script of that
+    name: pnpm runs the program), 'yarn dlx CMD', 'yarn node ARGS', 'bunx CMD', 'bun x CMD':
+    the command is checked like any other (a package's program or, with '--package', any
+    program on PATH). 'npm explore PKG -- CMD', 'yarn exec CMD' and 'bun exec CMD' run a shell
+    string; 'npx' or 'npm exec' with nothing to run starts a shell reading standard input.
+    Scripts of package.json ('npm test', 'npm run build', 'yarn build') are the project's own
+    code, like a Makefile: they are left to the sandbox.
+    """
+    values = [a.value for a in args]
+    if name in ("npx", "pnpx", "bunx"):
+        sub, start = "exec", 0
+    else:
+        k = 0
+        while k < len(values):
+            value = values[k]
+            if name == "bun" and value in ("-e", "--eval", "-p", "--print") or (
+                name == "bun" and value.startswith(("--eval=", "--print="))
+            ):
+                # 'bun -e CODE' is node's inline code.
+                _check_interpreter("node", name, args[k : k + 2], findings)
+                return None
+            if value == "--" or (not value.startswith("-") and (
+                name != "npm" or value in _NPM_COMMANDS
+            )):
+                break
+            k += 2 if value in _NPM_VALUES and name != "npm" else 1
+        if k >= len(values) or values[k] == "--":
+            return None
+        sub, start = values[k], k + 1
+    if name == "npm" and sub in ("exec", "x") or name in ("npx", "pnpx", "bunx") or (
+        name in ("pnpm", "yarn", "bun") and sub in ("dlx", "x") or name == "pnpm" and sub == "exec"
+    ):
+        j = _npm_operand(values, start)
+        called = any(v in ("-c", "--call", "--shell-mode", "-v", "--version", "-h", "--help")
+                     or v.startswith("--call=") for v in values[start:j])
+        if j >= len(values) and not called:
+            findings.inject(f"'{name}{'' if sub == 'exec' and name != 'npm' else ' ' + sub}' "
+                            "with nothing to run starts a shell that reads its commands from "
+                            "standard input, which the guard does not see")
+            return None
+        return list(args[j:])
+    if name == "pnpm" and sub not in _PNPM_COMMANDS:
+        return list(args[start - 1 :])
+    if name == "yarn" and sub == "node":
+        return [_Word.literal("node"), *args[start:]]
+    if (name == "npm" and sub == "explore") or (name in ("yarn", "bun") and sub == "exec"):
+        j = start + 1 if name == "npm" else _npm_operand(values, start)
+        if name == "npm":
+            j = next((i + 1 for i in range(start, len(values)) if values[i] == "--"), len(values))
+        string = " ".join(values[j:])
+        if not string:
+            findings.inject(f"'{name} {sub}' with no command starts a shell that reads its "
+                            "commands from standard input, which the guard does not see")
+            return None
+        findings.inject(f"'{name} {sub}' runs its arguments as a shell command")
+        _nested_line(string, f"{name} {sub}", findings, allow_pipes, depth)
+        return None
+    if name == "bun" and (sub == "repl" or sub == "run" and any(
+        _stdin_file(a.path) for a in args[start : start + 1]
+    )):
+        findings.destroy(f"'{name} {sub}' reads its code from standard input, which the guard "
+                         "does not see: the user must confirm this exact call")
+    return None
+
+
+# deno's options that take the next word (the others, '-p', '-A', '-q', take none or '=').
+_DENO_VALUES = frozenset({"--ext", "--cert", "--location", "--seed", "--v8-flags",
+                          "--import-map", "-c", "--config", "--lock", "--env-file",
+                          "--inspect", "--log-level"})
+
+
+def _check_deno(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """'deno eval CODE' runs inline code with every permission; 'deno repl' and 'deno run -'
+    read code from standard input."""
+    values = [a.value for a in args]
+
+    def operand(k: int) -> int:
+        while k < len(values) and values[k].startswith("-") and values[k] != "-":
+            if values[k] == "--":
+                return k + 1
+            k += 2 if values[k] in _DENO_VALUES else 1
+        return k
+
+    k = operand(0)
+    if k >= len(values):
+        return None
+    sub = values[k]
+    j = operand(k + 1)
+    if sub == "eval":
+        if j < len(values):
+            _check_interpreter("node", name, [_Word.literal("-e"), args[j]], findings)
+    elif sub == "repl" or (sub == "run" and (j >= len(values) or _stdin_file(args[j].path))):
+        findings.destroy(f"'{name} {sub}' reads its code from standard input, which the guard "
+                         "does not see: the user must confirm this exact call")
+    return None
+
+
+def _check_start_stop_daemon(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """'start-stop-daemon --start --exec PROG [--startas PROG] -- ARGS' runs PROG ARGS."""
+    values = [a.value for a in args]
+    program: _Word | None = None
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            break
+        key, eq, attached = value.partition("=")
+        if key in ("-x", "--exec", "-a", "--startas") or (
+            re.fullmatch(r"-[xa].+", value) is not None
+        ):
+            if eq:
+                program = _Word.literal(attached)
+            elif len(key) > 2 and not key.startswith("--"):
+                program = _Word.literal(value[2:])
+            elif k + 1 < len(values):
+                program = args[k + 1]
+                k += 1
+            if key in ("-a", "--startas") or value.startswith("-a"):
+                break  # --startas wins over --exec
+        k += 1
+    if program is None:
+        return None
+    after = next((i + 1 for i, v in enumerate(values) if v == "--"), len(values))
+    return [program, *args[after:]]
+
+
+# bwrap's options by the number of words they take (options not listed take none).
+_BWRAP_ONE = frozenset(
+    {"--args", "--argv0", "--uid", "--gid", "--hostname", "--chdir", "--unsetenv",
+     "--lock-file", "--sync-fd", "--remount-ro", "--exec-label", "--file-label", "--proc",
+     "--dev", "--tmpfs", "--mqueue", "--dir", "--seccomp", "--add-seccomp-fd", "--block-fd",
+     "--userns-block-fd", "--info-fd", "--json-status-fd", "--userns", "--userns2", "--pidns",
+     "--cap-add", "--cap-drop", "--perms", "--size", "--overlay-src", "--tmp-overlay",
+     "--ro-overlay"}
+)
+_BWRAP_TWO = frozenset(
+    {"--bind", "--bind-try", "--dev-bind", "--dev-bind-try", "--ro-bind", "--ro-bind-try",
+     "--bind-fd", "--ro-bind-fd", "--file", "--bind-data", "--ro-bind-data", "--symlink",
+     "--setenv", "--chmod", "--overlay"}
+)
+
+
+def _check_bwrap(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """'bwrap [options] CMD ARGS': CMD runs in the namespace bwrap builds."""
+    values = [a.value for a in args]
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            k += 1
+            break
+        if not value.startswith("--"):
+            break
+        if value == "--args":
+            findings.inject(f"'{name} --args FD' reads more arguments from a file descriptor, "
+                            "which the guard does not see")
+        if value == "--setenv" and k + 2 < len(values):
+            _check_assignment(f"{values[k + 1]}={values[k + 2]}", findings,
+                              f" through '{name} --setenv'")
+        k += 1 + (1 if value in _BWRAP_ONE else 2 if value in _BWRAP_TWO else 0)
+    return list(args[k:])
+
+
+# qemu's user-mode emulators ('qemu-x86_64 PROG ARGS', 'qemu-aarch64-static ...') run a
+# program of the host's file system; qemu-system-*, qemu-img and the tools are not runners.
+_QEMU_USER = re.compile(r"^qemu-(?!system-|img\b|nbd\b|io\b|storage|pr-helper|ga\b|edid\b|"
+                        r"keymap\b|bridge-helper|make-debian-root)[a-z0-9_]+(?:-static)?\Z")
+_QEMU_VALUES = frozenset({"-L", "-E", "-U", "-cpu", "-g", "-d", "-D", "-p", "-R", "-B", "-s",
+                          "-0", "-seed", "-trace", "-plugin", "-dfilter", "-r"})
+
+
+def _check_qemu_user(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    values = [a.value for a in args]
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            k += 1
+            break
+        if not value.startswith("-"):
+            break
+        if value in ("-E", "--E") and k + 1 < len(values):
+            for pair in values[k + 1].split(","):
+                _check_assignment(pair, findings, f" through '{name} -E'")
+        k += 2 if value.lstrip("-") in {v.lstrip("-") for v in _QEMU_VALUES} else 1
+    return list(args[k:])
+
+
+def _check_sessions(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """Terminal multiplexers and benchmark or watch loops run shell commands of their own.
+
+    tmux: every command but the ones that list, show, capture or kill (new-session,
+    send-keys, run-shell, if-shell, source-file, set-option default-command, ...), and no
+    command at all (a new session); screen, dtach, abduco: anything but listing; hyperfine
+    and watchexec: their operands are shell strings.
+    """
+    values = [a.value for a in args]
+    if name == "tmux":
+        k = 0
+        while k < len(values) and values[k].startswith("-"):
+            if values[k] in ("-c", "-f") or values[k].startswith(("-c", "-f")):
+                findings.inject(f"'{name} {values[k][:2]}' runs a shell command or reads a "
+                                "configuration that can run them")
+                return None
+            k += 2 if values[k] in ("-L", "-S", "-T") else 1
+        if k >= len(values):
+            if not any(v in ("-V",) for v in values):
+                findings.inject("'tmux' with no command starts a session running a shell")
+            return None
+        commands = [values[k]] + [values[i + 1] for i in range(k, len(values) - 1)
+                                  if values[i] in (";", "\\;") or values[i].endswith("\\;")]
+        for command in commands:
+            if command not in _TMUX_PLAIN:
+                findings.inject(f"'tmux {_clip(command, 20)}' runs shell commands or types "
+                                "into a session (new-session, send-keys, run-shell, ...), out "
+                                "of the guard's sight")
+                return None
+        return None
+    if name == "screen":
+        if values and all(v in ("-ls", "-list", "-v", "-version", "-wipe", "-h", "--help")
+                          or not v.startswith("-") and k and values[k - 1] in ("-ls", "-list")
+                          for k, v in enumerate(values)):
+            return None
+    elif name in ("dtach", "abduco"):
+        if values[:1] in (["-a"], ["-l"]) or not values:
+            return None
+    if name in ("hyperfine", "watchexec"):
+        findings.inject(f"'{name}' runs its arguments as shell commands")
+        return None
+    findings.inject(f"'{name}' runs a shell or a command in a session of its own, out of the "
+                    "guard's sight")
+    return None
+
+
+# tmux commands that only list, show, capture or end something.
+_TMUX_PLAIN = frozenset(
+    {"ls", "list-sessions", "list-windows", "lsw", "list-panes", "lsp", "list-clients", "lsc",
+     "list-buffers", "lsb", "list-keys", "lsk", "list-commands", "lscm", "has-session", "has",
+     "kill-server", "kill-session", "kill-window", "killw", "kill-pane", "killp",
+     "capture-pane", "capturep", "show-buffer", "showb", "show-options", "show",
+     "show-window-options", "showw", "show-environment", "showenv", "show-messages", "showmsgs",
+     "info", "server-info", "delete-buffer", "deleteb", "save-buffer", "saveb"}
+)
+
+
+def _check_db_client(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """psql and mysql run shell commands from their meta-commands.
+
+    psql: '\\!' runs a shell command, '\\o |CMD', '\\g |CMD', '\\copy ... program' pipe to
+    one, '\\i' reads a file, '\\setenv' changes the environment; any meta-command but the
+    describing and showing ones is refused. '-o |CMD' pipes the output to a command; COPY ...
+    PROGRAM runs a command on the server. mysql: 'system CMD' and '\\!' run a shell command,
+    '--pager' and '--plugin-dir' a program or code, '--defaults-file' reads options that can
+    name them. With no command given (-c, -e) both read their commands from standard input.
+    """
+    values = [a.value for a in args]
+    psql = name == "psql"
+    commands: list[str] = []
+    reads_file = False
+    informational = False
+    k = 0
+    while k < len(values):
+        value = values[k]
+        key, eq, attached = value.partition("=")
+        nxt = values[k + 1] if k + 1 < len(values) else ""
+        short = value[:2] if not value.startswith("--") else ""
+        if psql:
+            command = (short == "-c" and (value[2:] or nxt)) or (
+                _abbreviates(key, "--command") and (attached if eq else nxt))
+            output = (short == "-o" and (value[2:] or nxt)) or (
+                _abbreviates(key, "--output") and (attached if eq else nxt))
+            script = (short == "-f" and (value[2:] or nxt)) or (
+                _abbreviates(key, "--file") and (attached if eq else nxt))
+            if command:
+                commands.append(command)
+            if output and output.lstrip().startswith("|"):
+                findings.inject(f"'{name} -o |CMD' pipes its output to a command")
+            if script:
+                reads_file = True
+                if _stdin_file(script):
+                    reads_file = False
+            if value in ("-l", "--list", "-V", "--version", "-?", "--help") or short == "-l":
+                informational = True
+            if short in ("-c", "-o", "-f", "-d", "-h", "-p", "-U", "-v", "-F", "-R", "-P",
+                         "-T", "-L") and len(value) == 2:
+                k += 1
+        else:
+            command = (short == "-e" and (value[2:] or nxt)) or (
+                _abbreviates(key, "--execute") and (attached if eq else nxt))
+            if command:
+                commands.append(command)
+            option = _long_option(key, ("--pager", "--plugin-dir", "--defaults-file",
+                                        "--defaults-extra-file", "--default-auth"))
+            if option:
+                findings.inject(f"'{name} {option}' runs a program, loads code or reads options "
+                                "of the caller's choosing")
+            if value in ("-V", "--version", "-?", "--help", "-I"):
+                informational = True
+            if short in ("-e", "-u", "-h", "-P", "-D", "-S") and len(value) == 2:
+                k += 1
+        k += 1
+    for text in commands:
+        if psql:
+            stripped = text.lstrip()
+            if stripped.startswith("\\"):
+                for meta in re.findall(r"\\([A-Za-z!?]+\+?|.)", stripped):
+                    meta_name = meta.rstrip("+")
+                    if not (meta_name.startswith("d") or meta_name in _PSQL_PLAIN):
+                        findings.inject(f"'{name}' meta-command '\\{_clip(meta, 20)}' may run a "
+                                        "program (\\!, \\o |CMD, \\g |CMD, \\copy ... program)")
+                        if meta == "!":
+                            _nested_line(stripped.split("!", 1)[1].strip(), name, findings,
+                                         allow_pipes, depth)
+                        break
+            elif re.search(r"(?i)\bprogram\b", text):
+                findings.destroy(f"'{name}' SQL with COPY ... PROGRAM runs a command on the "
+                                 "database server: the user must confirm this exact call")
+        else:
+            match = re.search(r"(?im)(?:^|;)\s*(?:system|pager|edit)\b|\\[!Pe]", text)
+            if match:
+                findings.inject(f"'{name}' client command {match.group().strip(' ;')!r} runs a "
+                                "shell command or a program")
+                inner = re.search(r"(?im)(?:^|;)\s*(?:system\b|\\!)([^;\n]*)", text)
+                if inner and inner.group(1).strip():
+                    _nested_line(inner.group(1).strip(), name, findings, allow_pipes, depth)
+    if not commands and not reads_file and not informational:
+        runs = "\\!" if psql else "system"
+        findings.destroy(f"'{name}' with no command reads its commands from standard input, "
+                         f"where {runs} runs shell commands the guard does not see: the user "
+                         "must confirm this exact call")
+    return None
+
+
+# psql meta-commands that only show or set display options (besides \d*, which describe).
+_PSQL_PLAIN = frozenset({"l", "list", "x", "timing", "conninfo", "encoding", "echo", "q", "?",
+                         "h", "help", "a", "t", "H", "C", "f", "copyright", "errverbose", "sf",
+                         "sv", "z", "qecho", "warn", "pset"})
+
+
+def _check_dc(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """dc runs the rest of a line after '!' as a shell command ('!<', '!>', '!=' compare)."""
+    values = [a.value for a in args]
+    codes: list[str] = []
+    sources = 0
+    k = 0
+    while k < len(values):
+        value = values[k]
+        key, eq, attached = value.partition("=")
+        if value in ("-e", "--expression", "-f", "--file") and k + 1 < len(values):
+            (codes if value in ("-e", "--expression") else []).append(values[k + 1])
+            sources += 1 if value in ("-f", "--file") and not _stdin_file(values[k + 1]) else 0
+            k += 2
+            continue
+        if _abbreviates(key, "--expression") and eq or value.startswith("-e") and value != "-e":
+            codes.append(attached if eq else value[2:])
+        elif value in ("-V", "--version", "-h", "--help"):
+            return None
+        elif not value.startswith("-"):
+            sources += 1
+        k += 1
+    for code in codes:
+        if re.search(r"![^<>=]", code + "\n"):
+            findings.destroy(f"'{name}' code with '!' runs a shell command out of the guard's "
+                             "sight: the user must confirm this exact call")
+            break
+    if not codes and not sources:
+        findings.destroy(f"'{name}' with no program reads its code from standard input, where "
+                         "'!' runs shell commands the guard does not see: the user must "
+                         "confirm this exact call")
+    return None
+
+
+# Emacs Lisp that starts programs or hides which function runs.
+_LISP_SPAWN = re.compile(
+    r"(?i)shell|process|call-|start-|make-|funcall|apply|intern|eval|load|require|read|"
+    r"symbol|command|server|compile|term\b|\bdired|vc-|async|defalias|fset"
+)
+
+
+def _check_emacs(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """'emacs --eval EXPR' and '-f FUNCTION' run Lisp given on the line."""
+    values = [a.value for a in args]
+    for k, value in enumerate(values):
+        key, eq, attached = value.partition("=")
+        key = "-" + key.lstrip("-") if key.startswith("-") else key
+        if key in ("-eval", "-execute", "-f", "-funcall"):
+            code = attached if eq else (values[k + 1] if k + 1 < len(values) else "")
+            if _LISP_SPAWN.search(code) or (k + 1 < len(values) and _from_variable(args[k + 1])):
+                findings.destroy(f"'{name} {value.split('=')[0]}' runs Lisp that can start "
+                                 "programs out of the guard's sight: the user must confirm "
+                                 "this exact call")
+                return None
+    return None
+
+
+def _check_powershell(
+    name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
+) -> list[_Word] | None:
+    """PowerShell is a shell: '-Command' and '-EncodedCommand' run shell code given on the line
+    (refused as a nested shell; it is not read as sh), and with no script file it reads its
+    commands from standard input. Parameters are case-insensitive and may be abbreviated."""
+    values = [a.value for a in args]
+    k = 0
+    while k < len(values):
+        value = values[k]
+        lowered = value.lower()
+        if not lowered.startswith(("-", "/")) or lowered == "-":
+            break
+        param = lowered.lstrip("-/").split(":", 1)[0]
+        if param and ("command".startswith(param) or param in ("ec", "e", "enc")
+                      or "encodedcommand".startswith(param)) and param not in ("co",):
+            findings.inject(f"'{name} {value}' runs a nested shell (PowerShell code)")
+            return None
+        if param and "file".startswith(param):
+            if k + 1 >= len(values) or _stdin_file(args[k + 1].path):
+                break
+            return None  # a script file of the workdir
+        if param in ("executionpolicy", "ex", "ep", "workingdirectory", "wd", "wo",
+                     "configurationname", "config", "inputformat", "if", "in", "outputformat",
+                     "of", "o", "windowstyle", "w", "custompipename", "settingsfile", "settings",
+                     "configurationfile", "version", "v"):
+            k += 1
+        if param in ("version", "v", "help", "h", "?"):
+            return None
+        k += 1
+    else:
+        k = len(values)
+    if k < len(values) and values[k] != "-" and name in ("pwsh", "pwsh-preview"):
+        return None  # 'pwsh x.ps1': the first operand is a script file
+    findings.inject(f"'{name}' with no script file runs shell code from its arguments or "
+                    "standard input, which the guard does not see")
+    return None
+
+
+_RUNNERS: dict[
+    str, Callable[[str, Sequence[_Word], _Findings, bool, int], list[_Word] | None]
+] = {
+    **{name: _check_powershell for name in ("pwsh", "pwsh-preview", "powershell",
+                                            "powershell.exe")},
+    "perf": _check_perf,
+    **{name: _check_node_runner for name in ("npm", "npx", "pnpm", "pnpx", "yarn", "yarnpkg",
+                                             "bun", "bunx")},
+    "deno": _check_deno,
+    "start-stop-daemon": _check_start_stop_daemon,
+    "bwrap": _check_bwrap,
+    **{name: _check_sessions for name in ("tmux", "screen", "dtach", "abduco", "hyperfine",
+                                          "watchexec")},
+    **{name: _check_db_client for name in ("psql", "mysql", "mariadb")},
+    "dc": _check_dc,
+    **{name: _check_emacs for name in ("emacs", "emacs-nox", "emacs-gtk", "emacsclient")},
+}
 
 
 _SPECIAL: dict[str, Callable[[str, Sequence[_Word], _Findings, bool, int], None]] = {
