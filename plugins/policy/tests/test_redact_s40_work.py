@@ -119,3 +119,65 @@ def test_covers_still_excuses_a_long_match_by_its_name() -> None:
     text = f"public_key = {value}"
     findings = redact.find_secrets(text)
     assert not any(f.rule_id == "generic-api-key" for f in findings)
+
+
+# --- Keyword regions are cut at _WINDOW_MAX: one finditer call must not hold the GIL for
+# seconds. Over "data: kind: secret " repeated, kubernetes-secret-yaml's pattern costs ~3 µs per
+# character, and 1 MB of it was one region: every other thread (the event loop too) waited
+# 3.2 s. Cut at 8 kB, the longest wait measured 0.03 s (figures in the stop 40 note).
+
+
+def test_every_keyword_region_lies_whole_inside_a_bounded_window() -> None:
+    rng = random.Random(40)
+    for _ in range(300):
+        n = rng.randrange(1, 300_000)
+        dense = rng.random() < 0.5
+        count = rng.randrange(1, 3_000)
+        gap = 20 if dense else 3_000
+        positions, p = [], rng.randrange(0, 600)
+        for _ in range(count):
+            if p >= n:
+                break
+            positions.append(p)
+            p += rng.randrange(1, gap)
+        windows = list(redact._windows(positions, n))
+        for lo, hi in windows:
+            assert 0 <= lo < hi <= n
+            # A window grows only while it is under the cap; the last keyword adds one region.
+            assert hi - lo < redact._WINDOW_MAX + redact._WINDOW_BEFORE + redact._WINDOW_AFTER
+        for q in positions:
+            start, end = max(0, q - redact._WINDOW_BEFORE), min(n, q + redact._WINDOW_AFTER)
+            assert any(lo <= start and end <= hi for lo, hi in windows), q
+
+
+def _kubernetes_secret(value: str) -> str:
+    return f"apiVersion: v1\nkind: Secret\ndata:\n  password: {value}\n"
+
+
+def test_dense_keywords_find_what_one_region_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    filler = ["data: kind: secret ", "kind: secret\n", "secret=", "token: x ", "password ",
+              "api_key ", " data:\n  ", "lorem ipsum "]
+    texts = []
+    for _ in range(40):
+        parts = []
+        for _ in range(rng.randrange(200, 1_500)):
+            parts.append(rng.choice(filler))
+            if rng.random() < 0.01:
+                token = "".join(rng.choice(string.ascii_letters + string.digits)
+                                for _ in range(rng.randrange(16, 48)))
+                parts.append(rng.choice([_kubernetes_secret(token), f"api_key={token}\n",
+                                         f"ghp_{token[:36].ljust(36, 'x')} "]))
+        texts.append("".join(parts))
+    cut = [redact_text(t) for t in texts]
+    monkeypatch.setattr(redact, "_WINDOW_MAX", 1 << 40)  # the former merging: one region
+    whole = [redact_text(t) for t in texts]
+    assert cut == whole
+
+
+def test_a_secret_amid_a_megabyte_of_kubernetes_keywords_is_redacted() -> None:
+    value = "c3VwZXJzZWNyZXRwYXNzd29yZDEyMw=="
+    filler = "data: kind: secret " * 27_000  # ~0.5 MB: each region is scanned, bounded
+    text = filler + _kubernetes_secret(value) + filler
+    shown = redact_text(text)
+    assert value not in shown and "[REDACTED" in shown

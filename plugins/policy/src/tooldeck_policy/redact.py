@@ -472,12 +472,24 @@ class _Rule:
         raise NotImplementedError
 
 
+#: A merged region is cut once it is this long (the next keyword starts a new, overlapping one):
+#: one ``finditer`` call holds the GIL from start to end, and some gitleaks patterns cost
+#: microseconds per character where keywords are dense (kubernetes-secret-yaml over
+#: "data: kind: secret " repeated: one region of 1 MB held every other thread, the event loop
+#: included, for 3.2 s).
+_WINDOW_MAX = 8192
+
+
 def _windows(positions: list[int], n: int) -> Iterator[tuple[int, int]]:
-    """Merged search regions around keyword occurrences (sorted positions)."""
+    """Merged search regions around keyword occurrences (sorted positions).
+
+    Every occurrence's own region (``_WINDOW_BEFORE`` before it, ``_WINDOW_AFTER`` after) lies
+    whole inside one of the regions yielded; regions may overlap once a merged one reached
+    :data:`_WINDOW_MAX` (a match found twice is merged with itself afterwards)."""
     lo = hi = -1
     for p in positions:
         start, end = max(0, p - _WINDOW_BEFORE), min(n, p + _WINDOW_AFTER)
-        if start <= hi:
+        if start <= hi and hi - lo < _WINDOW_MAX:
             hi = max(hi, end)
             continue
         if hi >= 0:
