@@ -3263,27 +3263,40 @@ _BWRAP_TWO = frozenset(
 )
 
 
+def _leading_options(
+    values: Sequence[str], dash: str, arity: Callable[[str], int]
+) -> tuple[list[int], int]:
+    """The options before a runner's command (words starting with ``dash``, each followed by
+    ``arity(option)`` values; ``--`` ends them): their indices, and where the command starts."""
+    found: list[int] = []
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value == "--":
+            return found, k + 1
+        if not value.startswith(dash):
+            break
+        found.append(k)
+        k += 1 + arity(value)
+    return found, k
+
+
 def _check_bwrap(
     name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
 ) -> list[_Word] | None:
     """'bwrap [options] CMD ARGS': CMD runs in the namespace bwrap builds."""
     values = [a.value for a in args]
-    k = 0
-    while k < len(values):
-        value = values[k]
-        if value == "--":
-            k += 1
-            break
-        if not value.startswith("--"):
-            break
-        if value == "--args":
+    options, end = _leading_options(
+        values, "--", lambda v: 1 if v in _BWRAP_ONE else 2 if v in _BWRAP_TWO else 0
+    )
+    for k in options:
+        if values[k] == "--args":
             findings.inject(f"'{name} --args FD' reads more arguments from a file descriptor, "
                             "which the guard does not see")
-        if value == "--setenv" and k + 2 < len(values):
+        if values[k] == "--setenv" and k + 2 < len(values):
             _check_assignment(f"{values[k + 1]}={values[k + 2]}", findings,
                               f" through '{name} --setenv'")
-        k += 1 + (1 if value in _BWRAP_ONE else 2 if value in _BWRAP_TWO else 0)
-    return list(args[k:])
+    return list(args[end:])
 
 
 # qemu's user-mode emulators ('qemu-x86_64 PROG ARGS', 'qemu-aarch64-static ...') run a
@@ -3292,25 +3305,23 @@ _QEMU_USER = re.compile(r"^qemu-(?!system-|img\b|nbd\b|io\b|storage|pr-helper|ga
                         r"keymap\b|bridge-helper|make-debian-root)[a-z0-9_]+(?:-static)?\Z")
 _QEMU_VALUES = frozenset({"-L", "-E", "-U", "-cpu", "-g", "-d", "-D", "-p", "-R", "-B", "-s",
                           "-0", "-seed", "-trace", "-plugin", "-dfilter", "-r"})
+#: The same, without their dashes (qemu takes each with one dash or two).
+_QEMU_VALUE_NAMES = frozenset(v.lstrip("-") for v in _QEMU_VALUES)
 
 
 def _check_qemu_user(
     name: str, args: Sequence[_Word], findings: _Findings, allow_pipes: bool, depth: int
 ) -> list[_Word] | None:
+    """'qemu-ARCH [options] PROG ARGS': PROG runs (options with one dash or two)."""
     values = [a.value for a in args]
-    k = 0
-    while k < len(values):
-        value = values[k]
-        if value == "--":
-            k += 1
-            break
-        if not value.startswith("-"):
-            break
-        if value in ("-E", "--E") and k + 1 < len(values):
+    options, end = _leading_options(
+        values, "-", lambda v: 1 if v.lstrip("-") in _QEMU_VALUE_NAMES else 0
+    )
+    for k in options:
+        if values[k] in ("-E", "--E") and k + 1 < len(values):
             for pair in values[k + 1].split(","):
                 _check_assignment(pair, findings, f" through '{name} -E'")
-        k += 2 if value.lstrip("-") in {v.lstrip("-") for v in _QEMU_VALUES} else 1
-    return list(args[k:])
+    return list(args[end:])
 
 
 def _check_sessions(
