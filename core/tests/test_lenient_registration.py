@@ -228,11 +228,18 @@ async def test_a_hostile_deep_schema_is_a_problem_not_a_recursion_error(key):
             inner = {"type": "array", "items": inner}
         else:
             inner = {"anyOf": [inner, {"type": "null"}]}
-    params = {"type": "object", "properties": {"deep": inner}}
+    params = {"type": "object", "properties": {"deep": inner, "n": {"type": "INT"}}}
     async with new_deck() as deck:
+        # Strict registration refuses it with a problem naming the depth.
         with pytest.raises(RegistrationError, match="nested deeper than"):
-            await deck.add_tools([tool("deep", parameters=params)], lenient=True)
+            await deck.add_tools([tool("deep", parameters=params)])
         assert len(deck.catalog) == 0
+        # Lenient registration admits the tool with its top-level properties only, and says so.
+        (deep,) = await deck.add_tools([tool("deep", parameters=params)], lenient=True)
+        assert set(deep.parameters["properties"]) == {"deep", "n"}
+        assert deep.parameters["properties"]["n"] == {"type": "integer"}
+        (warning,) = [w for w in deck.registration_warnings if w.kind == "parameters_loosened"]
+        assert "nested deeper than" in warning.message and "top-level" in warning.message
         # A schema of reasonable depth is still repaired all the way down.
         shallow: dict = {"type": "STRING"}
         for _ in range(20):

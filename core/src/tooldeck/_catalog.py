@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from tooldeck_hookspecs import ArgumentValidator, ToolDefinition
+from tooldeck_hookspecs import ArgumentValidator, ToolDefinition, local_ref_target
 
 from ._frozen import freeze_schema
 
@@ -30,6 +30,8 @@ __all__ = [
     "provider_safe_name",
     "derive_description",
     "repair_parameters",
+    "sanitize_parameters",
+    "flatten_parameters",
     "repair_definition",
     "schema_tokens",
     "estimate_tokens",
@@ -55,7 +57,9 @@ class RegistrationWarning:
     ``kind`` is one of ``name_normalised`` (not snake_case), ``name_shortened`` (over
     :data:`PROVIDER_NAME_LIMIT`), ``name_disambiguated`` (the name was taken),
     ``description_derived`` (empty description), ``category_defaulted`` (empty category),
-    ``parameters_repaired`` (a schema that strict registration refuses). ``tool`` is the name the
+    ``parameters_repaired`` (a schema that strict registration refuses), ``parameters_loosened``
+    (a schema still refused after that repair, admitted with the keywords whose values have the
+    wrong shape dropped, or reduced to its top-level properties). ``tool`` is the name the
     tool is registered under, ``original`` the name it was given.
     """
 
@@ -202,7 +206,9 @@ def _repair_schema(schema: Any, path: str, changes: list[str], depth: int = 0) -
             changes.append(f"{path}.required {required!r} dropped (not a list)")
             out.pop("required")
         else:
-            kept = [r for r in dict.fromkeys(required) if isinstance(r, str) and r in names]
+            # Names only: a dict or list among them is unhashable (TypeError out of add_tools).
+            kept = [r for r in dict.fromkeys(r for r in required if isinstance(r, str))
+                    if r in names]
             if kept != required:
                 dropped = [r for r in required if r not in kept]
                 changes.append(f"{path}.required entries that are not properties dropped: "
@@ -230,6 +236,258 @@ def repair_parameters(parameters: Any) -> tuple[dict[str, Any], list[str]]:
     if fixed.get("type") == "object" and "properties" not in fixed:
         fixed["properties"] = {}
     return fixed, changes
+
+
+#: Keywords whose value must be a non-negative integer (Draft 7).
+_COUNT_KEYWORDS = frozenset({
+    "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+})
+#: Keywords whose value must be a number.
+_NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+#: Keywords whose value is one subschema; and those whose value maps names to subschemas.
+_ONE_SCHEMA = frozenset({
+    "items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames",
+    "if", "then", "else",
+})
+_NAMED_SCHEMAS = frozenset({"properties", "definitions", "$defs", "patternProperties"})
+#: Keywords whose value must be a text.
+_TEXT_KEYWORDS = frozenset({"description", "title", "format", "$comment", "$id", "$schema"})
+
+
+def _number(value: Any) -> float | int | None:
+    """``value`` as a finite JSON number (numeric text such as ``"0"`` converted), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    return None
+
+
+def _compiles(pattern: Any) -> bool:
+    if not isinstance(pattern, str):
+        return False
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError):
+        return False
+    return True
+
+
+def _sanitize(schema: Any, root: Any, path: str, changes: list[str], depth: int) -> Any:
+    """One subschema with every keyword whose value has the wrong shape dropped (see
+    :func:`sanitize_parameters`); a boolean subschema is kept, anything else becomes ``{}``."""
+    if isinstance(schema, bool):
+        return schema
+    if isinstance(schema, str):  # {"text": "string"}: a bare type name for a property's schema
+        fixed = _fixed_type(schema)
+        changes.append(f"{path} {schema!r} -> " + (f"{{'type': {fixed!r}}}" if fixed else "{}"))
+        return {"type": fixed} if fixed else {}
+    if not isinstance(schema, Mapping):
+        changes.append(f"{path} {type(schema).__name__} replaced by {{}}")
+        return {}
+    if depth > _REPAIR_DEPTH:
+        changes.append(f"{path} nested too deep: replaced by {{}}")
+        return {}
+    out: dict[str, Any] = {}
+
+    def drop(key: str, value: Any, why: str) -> None:
+        changes.append(f"{path}.{key} {_short_repr(value)} dropped ({why})")
+
+    for key, value in schema.items():
+        key = str(key)
+        here = f"{path}.{key}"
+        if key == "type":
+            fixed = _fixed_type(value)
+            if fixed:
+                out[key] = fixed
+            else:
+                drop(key, value, "not a JSON type")
+        elif key in _NAMED_SCHEMAS:
+            if key == "properties" and isinstance(value, list):
+                # [{"name": "city", "type": "string"}, ...]: OpenAPI-style parameter lists.
+                named = {str(item["name"]): {k: v for k, v in item.items() if k != "name"}
+                         for item in value if isinstance(item, Mapping) and "name" in item}
+                changes.append(f"{here} list turned into an object of {len(named)} properties")
+                value = named
+            if not isinstance(value, Mapping):
+                drop(key, value, "not an object")
+                continue
+            if key == "patternProperties":
+                bad = [k for k in value if not _compiles(k)]
+                if bad:
+                    changes.append(f"{here}: patterns that do not compile dropped: {bad!r}")
+                value = {k: v for k, v in value.items() if _compiles(k)}
+            out[key] = {str(k): _sanitize(v, root, f"{here}.{k}", changes, depth + 1)
+                        for k, v in value.items()}
+        elif key in _ONE_SCHEMA:
+            if key == "items" and isinstance(value, list):  # Draft 4-7 tuple form
+                out[key] = [_sanitize(v, root, f"{here}[{i}]", changes, depth + 1)
+                            for i, v in enumerate(value)]
+            elif isinstance(value, Mapping | bool):
+                out[key] = _sanitize(value, root, here, changes, depth + 1)
+            else:
+                drop(key, value, "not a schema")
+        elif key in _SUBSCHEMA_LISTS:
+            if isinstance(value, list) and value:
+                out[key] = [_sanitize(v, root, f"{here}[{i}]", changes, depth + 1)
+                            for i, v in enumerate(value)]
+            else:
+                drop(key, value, "not a non-empty list of schemas")
+        elif key == "required":
+            if isinstance(value, list) and all(isinstance(r, str) for r in value):
+                out[key] = list(dict.fromkeys(value))
+            else:  # Draft 3's "required": true on a property, or a lone name
+                drop(key, value, "not a list of names")
+        elif key in _COUNT_KEYWORDS:
+            number = _number(value)
+            if isinstance(number, int) and number >= 0:
+                if type(number) is not type(value):
+                    changes.append(f"{here} {_short_repr(value)} -> {number!r}")
+                out[key] = number
+            else:
+                drop(key, value, "not a count")
+        elif key in _NUMBER_KEYWORDS or key == "multipleOf":
+            number = _number(value)
+            if isinstance(value, bool) and key.startswith("exclusive"):
+                drop(key, value, "Draft 4's boolean form")
+            elif number is not None and (key != "multipleOf" or number > 0):
+                if type(number) is not type(value):
+                    changes.append(f"{here} {_short_repr(value)} -> {number!r}")
+                out[key] = number
+            else:
+                drop(key, value, "not a number")
+        elif key == "pattern":
+            if _compiles(value):
+                out[key] = value
+            else:
+                drop(key, value, "not a regular expression Python reads")
+        elif key == "enum":
+            if isinstance(value, list) and value and not _non_finite(value):
+                out[key] = value
+            else:
+                drop(key, value, "not a non-empty list")
+        elif key in ("examples", "uniqueItems", "readOnly", "writeOnly") and not (
+            isinstance(value, list) and not _non_finite(value) if key == "examples"
+            else isinstance(value, bool)
+        ):
+            drop(key, value, "wrong kind of value")
+        elif key in _TEXT_KEYWORDS:
+            if isinstance(value, str):
+                out[key] = value
+            elif key in ("description", "title") and isinstance(value, int | float):
+                out[key] = str(value)
+            else:
+                drop(key, value, "not a text")
+        elif key == "$ref":
+            if local_ref_target(root, value) is not None:
+                out[key] = value
+            else:
+                drop(key, value, "points nowhere in the schema")
+        elif key == "dependencies":
+            if isinstance(value, Mapping):
+                out[key] = {str(k): list(v) if isinstance(v, list) else
+                            _sanitize(v, root, f"{here}.{k}", changes, depth + 1)
+                            for k, v in value.items()}
+            else:
+                drop(key, value, "not an object")
+        elif _non_finite(value):
+            drop(key, value, "NaN or an infinity, which JSON cannot carry")
+        else:
+            out[key] = value  # annotations and extensions ("x-...", "example", "default")
+    return out
+
+
+def _non_finite(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` holds a NaN or an infinity (JSON has no spelling for them)."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if depth > _REPAIR_DEPTH:
+        return False
+    if isinstance(value, Mapping):
+        return any(_non_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v, depth + 1) for v in value)
+    return False
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters for a warning line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def sanitize_parameters(parameters: Any) -> tuple[dict[str, Any], list[str]]:
+    """A parameter schema with every keyword whose value has the wrong shape dropped.
+
+    Lenient registration's second step, for schemas :func:`repair_parameters` left refused:
+    real catalogs carry ``"minimum": "0"``, JavaScript-only patterns (``\\p{L}``), properties
+    given as a list or as a bare type name, Draft 3's ``"required": true``, ``$ref``s into
+    nothing. What the keyword's value cannot mean is dropped (a looser schema, never a
+    stricter one); numeric text becomes a number. The top level stays an object schema.
+    """
+    changes: list[str] = []
+    base, _ = repair_parameters(parameters)
+    fixed = _sanitize(base, base, "parameters", changes, 0)
+    if not isinstance(fixed, dict):
+        fixed = {}
+    if fixed.get("type") != "object":
+        changes.append(f"parameters.type {fixed.get('type')!r} -> 'object'")
+        fixed["type"] = "object"
+    properties = fixed.get("properties")
+    if not isinstance(properties, dict):
+        fixed["properties"] = properties = {}
+    if "required" in fixed:
+        kept = [r for r in fixed["required"] if r in properties]
+        if kept != fixed["required"]:
+            changes.append("parameters.required entries that are not properties dropped")
+            fixed["required"] = kept
+    return fixed, changes
+
+
+def flatten_parameters(parameters: Any) -> tuple[dict[str, Any], list[str]]:
+    """The last resort of lenient registration: the top-level properties only, each with the
+    type, description and enum it states (when well-formed), and the required names.
+
+    Keeps what selection and the model read (names, descriptions, types) when no repair of the
+    whole schema is accepted; nested constraints are lost, so arguments are checked loosely.
+    """
+    base, _ = repair_parameters(parameters)
+    properties = base.get("properties")
+    if isinstance(properties, list):
+        properties = {str(p["name"]): p for p in properties
+                      if isinstance(p, Mapping) and "name" in p}
+    flat: dict[str, Any] = {}
+    for name, spec in (properties.items() if isinstance(properties, Mapping) else ()):
+        kept: dict[str, Any] = {}
+        if isinstance(spec, Mapping):
+            kind = _fixed_type(spec.get("type"))
+            if kind:
+                kept["type"] = kind
+            if isinstance(spec.get("description"), str):
+                kept["description"] = spec["description"]
+            enum = spec.get("enum")
+            if isinstance(enum, list) and enum and not _non_finite(enum) and all(
+                e is None or isinstance(e, str | int | float | bool) for e in enum
+            ):
+                kept["enum"] = enum
+        elif isinstance(spec, str) and _fixed_type(spec):
+            kept["type"] = _fixed_type(spec)
+        flat[str(name)] = kept
+    out: dict[str, Any] = {"type": "object", "properties": flat}
+    required = base.get("required")
+    if isinstance(required, list):
+        names = [r for r in dict.fromkeys(required) if isinstance(r, str) and r in flat]
+        if names:
+            out["required"] = names
+    return out, [f"schema reduced to its {len(flat)} top-level properties (name, type, "
+                 "description, enum)"]
 
 
 def repair_definition(

@@ -59,7 +59,14 @@ from tooldeck_hookspecs import (
 from tooldeck_hookspecs._progress import clean_progress
 
 from ._approvals import InMemoryApprovalStore
-from ._catalog import CatalogView, RegistrationWarning, ToolCatalog, repair_definition
+from ._catalog import (
+    CatalogView,
+    RegistrationWarning,
+    ToolCatalog,
+    flatten_parameters,
+    repair_definition,
+    sanitize_parameters,
+)
 from ._config import DEFAULT_MAX_TASK_CHARS as _DEFAULT_MAX_TASK_CHARS
 from ._config import Config, load_config
 from ._events import EventPump
@@ -503,6 +510,37 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
     if kind is list or isinstance(value, list):
         return [_json_copy(v, depth + 1) for v in value]
     return value
+
+
+def _only_parameter_problems(tool: ToolDefinition, found: Sequence[str]) -> bool:
+    """Whether every problem line is about ``tool``'s parameter schema (the register stage's
+    ``tool 'x' (plugin 'p'): parameters...: why`` lines)."""
+    prefix = f"tool {tool.name!r} (plugin {tool.plugin or 'unknown'!r}): parameters"
+    return all(isinstance(line, str) and line.startswith(prefix) for line in found)
+
+
+def _schema_warning(
+    tool: ToolDefinition,
+    found: Sequence[str],
+    fixed: Sequence[str],
+    earlier: Sequence[RegistrationWarning],
+) -> RegistrationWarning:
+    """The warning of a schema lenient registration loosened until the register stage took it."""
+    original = next((w.original for w in earlier if w.tool == tool.name), tool.name)
+    why = found[0].split("): ", 1)[-1]
+    shown = "; ".join(fixed[:8]) + (f"; and {len(fixed) - 8} more" if len(fixed) > 8 else "")
+    return RegistrationWarning(
+        kind="parameters_loosened",
+        tool=tool.name,
+        original=original,
+        plugin=tool.plugin,
+        message=(
+            f"tool {tool.name!r} (plugin {tool.plugin or 'unknown'!r}): parameter schema "
+            f"refused ({shorten(why, 200)}"
+            + (f", and {len(found) - 1} more problem(s)" if len(found) > 1 else "")
+            + f"); admitted with a looser one: {shown or 'unchanged'}"
+        ),
+    )
 
 
 def _problem_lines(answer: Any) -> list[str]:
@@ -1340,7 +1378,8 @@ class Deck:
         accepted: list[tuple[ToolDefinition, ArgumentValidator | None]] = []
         changes: list[RegistrationWarning] = []
         for tool in tools:
-            if repair is True or (repair and id(tool) in repair):
+            repairing = repair is True or bool(repair and id(tool) in repair)
+            if repairing:
                 tool, changed = repair_definition(tool, lambda n: staged.get(n) is not None)
                 changes.extend(changed)
             try:
@@ -1355,17 +1394,19 @@ class Deck:
             # every hook gets this very object, and one that edited it in place changed the
             # schema of every later session and export (see tooldeck._frozen).
             tool = attrs.evolve(tool, parameters=freeze_schema(tool.parameters))
-            found: list[str] = []
-            for impl in validate_impls:
-                try:
-                    found.extend(_problem_lines(impl(tool=tool, catalog=staged_view)))
-                except BaseException as exc:
-                    if _must_propagate(exc):
-                        raise
-                    found.append(
-                        f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
-                        f"{impl.plugin!r} raised {type(exc).__name__}: {exc}"
-                    )
+            found = self._admission_problems(tool, validate_impls, staged_view)
+            if found and repairing and _only_parameter_problems(tool, found):
+                # A real catalog's schema the first repair left refused ("minimum": "0", a
+                # JavaScript-only pattern, properties as a list): looser schemas, step by
+                # step, rather than refusing the tool (and aborting a whole catalog's load).
+                for step in (sanitize_parameters, flatten_parameters):
+                    parameters, fixed = step(tool.parameters)
+                    candidate = attrs.evolve(tool, parameters=freeze_schema(parameters))
+                    if self._admission_problems(candidate, validate_impls, staged_view):
+                        continue
+                    changes.append(_schema_warning(candidate, found, fixed, changes))
+                    tool, found = candidate, []
+                    break
             if found:
                 problems.extend(found)
                 continue
@@ -1391,6 +1432,23 @@ class Deck:
                 admitted.extend(tool for tool, _ in accepted)
             self._record_warnings(changes)
         return problems
+
+    def _admission_problems(
+        self, tool: ToolDefinition, validate_impls: Sequence[HookImpl], catalog: CatalogView
+    ) -> list[str]:
+        """Every ``tooldeck_validate_tool`` implementation's problems with ``tool``."""
+        found: list[str] = []
+        for impl in validate_impls:
+            try:
+                found.extend(_problem_lines(impl(tool=tool, catalog=catalog)))
+            except BaseException as exc:
+                if _must_propagate(exc):
+                    raise
+                found.append(
+                    f"tool {tool.name!r} (plugin {tool.plugin!r}): validator plugin "
+                    f"{impl.plugin!r} raised {type(exc).__name__}: {exc}"
+                )
+        return found
 
     def _record_warnings(self, changes: Sequence[RegistrationWarning]) -> None:
         """List and log each change once; a big catalog logs the first 20 and a count."""

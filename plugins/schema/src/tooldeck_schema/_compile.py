@@ -74,8 +74,13 @@ _lock = threading.Lock()
 
 
 def plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``schema`` made of plain dicts and lists; raises TypeError if not JSON."""
-    return json.loads(json.dumps(schema, sort_keys=True))  # type: ignore[no-any-return]
+    """A deep copy of ``schema`` made of plain dicts and lists; raises TypeError if not JSON
+    and ValueError for NaN or an infinity (Python's ``json`` writes them as ``NaN``, which no
+    provider's JSON parser reads: one such default in one tool's schema failed every request
+    that carried the tool)."""
+    return json.loads(  # type: ignore[no-any-return]
+        json.dumps(schema, sort_keys=True, allow_nan=False)
+    )
 
 
 def _walk_refs(node: Any) -> Iterator[str]:

@@ -127,7 +127,10 @@ def _check_parameters(tool: ToolDefinition, add: Callable[[str, str], None]) -> 
     try:
         plain = plain_json(schema)
     except (TypeError, ValueError) as exc:
-        add("parameters", f"is not JSON-serializable ({exc})")
+        if isinstance(exc, ValueError) and "Out of range float" in str(exc):
+            add("parameters", "holds NaN or an infinity, which JSON cannot carry to a provider")
+        else:
+            add("parameters", f"is not JSON-serializable ({exc})")
         return None
     bad = meta_validate(plain)
     if bad is not None:
