@@ -201,3 +201,44 @@ async def test_eval_retrieval_runs_a_catalog_of_broken_schemas(tmp_path):
     assert figures["tools"] == len(BROKEN)
     assert figures["registration_warnings"]["parameters_loosened"] == len(BROKEN)
     assert figures["R@15"] == 100.0
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        # An OpenAPI operation's parameter list.
+        [{"name": "city", "in": "query", "type": "STRING", "description": "City name",
+          "required": True},
+         {"name": "days", "in": "query", "type": "NUMBER", "description": "Days ahead"}],
+        # RapidAPI's (ToolBench's) two lists.
+        {"required_parameters": [{"name": "city", "type": "STRING", "description": "City name"}],
+         "optional_parameters": [{"name": "days", "type": "NUMBER", "description": "Days ahead",
+                                  "default": "3"}]},
+    ],
+    ids=["openapi_list", "rapidapi_lists"],
+)
+async def test_lists_of_named_parameters_become_properties(parameters):
+    async with new_deck() as deck:
+        (added,) = await deck.add_tools([tool("forecast", parameters)], lenient=True)
+        properties = added.parameters["properties"]
+        assert properties["city"]["type"] == "string"
+        assert properties["city"]["description"] == "City name"
+        assert properties["days"]["type"] == "number"
+        assert added.parameters["required"] == ["city"]
+        session = deck.session()
+        assert (await session.call("forecast", {"city": "Oslo", "days": 2})).success
+        missing = await session.call("forecast", {"days": 2})
+        assert missing.error is not None and missing.error.code is ErrorCode.INVALID_ARGUMENTS
+
+
+def test_a_dataset_tool_with_list_parameters_loads(tmp_path):
+    from tooldeck._eval import load_dataset
+
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({
+        "tools": [{"name": "f", "description": "d",
+                   "parameters": [{"name": "city", "type": "string"}]}],
+        "queries": [{"query": "q", "relevant": ["f"]}],
+    }), encoding="utf-8")
+    (loaded,), _ = load_dataset(path, keep_names=True)
+    assert loaded.parameters == [{"name": "city", "type": "string"}]  # left to registration

@@ -217,15 +217,62 @@ def _repair_schema(schema: Any, path: str, changes: list[str], depth: int = 0) -
     return out
 
 
+def _is_named_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(item, Mapping) and isinstance(item.get("name"), str) and item["name"]
+        for item in value
+    )
+
+
+def _named_parameter_lists(
+    parameters: Any,
+) -> tuple[dict[str, Any], list[str], int] | None:
+    """Parameters written as lists of ``{"name": ..., "type": ..., "description": ...}``
+    objects (an OpenAPI operation's ``parameters``; RapidAPI's ``required_parameters`` and
+    ``optional_parameters``) as an object schema, the required names and the count; None for
+    any other shape."""
+    if _is_named_list(parameters):
+        lists = {"parameters": parameters}
+        rest: dict[str, Any] = {}
+    elif isinstance(parameters, Mapping) and "properties" not in parameters:
+        lists = {str(k): v for k, v in parameters.items() if _is_named_list(v)}
+        rest = {str(k): v for k, v in parameters.items() if str(k) not in lists}
+        if not lists:
+            return None
+    else:
+        return None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for key, items in lists.items():
+        for item in items:
+            spec = {k: v for k, v in item.items() if k not in ("name", "required", "in")}
+            properties[item["name"]] = spec
+            if item.get("required") is True or (
+                "required" in key.lower() and "optional" not in key.lower()
+            ):
+                required.append(item["name"])
+    schema = {**rest, "type": "object", "properties": properties}
+    return schema, list(dict.fromkeys(required)), len(properties)
+
+
 def repair_parameters(parameters: Any) -> tuple[dict[str, Any], list[str]]:
     """A parameter schema strict registration would accept, and what was changed in it.
 
     Only what has one obvious reading is repaired: no schema -> an empty object schema; a
     missing top-level ``type`` -> ``object``; non-JSON-Schema type names (``str``, ``dict``,
     ``STRING``, ``any``) -> their JSON Schema names (``any`` drops the key); ``required``
-    entries that are not properties are dropped. Anything else is left to the register stage.
+    entries that are not properties are dropped; lists of named parameter objects (OpenAPI's
+    ``parameters``, RapidAPI's ``required_parameters`` / ``optional_parameters``) -> properties.
+    Anything else is left to the register stage (and :func:`sanitize_parameters`).
     """
     changes: list[str] = []
+    named = _named_parameter_lists(parameters)
+    if named is not None:
+        parameters, required, count = named
+        changes.append(f"parameters given as lists of {count} named parameter object(s) "
+                       "(OpenAPI, RapidAPI) turned into an object schema")
+        if required:
+            parameters = {**parameters, "required": required}
     if not isinstance(parameters, Mapping):
         changes.append(f"parameters {type(parameters).__name__} replaced by an empty object")
         return {"type": "object", "properties": {}}, changes
