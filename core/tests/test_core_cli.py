@@ -148,3 +148,21 @@ def test_plugins_lists_an_incomplete_install_and_names_the_missing_stage(tmp_pat
     else:
         assert "tooldeck-schema" in proc.stdout and "tooldeck-tools-fs" in proc.stdout
         assert "pip install tooldeck-runner" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_plugins_lists_an_install_missing_a_required_plugin(tmp_path, json_out):
+    # A required plugin that is not installed raised PluginLoadError, which the fallback did
+    # not catch: `tooldeck plugins` listed nothing and exited 2.
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tooldeck]\nrequired_plugins = ["policy", "runner", "schema", "acme_missing"]\n'
+    )
+    assert run("config", "trust", cwd=tmp_path).returncode == 0
+    proc = run("plugins", *(["--json"] if json_out else []), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    if json_out:
+        report = json.loads(proc.stdout)
+        assert "acme_missing" in report["missing_stage"]
+        assert {"schema", "runner", "policy"} <= {p["name"] for p in report["plugins"]}
+    else:
+        assert "tooldeck-schema" in proc.stdout and "acme_missing" in proc.stdout

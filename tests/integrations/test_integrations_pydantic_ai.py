@@ -101,3 +101,64 @@ def test_a_dangerous_call_is_deferred_for_approval(session, markers, approve):
     else:
         assert markers == []
         assert "denied" in str(_returns(result)[-1])
+
+
+def _deferred_first_run(session: Any) -> tuple[Any, Any]:
+    model, _ = scripted("delete_notes", {"folder": "work"})
+    agent = Agent(
+        model, toolsets=[TooldeckToolset(session)], output_type=[str, DeferredToolRequests]
+    )
+    first = asyncio.run(agent.run("delete the notes in the work folder"))
+    assert isinstance(first.output, DeferredToolRequests)
+    return model, first
+
+
+@pytest.mark.parametrize("denial", [False, "ToolDenied"])
+def test_a_denied_call_leaves_no_approval_behind(session, markers, denial):
+    # Pydantic AI answers a denied call itself: before, the deck's approval stayed pending and
+    # session.resume(approval_id) ran the call the user had refused.
+    from pydantic_ai import ToolDenied
+
+    model, first = _deferred_first_run(session)
+    (call,) = first.output.approvals
+    approval_id = first.output.metadata[call.tool_call_id]["approval_id"]
+    assert approval_id in session.session.pending_approvals()
+    answer = False if denial is False else ToolDenied("not today")
+    agent = Agent(
+        model, toolsets=[TooldeckToolset(session)], output_type=[str, DeferredToolRequests]
+    )
+    asyncio.run(agent.run(message_history=first.all_messages(),
+                          deferred_tool_results=DeferredToolResults(
+                              approvals={call.tool_call_id: answer})))
+    assert session.session.pending_approvals() == {}
+    late = session.resume(approval_id)
+    assert not late.success and markers == []
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_run_resumed_with_a_new_session_and_toolset_answers_the_call(portal, tmp_path, markers,
+                                                                      approve):
+    # The resumed run is what a new process does: a new session (no hand) and a new toolset,
+    # with the message history saved from the first run. Before, the step listed no tools and
+    # Pydantic AI answered "Unknown tool name: 'delete_notes'".
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    first_session = portal.session(workdir=tmp_path)
+    model, first = _deferred_first_run(first_session)
+    (call,) = first.output.approvals
+    saved = ModelMessagesTypeAdapter.dump_json(first.all_messages())
+    later = portal.session(workdir=tmp_path)
+    assert later.session.hand is None
+    agent = Agent(
+        model, toolsets=[TooldeckToolset(later)], output_type=[str, DeferredToolRequests]
+    )
+    result = asyncio.run(agent.run(
+        message_history=ModelMessagesTypeAdapter.validate_json(saved),
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: approve})))
+    if approve:
+        assert markers == ["work"]
+        assert _returns(result)[-1] == {"ok": True, "data": "deleted notes in work"}
+    else:
+        assert markers == []
+        assert "denied" in str(_returns(result)[-1])
+    assert later.session.pending_approvals() == {}

@@ -169,14 +169,14 @@ def _add_plugin_commands(parser: argparse.ArgumentParser, argv: Sequence[str]) -
 def _cmd_plugins(args: argparse.Namespace) -> int:
     import attrs
 
-    from tooldeck_hookspecs import StageMissingError
+    from tooldeck_hookspecs import PluginLoadError, StageMissingError
 
     missing: str | None = None
     try:
         deck = _load_deck()
-    except StageMissingError as exc:
+    except (StageMissingError, PluginLoadError) as exc:
         # The diagnostic command of an incomplete install: it must still say what is installed
-        # (and what failed) rather than only that a stage is missing.
+        # (and what failed) rather than only that a stage or a required plugin is missing.
         if _LOADED is None:
             raise
         missing = str(exc)

@@ -17,10 +17,13 @@
                                      deferred_tool_results=answers)
 
 Each run step lists the hand the deck deals for the run's prompt (selected once per prompt; a run
-resumed without a prompt keeps the session's current hand). Every call goes through the session.
-A call the deck holds for approval becomes Pydantic AI's approval-required deferred call
-(``ApprovalRequired``, with the deck's ``approval_id`` and reasons in its metadata); approving it
-in ``DeferredToolResults`` runs exactly that call once, denying it never reaches the tool.
+resumed without a prompt keeps the session's current hand, or, in a new process or session, deals
+the hand for the history's last user prompt), plus the tools of the calls the resumed run answers.
+Every call goes through the session. A call the deck holds for approval becomes Pydantic AI's
+approval-required deferred call (``ApprovalRequired``, with the deck's ``approval_id`` and reasons
+in its metadata); approving it in ``DeferredToolResults`` runs exactly that call once; denying it
+never reaches the tool, and the deck's pending approval is denied at the run's next step (it can
+no longer be resumed, here or in a process sharing the approval store).
 
 Pydantic AI only lets the model call the tools a step lists: pass ``tools=`` (a hand or names) to
 list a fixed set instead; tools in it that the session's current hand does not hold still run
@@ -67,6 +70,49 @@ def _prompt_text(prompt: str | Sequence[Any] | None) -> str | None:
     # A multi-part prompt: its text parts (images and files do not describe the task in words).
     text = " ".join(part for part in prompt if isinstance(part, str)).strip()
     return text or None
+
+
+def _history_task(messages: Sequence[Any]) -> str | None:
+    """The last user prompt in a run's message history (a run resumed without a prompt, in a
+    new process or with a new session, is still about that task)."""
+    for message in reversed(messages or ()):
+        for part in reversed(getattr(message, "parts", ()) or ()):
+            if getattr(part, "part_kind", None) == "user-prompt":
+                return _prompt_text(getattr(part, "content", None))
+    return None
+
+
+def _unanswered_calls(messages: Sequence[Any]) -> list[str]:
+    """Tool names of the calls in the history's last model response that no tool return or
+    retry prompt answered yet (the deferred calls a resumed run is about to answer)."""
+    answered: set[str] = set()
+    for message in reversed(messages or ()):
+        parts = getattr(message, "parts", ()) or ()
+        if getattr(message, "kind", None) == "response":
+            return list(dict.fromkeys(
+                str(p.tool_name) for p in parts
+                if getattr(p, "part_kind", None) == "tool-call" and p.tool_call_id not in answered
+            ))
+        answered.update(
+            str(p.tool_call_id) for p in parts
+            if getattr(p, "part_kind", None) in ("tool-return", "retry-prompt")
+        )
+    return []
+
+
+def _answered_ids(messages: Sequence[Any]) -> set[str]:
+    """Ids of the tool calls the history answered (a tool return or a retry prompt)."""
+    return {
+        str(part.tool_call_id)
+        for message in messages or ()
+        for part in getattr(message, "parts", ()) or ()
+        if getattr(part, "part_kind", None) in ("tool-return", "retry-prompt")
+    }
+
+
+async def _retire(session: Session, approval_ids: list[str]) -> None:
+    for approval_id in approval_ids:
+        await session.deny(approval_id)
 
 
 def _build_toolset() -> type:
@@ -123,14 +169,45 @@ def _build_toolset() -> type:
             session = bridge.session
             task = _prompt_text(ctx.prompt)
             hand = session.hand
-            if task is None:
-                return list(hand.tools) if hand is not None else []
-            if hand is None or hand.query != task:
+            messages = getattr(ctx, "messages", None) or []
+            if task is None and hand is None:
+                # Resumed without a prompt in a new process (or with a new session): the task
+                # is the history's last user prompt, so the deferred calls' tools are listed.
+                task = _history_task(messages)
+            if task is not None and (hand is None or hand.query != task):
                 hand = await bridge.arun(session.select, task)
-            return list(hand.tools)
+            listed = list(hand.tools) if hand is not None else []
+            # The calls a resumed run answers now (approved ones run here) must name listed
+            # tools, even one the model reached through the deck's widening fallback.
+            names = {d.name for d in listed}
+            catalog = session.deck.catalog
+            for name in _unanswered_calls(messages):
+                found = catalog.get(name) if name not in names else None
+                if found is not None:
+                    listed.append(found)
+                    names.add(name)
+            return listed
+
+        async def _retire_answered(self, ctx: Any) -> None:
+            """Deny the deck approvals of calls the run answered without running them through
+            this toolset (``DeferredToolResults`` with ``False`` or ``ToolDenied``, or a result
+            given directly): else the call the user refused stayed pending, and an approvals UI
+            or a process sharing the approval store could still run it."""
+            conversation = self._conversation(ctx)
+            session = conversation.bridge.session
+            pending = session.pending_approvals()
+            if not pending:
+                return
+            answered = _answered_ids(getattr(ctx, "messages", None) or [])
+            stale = [key for key, call in pending.items() if call.id and call.id in answered]
+            if stale:
+                for key in stale:
+                    conversation.book.forget(str(pending[key].id))
+                await conversation.bridge.arun(_retire, session, stale)
 
         async def get_tools(self, ctx: Any) -> dict[str, Any]:
             """The tools of this step: the hand for the run's prompt (or the fixed list)."""
+            await self._retire_answered(ctx)
             tools = {}
             for d in await self._definitions(ctx):
                 description, parameters = provider_schema(d)
