@@ -71,11 +71,18 @@ at them when the rule's pattern starts with its keyword; every look around a fin
 line as on a short one. gitleaks' curl rules, written for RE2's linear engine as
 ``\bcurl\b(?:.*|...)`` before the option they want, search that option part and look back for
 ``curl`` instead (Python's engine read to the end of the line from every ``curl``: 18 s for 80 kB
-of them); long scans check the call's deadline, so an abandoned redaction thread stops. 1 MB of
-mixed text takes about 50 ms with ~600 secrets (decoding adds a pass per level over the runs and
-escaped lines, no more than the text: 1.1-1.9x on the benchmarks, 1 and 10 MB alike); a 1 MB
-line holding 19,000 ``aws_secret=...`` findings about 2 s (46 s before; 2-core machine). The
-rules compile once, on first use (~0.15 s). :func:`redact_result` is thread-safe and accepts a
+of them); long scans check the call's deadline, so an abandoned redaction thread stops.
+gitleaks' kubernetes-secret-yaml pattern backtracks for ~100 s per MB of ``data:`` / entry /
+``kind: secret`` pieces under Python's engine: an exact linear matcher finds its matches instead
+(:class:`_KubernetesSecretYaml`); match and line allowlists are tried only at the offsets up to
+the rule's match, the generic names one through an equivalent pattern the engine skips fast
+(:class:`_FastAlternation`). 1 MB of mixed text takes about 50 ms with ~600 secrets (decoding
+adds a pass per level over the runs and escaped lines, no more than the text: 1.1-1.9x on the
+benchmarks, 1 and 10 MB alike); the worst inputs found per rule (its keywords packed, its
+pattern's samples cut and glued, mutated) cost up to ~0.7 s per MB for one rule, and a 1 MB
+line holding 19,000 ``aws_secret=...`` findings ~1.4 s for the whole redaction (2 s before the
+audit of stop 41, 46 s before issue 13; 2-core machine). The rules compile once, on first use
+(~0.15 s). :func:`redact_result` is thread-safe and accepts a
 deadline; :func:`needs_offload` tells the core when a result is big enough to redact in a
 worker thread.
 
@@ -102,6 +109,14 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+
+try:  # the C loop behind Counter; a dict filled by it keeps Counter's order
+    from collections import _count_elements  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a Python without the C helper
+
+    def _count_elements(mapping: dict[str, int], iterable: Iterable[str]) -> None:
+        for element in iterable:
+            mapping[element] = mapping.get(element, 0) + 1
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from typing import Any
@@ -165,6 +180,10 @@ def _lazy_re(pattern: str, flags: int = 0) -> Any:
     return _LazyPattern(pattern, flags)
 
 
+# The spans of matches, read by map() at C speed.
+_MATCH_SPAN = re.Match.span
+_MATCH_START = re.Match.start
+
 #: How a secret is replaced; ``{rule}`` is the id of the rule that found it.
 REDACTION_FORMAT = "[REDACTED:{rule}]"
 
@@ -212,14 +231,28 @@ class Finding:
 _CLOG = [0.0] + [c * math.log2(c) for c in range(1, 257)]
 
 
+# log2(n), precomputed (the same floats as math.log2).
+_LOG2 = [0.0] + [math.log2(n) for n in range(1, len(_CLOG))]
+
+
+def _counts(value: str) -> dict[str, int]:
+    """What ``Counter(value)`` holds (the same order), without Counter's own overhead."""
+    counts: dict[str, int] = {}
+    _count_elements(counts, value)
+    return counts
+
+
 def shannon_entropy(value: str) -> float:
     """Bits of Shannon entropy per character of ``value`` (0 for the empty string)."""
     if not value:
         return 0.0
-    n = len(value)
+    return _entropy_of(_counts(value), len(value))
+
+
+def _entropy_of(counts: dict[str, int], n: int) -> float:
     if n < len(_CLOG):  # H = log2(n) - sum(c * log2 c) / n, from a table
-        return math.log2(n) - sum(map(_CLOG.__getitem__, Counter(value).values())) / n
-    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+        return _LOG2[n] - sum(map(_CLOG.__getitem__, counts.values())) / n
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
 def _scoped(regex: str) -> str:
@@ -254,6 +287,12 @@ class _Allowlist:
     stopword_automaton: Any = None
     #: The secret-target regexes as one alternation: any of them matching all of the secret.
     combined: re.Pattern[str] | None = None
+    #: How :func:`_covers` walks each regex of a match/line allowlist (made once: hashing a
+    #: long pattern for a cache look-up cost 2 us per finding).
+    walks: tuple[_CoverWalk, ...] = ()
+    #: What :meth:`_stopwords_explain` answered, by (secret, entropy): several names before one
+    #: ``=`` each start a match with the same secret (emptied when full).
+    explained: dict[tuple[str, float], bool] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def load(cls, raw: Mapping[str, Any]) -> _Allowlist:
@@ -267,11 +306,14 @@ class _Allowlist:
         sources = [str(rx) for rx in raw.get("regexes", ())]
         # One pass instead of one per regex; a leading global flag becomes a scoped group.
         combined = re.compile("|".join(f"(?:{_scoped(rx)})" for rx in sources)) if sources else None
+        target = str(raw.get("regex_target", "secret"))
+        regexes = tuple(re.compile(rx) for rx in sources)
         return cls(
             condition=str(raw.get("condition", "OR")).upper(),
-            target=str(raw.get("regex_target", "secret")),
-            regexes=tuple(re.compile(rx) for rx in sources),
+            target=target,
+            regexes=regexes,
             combined=combined,
+            walks=() if target == "secret" else tuple(_CoverWalk(rx) for rx in regexes),
             stopwords=stopwords,
             has_paths=bool(raw.get("paths")),
             stopword_automaton=automaton,
@@ -281,26 +323,47 @@ class _Allowlist:
         """Whether this allowlist excuses ``secret`` (found by a rule demanding ``entropy``).
 
         ``context`` gives the text a match/line regex looks at and the offset in it of the start
-        of the rule's match (computed only when a regex needs it).
+        of the rule's match (computed only when a regex needs it). The conditions are read in
+        order and the reading stops once the outcome is known (each is a pure test).
         """
-        checks: list[bool] = []
+        every = self.condition == "AND"
+        known = False  # whether any condition was read
         if self.has_paths:
-            if self.condition == "AND":
+            if every:
                 return False  # tool output has no file path to match: no need to read more
-            checks.append(False)  # tool output has no file path to match
+            known = True  # tool output has no file path to match: False, read on
         if self.regexes:
             if self.target == "secret":
-                checks.append(self.combined is not None and bool(self.combined.fullmatch(secret)))
+                hit = self.combined is not None and self.combined.fullmatch(secret) is not None
             else:
-                where, anchor = context()
-                checks.append(any(_covers(rx, where, anchor) for rx in self.regexes))
+                hit = False
+                for walk in self.walks:
+                    if walk.literal and isinstance(context, _Context) and not context.holds(
+                        walk.literal
+                    ):
+                        continue  # no match of it can start at or before the anchor
+                    where, anchor = context()
+                    if walk.covers(where, anchor):
+                        hit = True
+                        break
+            if hit != every:
+                return hit  # OR: one is enough; AND: one failing is enough
+            known = True
         if self.stopwords:
-            checks.append(self._stopwords_explain(secret, entropy))
-        if not checks:
-            return False
-        return all(checks) if self.condition == "AND" else any(checks)
+            return self._stopwords_explain(secret, entropy)
+        return known and every
 
     def _stopwords_explain(self, secret: str, entropy: float) -> bool:
+        if len(secret) > _REMEMBERED_MAX:
+            return self._explain(secret, entropy)
+        known = self.explained.get((secret, entropy))
+        if known is None:
+            if len(self.explained) >= 4096:
+                self.explained.clear()
+            known = self.explained[(secret, entropy)] = self._explain(secret, entropy)
+        return known
+
+    def _explain(self, secret: str, entropy: float) -> bool:
         lowered = secret.lower()
         spans: list[tuple[int, int]] = []
         if self.stopword_automaton is not None:
@@ -337,25 +400,274 @@ def _covers(rx: re.Pattern[str], where: str, anchor: int) -> bool:
     gitleaks' generic rule can be a whole line (its value ``[a-z0-9+/]{11,}`` has no bound).
     Its allowlist's ``[a-z0-9-]*?api[a-z0-9-]*?:jar:`` then read the rest of that value from
     every offset: 8 s for 32 kB of ``key = aaaa...`` (quadratic). A search is the first offset
-    at which ``match`` succeeds, so the hits are the same.
+    at which ``match`` succeeds, so the hits are the same. How the offsets are tried depends on
+    the pattern (see :class:`_CoverWalk`): the search over the whole of a short ``where`` was
+    quadratic too (37 s per MB of ``key = <4 kB value>``).
     """
-    if len(where) <= _COVERS_SEARCH_MAX:
-        return _covers_from(rx, where, anchor, 0)  # short: one C loop is cheaper
-    at = 0
-    while at <= anchor:
-        hit = rx.match(where, at)
-        if hit is None:
-            at += 1
+    return _cover_walk(rx).covers(where, anchor)
+
+
+class _CoverWalk:
+    """How :func:`_covers` tries one pattern at the offsets up to the anchor, by what its
+    matches start with:
+
+    - a literal (``LICENSE[^=]*=...``, ``--mount=type=secret,``): only the offsets where that
+      literal occurs (found by ``str.find``) can start a match;
+    - gitleaks' generic allowlist of names (:class:`_FastAlternation`): one call of an
+      equivalent pattern whose alternatives the engine skips at C speed, over the next
+      :data:`_FAST_SPAN` offsets (a match starting past the anchor ends the walk anyway);
+    - anything else: ``finditer`` over a short ``where`` when the anchor is not close to its
+      start, else ``match`` at each offset.
+    """
+
+    def __init__(self, rx: re.Pattern[str]) -> None:
+        self.rx = rx
+        source = getattr(rx, "pattern", None)
+        flags = getattr(rx, "flags", 0)
+        self.literal = (
+            _literal_prefix(source)
+            if isinstance(source, str) and not flags & (re.IGNORECASE | re.VERBOSE)
+            else ""
+        )
+        self.fast = (
+            _FastAlternation.get(source, flags)
+            if isinstance(source, str) and not self.literal
+            else None
+        )
+
+    def covers(self, where: str, anchor: int) -> bool:
+        if self.literal:
+            return self._covers_at_literals(where, anchor)
+        if self.fast is not None:
+            return self._covers_fast(where, anchor)
+        if len(where) <= _COVERS_SEARCH_MAX and anchor > _COVERS_MATCH_MAX:
+            return _covers_from(self.rx, where, anchor, 0)  # short: one C loop is cheaper
+        return self._covers_by_match(where, anchor, 0)
+
+    def _covers_by_match(self, where: str, anchor: int, at: int) -> bool:
+        rx = self.rx
+        while at <= anchor:
+            hit = rx.match(where, at)
+            if hit is None:
+                at += 1
+                continue
+            if hit.end() == hit.start():
+                # finditer's rules after an empty hit (no second empty hit at the same offset)
+                # cannot be replayed with match(): read on with finditer itself (none of
+                # gitleaks' allowlists matches the empty string).
+                return _covers_from(rx, where, anchor, at)
+            if hit.end() > anchor:
+                return True
+            at = hit.end()
+        return False
+
+    def _covers_at_literals(self, where: str, anchor: int) -> bool:
+        rx, literal = self.rx, self.literal
+        last = anchor + len(literal)  # a literal found before this starts at most at anchor
+        at = where.find(literal, 0, last)
+        while at >= 0:
+            hit = rx.match(where, at)
+            if hit is None:
+                at = where.find(literal, at + 1, last)
+                continue
+            if hit.end() > anchor:
+                return True  # (a match that starts with a literal is not empty)
+            at = where.find(literal, hit.end(), last)
+        return False
+
+    def _covers_fast(self, where: str, anchor: int) -> bool:
+        assert self.fast is not None
+        at = 0
+        while at <= anchor:
+            if anchor - at > _FAST_SPAN:
+                return self._covers_by_match(where, anchor, at)
+            # the first match starting in [at, at + N], N >= anchor - at
+            hit = self.fast.walker(where, anchor - at)(where, at)
+            if hit is None:
+                return False
+            start, end = hit.span(1)
+            if start > anchor:
+                return False
+            if end == start:
+                return _covers_from(self.rx, where, anchor, start)
+            if end > anchor:
+                return True
+            at = end
+        return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _cover_walk(rx: re.Pattern[str]) -> _CoverWalk:
+    return _CoverWalk(rx)
+
+
+# Up to this anchor, _covers tries the offsets one by one rather than search a short text.
+_COVERS_MATCH_MAX = 8
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The literal every match of ``pattern`` (case-sensitive, not verbose) starts with: its
+    leading plain characters, none of them made optional or repeated; "" when it has none or
+    may start otherwise (a flag group, a top-level ``|``)."""
+    if pattern.startswith("(") or len(_split_top(pattern)) != 1:
+        return ""
+    out = []
+    for i, c in enumerate(pattern):
+        if not (c.isascii() and (c.isalnum() or c in "_-=,:;/<>!@%&~'\" #")):
+            break
+        if pattern[i + 1 : i + 2] in ("*", "+", "?", "{"):
+            break
+        out.append(c)
+    return "".join(out)
+
+
+# The case-insensitive forms of an ASCII letter that differ from its lower and upper case
+# (Python's ``re`` with IGNORECASE on str patterns; test_redact_s41_speed.py checks the table
+# against every cased character).
+_IGNORECASE_EXTRA = {"i": "\u0130\u0131", "k": "\u212a", "s": "\u017f"}
+_QUANTIFIERS = ("*", "+", "?", "{")
+# Most offsets _covers_fast reads in one call (a match starting later than the anchor ends the
+# walk: the anchor of a match allowlist is the length of the name before it, at most 50).
+_FAST_SPAN = 63
+
+
+class _FastAlternation:
+    """A case-insensitive alternation of words (gitleaks' generic allowlist of names:
+    ``(?i)(?:access(?:ibility|or)|...|rapid|...)``) as an equivalent pattern the engine runs
+    fast, and the walk :func:`_covers` makes with it.
+
+    Under IGNORECASE the engine tries each of the ~30 alternatives at each offset (~1 us per
+    offset, 10 us for a name of 10 characters). Rewritten, equivalently:
+
+    - each alternative's first letter becomes the class of all its case forms (``[aA]``,
+      ``[kK\u212a]``, see :data:`_IGNORECASE_EXTRA`), the rest stays case-insensitive; a group
+      of alternatives is spread (``(?:A|B)S`` is ``AS|BS``: tried in the same order);
+    - alternatives are gathered by first character: the classes are cut into disjoint sets,
+      and each set leads the alternatives that can start with it, in their order. At an
+      offset only the set holding its character is entered (one table look-up per set, the
+      engine skips a branch whose first class fails), and there the alternatives are tried in
+      the order of the source, the others could not match there;
+    - alternatives that start with a run (``[a-z0-9-]*?api[a-z0-9-]*?:jar:``,
+      ``[A-Z_]+=\n...``) read the run at each offset: they are left out for a text that lacks
+      a literal they need (``:jar:``, ``=\n``, see :data:`_NEEDS`), where they cannot match;
+      where they are kept, the alternatives stay in one list, in order.
+
+    Equivalence on random texts: test_redact_s41_speed.py.
+    """
+
+    def __init__(self, parts: list[tuple[str, str, re.Pattern[str] | None]]) -> None:
+        # (first class or "" when the alternative does not start with one, the rest, the
+        # literal it needs or None), in order
+        self.parts = parts
+        self.needs = list(dict.fromkeys(need for _, _, need in parts if need is not None))
+        self.walkers: dict[tuple[tuple[bool, ...], int], Callable[..., Any]] = {}
+
+    @classmethod
+    def get(cls, source: str, flags: int) -> _FastAlternation | None:
+        """The fast form of ``source``, or None when it is not an alternation of words."""
+        head = "(?i)(?:"
+        if flags & ~(re.IGNORECASE | re.UNICODE) or not source.startswith(head):
+            return None
+        try:
+            body = _group_body(source, len(head))
+        except (ValueError, IndexError):
+            return None
+        if len(head) + len(body) + 1 != len(source):
+            return None
+        parts: list[tuple[str, str, re.Pattern[str] | None]] = []
+        for alternative in _split_top(body):
+            spread = _spread_alternative(alternative, "")
+            if spread is not None:
+                parts.extend((first, rest, None) for first, rest in spread)
+            else:
+                need = _NEEDS.get(alternative)
+                parts.append(("", f"(?i:{alternative})", None if need is None else need.compiled))
+        return cls(parts)
+
+    def walker(self, where: str, span: int) -> Callable[..., Any]:
+        """``match`` of ``(?s:.){0,N}?(<the alternatives that can match in where>)``, N the
+        least of 0, 1, 3, 7, ... 63 that is at least ``span`` (<= _FAST_SPAN)."""
+        present = tuple(need.search(where) is not None for need in self.needs)
+        reach = (1 << span.bit_length()) - 1
+        walk = self.walkers.get((present, reach))
+        if walk is None:
+            found = {need for need, here in zip(self.needs, present, strict=True) if here}
+            kept = [(first, rest) for first, rest, need in self.parts
+                    if need is None or need in found]
+            pattern = f"(?s:.){{0,{reach}}}?({_alternation(kept)})"
+            walk = self.walkers[(present, reach)] = re.compile(pattern).match
+        return walk
+
+
+def _alternation(parts: list[tuple[str, str]]) -> str:
+    """``first + rest`` for each part, in order, as one alternation, gathered by first character
+    when every part starts with a class (see :class:`_FastAlternation`)."""
+    if not parts:
+        return "(?!)"
+    if not all(first for first, _ in parts):
+        return "|".join(first + rest for first, rest in parts)
+    sets = [frozenset(first[1:-1]) for first, _ in parts]
+    by_member: dict[tuple[int, ...], list[str]] = {}  # the parts a character starts -> them
+    for char in sorted(set().union(*sets)):
+        by_member.setdefault(tuple(i for i, s in enumerate(sets) if char in s), []).append(char)
+    branches = []
+    for members, chars in by_member.items():
+        rests = [parts[i][1] for i in members]
+        branches.append(f"[{''.join(chars)}](?:{'|'.join(rests)})")
+    return "|".join(branches)
+
+
+def _case_class(letter: str) -> str:
+    return "[" + letter.lower() + letter.upper() + _IGNORECASE_EXTRA.get(letter.lower(), "") + "]"
+
+
+_CLASS_HEAD_RE = re.compile(r"\[[A-Za-z]+\](?![*+?{])")
+
+
+def _spread_alternative(alternative: str, suffix: str) -> list[tuple[str, str]] | None:
+    """``alternative`` then ``suffix`` (both read case-insensitively unless scoped
+    otherwise) as equivalent ``(first class, rest)`` pairs, tried in this order; None when it
+    does not start with a letter, a class of letters or a group of such."""
+    first = alternative[:1]
+    if first.isascii() and first.isalpha() and alternative[1:2] not in _QUANTIFIERS:
+        rest = alternative[1:]
+        return [(_case_class(first), (f"(?i:{rest})" if rest else "") + suffix)]
+    for opening, flag in (("(?:", "i"), ("(?-i:", "-i")):
+        if not alternative.startswith(opening):
             continue
-        if hit.end() == hit.start():
-            # finditer's rules after an empty hit (no second empty hit at the same offset)
-            # cannot be replayed with match(): read on with finditer itself (none of gitleaks'
-            # allowlists matches the empty string).
-            return _covers_from(rx, where, anchor, at)
-        if hit.end() > anchor:
-            return True
-        at = hit.end()
-    return False
+        try:
+            body = _group_body(alternative, len(opening))
+        except (ValueError, IndexError):
+            return None
+        rest = alternative[len(opening) + len(body) + 1 :]
+        if rest[:1] in _QUANTIFIERS:
+            return None  # an optional group: the alternative may start after it
+        after = (f"(?i:{rest})" if rest else "") + suffix
+        out: list[tuple[str, str]] = []
+        for inner in _split_top(body):
+            if flag == "i":
+                spread = _spread_alternative(inner, after)
+            else:  # case-sensitive: a class of letters or a letter starts it as it is
+                head = _CLASS_HEAD_RE.match(inner)
+                if head is not None:
+                    spread = [(head.group(), f"(?-i:{inner[head.end():]})" + after)]
+                elif inner[:1].isascii() and inner[:1].isalpha() and inner[1:2] not in _QUANTIFIERS:
+                    spread = [(f"[{inner[0]}]", f"(?-i:{inner[1:]})" + after)]
+                else:
+                    spread = None
+            if spread is None:
+                return None
+            out.extend(spread)
+        return out
+    return None
+
+
+#: Literals that alternatives of a :class:`_FastAlternation` starting with a run need.
+_NEEDS = {
+    "[a-z0-9-]*?api[a-z0-9-]*?:jar:": _lazy_re(r"(?i):jar:"),
+    "(?-i:(?:[A-Z_]+=\\n[A-Z_]+=|[a-z_]+=\\n[a-z_]+=)(?:\\n|\\Z))": _lazy_re("=\n"),
+    "(?-i:(?:[A-Z.]+=\\n[A-Z.]+=|[a-z.]+=\\n[a-z.]+=)(?:\\n|\\Z))": _lazy_re("=\n"),
+}
 
 
 def _covers_from(rx: re.Pattern[str], where: str, anchor: int, at: int) -> bool:
@@ -385,6 +697,25 @@ _ENTROPY_WINDOWS = (16, 32, 64)
 def _entropic(value: str, threshold: float) -> bool:
     """Whether ``value``, or any 16/32/64-character window of it, has more than ``threshold``.
 
+    Remembered for values up to :data:`_REMEMBERED_MAX` characters: the windows are slid in
+    Python (~100 us for a value of 150 characters), and the same value is judged again and
+    again when several names precede one ``=`` (each keyword starts a match of gitleaks'
+    generic rule, all with that value), or when the pieces a stopword leaves of it recur
+    (3.5 s per MB of such lines).
+    """
+    if len(value) <= _REMEMBERED_MAX:
+        return _entropic_remembered(value, threshold)
+    return _entropic_of(value, threshold)
+
+
+# Values remembered by _entropic and _Allowlist._stopwords_explain are at most this long (a
+# cache of long secrets would keep megabytes of past tool output alive).
+_REMEMBERED_MAX = 256
+
+
+def _entropic_of(value: str, threshold: float) -> bool:
+    """:func:`_entropic`, computed.
+
     gitleaks measures the entropy of the whole secret. A secret whose pattern allows a longer
     value can be padded by the output itself (``KEY=<real key>aaaaaaaa...``) until the whole
     falls under the threshold; the random part still stands out in a window.
@@ -392,12 +723,13 @@ def _entropic(value: str, threshold: float) -> bool:
     # No text, nor any window of it, has more entropy than log2 of its count of distinct
     # characters: a long run of a few characters ("xoxb-0000000000-..." repeated, "ABSK/"
     # repeated) is refused at C speed instead of sliding Python windows over it.
-    distinct = len(set(value))
-    if distinct < 2 or math.log2(distinct) <= threshold:
+    counts = _counts(value)
+    distinct, n = len(counts), len(value)
+    most = _LOG2[distinct] if distinct < len(_LOG2) else math.log2(distinct)
+    if distinct < 2 or most <= threshold:
         return False
-    if shannon_entropy(value) > threshold:
+    if _entropy_of(counts, n) > threshold:
         return True
-    n = len(value)
     for w in _ENTROPY_WINDOWS:
         if w >= n:
             break
@@ -421,6 +753,9 @@ def _entropic(value: str, threshold: float) -> bool:
             if acc < limit - 1e-9:
                 return True
     return False
+
+
+_entropic_remembered = functools.lru_cache(maxsize=4096)(_entropic_of)
 
 
 # Placeholders that no detector of ours reports: template variables, masks, type names, literals.
@@ -841,8 +1176,25 @@ class _GitleaksRule(_Rule):
         return re.compile(_possessive_tail(_quote_bounded_dots(self._regex)))
 
     @functools.cached_property
+    def finditer(self) -> Callable[[str, int, int], Iterator[Any]]:
+        """``pattern.finditer``, or an exact linear matcher that finds the same matches where
+        Python's engine backtracks for seconds (see :data:`_EXACT_MATCHERS`)."""
+        exact = _EXACT_MATCHERS.get(self._regex)
+        return exact().finditer if exact is not None else self.pattern.finditer
+
+    @functools.cached_property
     def allowlists(self) -> tuple[_Allowlist, ...]:
         return tuple(_Allowlist.load(a) for a in self._raw_allowlists)
+
+    @functools.cached_property
+    def all_allowlists(self) -> tuple[_Allowlist, ...]:
+        """The global allowlist, then the rule's own."""
+        return (self.global_allowlist, *self.allowlists)
+
+    @functools.cached_property
+    def contextual(self) -> bool:
+        """Whether an allowlist reads the match or the line around the secret."""
+        return any(a.target != "secret" and a.regexes for a in self.all_allowlists)
 
     def scan(self, text: str, positions: list[int]) -> Iterator[Finding]:
         if self.lead is not None:
@@ -874,9 +1226,18 @@ class _GitleaksRule(_Rule):
             return
         if not positions:
             return
+        # Regions overlap once one is cut (see _windows): a match found again in the next one,
+        # with the same spans, is judged the same (a finding only depends on its spans), and
+        # the copy would only be merged with itself.
+        seen: set[tuple[tuple[int, int], ...]] = set()
         for lo, hi in _windows(positions, len(text)):
             _check_deadline()
-            for m in self.pattern.finditer(text, lo, _extend_to_space(text, hi)):
+            earlier, seen = seen, set()
+            for m in self.finditer(text, lo, _extend_to_space(text, hi)):
+                spans = m.regs
+                seen.add(spans)
+                if spans in earlier:
+                    continue
                 finding = self._finding(text, m, widen=self.widen)
                 if isinstance(finding, Finding):
                     yield finding
@@ -916,7 +1277,10 @@ class _GitleaksRule(_Rule):
             if self.secret_group > len(groups):
                 return -1, -1
             return m.span(self.secret_group)
-        return m.span(next((i for i, g in enumerate(groups, 1) if g), 0))
+        for i, group in enumerate(groups, 1):
+            if group:
+                return m.span(i)
+        return m.span()
 
     def _finding(
         self, text: str, m: re.Match[str], *, widen: bool
@@ -928,30 +1292,285 @@ class _GitleaksRule(_Rule):
         if self.entropy and not _entropic(secret, self.entropy):
             return _LOW_ENTROPY
 
-        def match_context() -> tuple[str, int]:
-            lo = m.start()
-            if widen:  # give back the identifier the anchored pattern left out (up to 50 chars)
-                floor = max(0, lo - 50)
-                while lo > floor and text[lo - 1] in _IDENT_CHARS:
-                    lo -= 1
-            return text[lo : m.end()], m.start() - lo
-
-        def line_context() -> tuple[str, int]:
-            # The line, clipped to a bounded window around the match: a 1 MB line must not be
-            # copied and searched once per finding.
-            lo = text.rfind("\n", max(0, m.start() - _LINE_CONTEXT), m.start()) + 1
-            if lo == 0:
-                lo = max(0, m.start() - _LINE_CONTEXT)
-            hi = text.find("\n", m.end(), m.end() + _LINE_CONTEXT)
-            if hi == -1:
-                hi = min(len(text), m.end() + _LINE_CONTEXT)
-            return text[lo:hi], m.start() - lo
-
-        for allowlist in (self.global_allowlist, *self.allowlists):
-            context = line_context if allowlist.target == "line" else match_context
+        if not self.contextual:  # no allowlist reads the text around the secret
+            for allowlist in self.all_allowlists:
+                if allowlist.allows(secret, self.entropy, _no_context):
+                    return None
+            return Finding(rule_id=self.id, start=start, end=end)
+        match_context = line_context = None
+        for allowlist in self.all_allowlists:
+            if allowlist.target == "line":
+                if line_context is None:
+                    line_context = _Context(text, m, "line", widen)
+                context = line_context
+            else:
+                if match_context is None:
+                    match_context = _Context(text, m, "match", widen)
+                context = match_context
             if allowlist.allows(secret, self.entropy, context):
                 return None
         return Finding(rule_id=self.id, start=start, end=end)
+
+
+_IDENT_CHARS_TEXT = "".join(sorted(_IDENT_CHARS))
+
+
+class _Context:
+    """What a match or line allowlist reads around a rule's match: ``context()`` is the text
+    and the offset in it of the start of the match. The bounds and the copy are made at the
+    first reader that needs them; :meth:`holds` answers without the copy."""
+
+    __slots__ = ("_bounds", "_kind", "_m", "_text", "_where", "_widen")
+
+    def __init__(self, text: str, m: Any, kind: str, widen: bool) -> None:
+        self._text, self._m, self._kind, self._widen = text, m, kind, widen
+        self._bounds: tuple[int, int] | None = None
+        self._where: tuple[str, int] | None = None
+
+    def bounds(self) -> tuple[int, int]:
+        if self._bounds is None:
+            text, m = self._text, self._m
+            start, end = m.start(), m.end()
+            if self._kind == "match":
+                lo = start
+                if self._widen:  # give back the identifier the anchored pattern left out
+                    floor = max(0, lo - 50)
+                    lo = floor + len(text[floor:lo].rstrip(_IDENT_CHARS_TEXT))
+                self._bounds = lo, end
+            else:
+                # The line, clipped to a bounded window around the match: a 1 MB line must
+                # not be copied and searched once per finding.
+                lo = text.rfind("\n", max(0, start - _LINE_CONTEXT), start) + 1
+                if lo == 0:
+                    lo = max(0, start - _LINE_CONTEXT)
+                hi = text.find("\n", end, end + _LINE_CONTEXT)
+                if hi == -1:
+                    hi = min(len(text), end + _LINE_CONTEXT)
+                self._bounds = lo, hi
+        return self._bounds
+
+    def holds(self, literal: str) -> bool:
+        """Whether ``literal`` may start in the context at or before the match (False: it
+        does not; a find in the text, no copy)."""
+        lo, _ = self.bounds()
+        return self._text.find(literal, lo, self._m.start() + len(literal)) >= 0
+
+    def __call__(self) -> tuple[str, int]:
+        if self._where is None:
+            lo, hi = self.bounds()
+            self._where = self._text[lo:hi], self._m.start() - lo
+        return self._where
+
+
+def _no_context() -> tuple[str, int]:  # pragma: no cover - never called (see contextual)
+    raise AssertionError("an allowlist of the secret asked for its context")
+
+
+class _SpanMatch:
+    """What a rule's scan reads of a ``re.Match`` (spans and groups), for a match found by one
+    of the exact matchers below instead of ``re``."""
+
+    __slots__ = ("_spans", "string")
+
+    def __init__(self, string: str, spans: tuple[tuple[int, int], ...]) -> None:
+        self.string = string
+        self._spans = spans  # groups 0, 1, ...: (start, end), or (-1, -1) for a group not taken
+
+    def span(self, group: int = 0) -> tuple[int, int]:
+        return self._spans[group]
+
+    def start(self, group: int = 0) -> int:
+        return self._spans[group][0]
+
+    def end(self, group: int = 0) -> int:
+        return self._spans[group][1]
+
+    def group(self, group: int = 0) -> str | None:
+        start, end = self._spans[group]
+        return None if start < 0 else self.string[start:end]
+
+    def groups(self) -> tuple[str | None, ...]:
+        return tuple(None if s < 0 else self.string[s:e] for s, e in self._spans[1:])
+
+    @property
+    def regs(self) -> tuple[tuple[int, int], ...]:
+        return self._spans
+
+
+def _space_run_start(text: str, q: int, floor: int) -> int:
+    """Start of the run of whitespace that ends at ``q``, not below ``floor`` (``\\s`` is what
+    ``str.isspace`` calls whitespace, and ``rstrip`` strips: read back in growing chunks)."""
+    step = 64
+    while True:
+        at = q - step if q - step > floor else floor
+        kept = text[at:q].rstrip()
+        if kept or at == floor:
+            return at + len(kept)
+        step *= 4
+
+
+def _first_in_intervals(
+    starts: list[int], lows: list[int], highs: list[int], x: int, limit: int
+) -> tuple[int, int]:
+    """The first of the sorted positions ``starts`` that is in ``[x, limit]`` and inside one of
+    the sorted disjoint intervals ``[lows[j], highs[j]]``, and that ``j``; ``(-1, -1)`` when
+    there is none. Each turn of the loop passes an interval or a start."""
+    bisect_left = bisect.bisect_left
+    j = bisect_left(highs, x)
+    while j < len(highs):
+        lower = lows[j] if lows[j] > x else x
+        if lower > limit:
+            break
+        i = bisect_left(starts, lower)
+        if i == len(starts) or starts[i] > limit:
+            break
+        if starts[i] <= highs[j]:
+            return starts[i], j
+        j = bisect_left(highs, starts[i], j + 1)
+    return -1, -1
+
+
+class _KubernetesSecretYaml:
+    """gitleaks' kubernetes-secret-yaml pattern (:attr:`SOURCE`), matched in linear time with
+    exactly ``re``'s matches (spans of the match and both groups).
+
+    The pattern is ``A|B``: ``A`` = a ``kind: secret`` line, within 200 characters a ``data:``,
+    within 100 more a blank run, then an entry (``name: value``, the secret group); ``B`` = a
+    ``data:``, the entry, then within 200 characters a ``kind: secret`` line. Python's engine
+    retried the entry and the 200-character tail from each of the 100 positions after each
+    ``data:`` and from each possible end of the entry's value: ~100 s of CPU per MB of
+    ``data:``/entry/``kind: secret`` pieces (a window of 8 kB is cut, each one still cost a
+    second). What the backtracking comes to:
+
+    - the blank run ``\\s+`` before an entry must reach the entry's first character (the entry
+      starts with ``[\\w.-]``), so an entry can only start at the end ``q`` of a blank run,
+      and the ``data:`` whose first 100 characters after it touch that run reaches it; the
+      entries reachable from one ``data:`` are tried in order;
+    - inside the entry every part but the value's run ``[a-z0-9+/]{10,}={0,3}["']?`` has one
+      way to match (the possessive :attr:`_ENTRY` reads that way): its ends, in the order the
+      engine tries them, are every position from the longest one down to 10 characters into
+      the run; in ``A`` the first (longest) is taken;
+    - ``B``'s tail needs a ``kind: secret`` line starting within 200 characters of the end: the
+      longest end if one starts within 200 of it, else the last one that starts inside the
+      value (the end is then that line's start);
+    - a ``kind: secret`` line has one way to match, plus its closing quote (greedy, taken).
+
+    So each entry, ``data:`` and kind line is looked at a bounded number of times (bisections
+    on sorted lists). ``finditer``'s ``endpos`` ends the text for every look, as it did for
+    ``re``. Equivalence with ``re.finditer`` on random texts: test_redact_s41_speed.py.
+    """
+
+    SOURCE = (
+        "(?i)(?:\\bkind:[ \\t]*[\"']?\\bsecret\\b[\"']?(?s:.){0,200}?\\bdata:(?s:.){0,100}?\\s+"
+        "([\\w.-]+:(?:[ \\t]*(?:\\||>[-+]?)\\s+)?[ \\t]*(?:[\"']?[a-z0-9+/]{10,}={0,3}[\"']?"
+        "|\\{\\{[ \\t\\w\"|$:=,.-]+}}|\"\"|''))|\\bdata:(?s:.){0,100}?\\s+([\\w.-]+:(?:[ \\t]*"
+        "(?:\\||>[-+]?)\\s+)?[ \\t]*(?:[\"']?[a-z0-9+/]{10,}={0,3}[\"']?"
+        "|\\{\\{[ \\t\\w\"|$:=,.-]+}}"
+        "|\"\"|''))(?s:.){0,200}?\\bkind:[ \\t]*[\"']?\\bsecret\\b[\"']?)"
+    )
+    _DATA = _lazy_re(r"(?i)\bdata:")
+    _KIND = _lazy_re(r"""(?i)\bkind:[ \t]*+["']?+\bsecret\b""")
+    # Every entry start (overlapping ones too: a lookahead), its first end (group 1) and its
+    # value's run (group 2).
+    _ENTRY = _lazy_re(
+        r"""(?i)(?<=\s)(?=([\w.-]++:(?:[ \t]*+(?:\||>[-+]?+)\s++)?+[ \t]*+"""
+        r"""(?:(["']?+[a-z0-9+/]{10,}+)={0,3}+["']?+|\{\{[ \t\w"|$:=,.-]++}}|""|'')))"""
+    )
+    _AROUND = 200  # (?s:.){0,200}? between the kind line and the rest
+    _GAP = 100  # (?s:.){0,100}? after data:
+    _DATA_LEN = len("data:")
+
+    def finditer(self, text: str, lo: int, hi: int) -> Iterator[_SpanMatch]:
+        data = list(map(_MATCH_START, self._DATA.finditer(text, lo, hi)))
+        if not data:
+            return  # both alternatives need a data: and a kind line
+        heads = list(map(_MATCH_SPAN, self._KIND.finditer(text, lo, hi)))  # (cannot overlap)
+        if not heads:
+            return
+        kinds = [start for start, _ in heads]
+        kind_ends = [end for _, end in heads]
+        bisect_left, around, n_kinds = bisect.bisect_left, self._AROUND, len(kinds)
+        # The data: starts from which an entry q is the first one reachable (that succeeds):
+        # one interval per entry, [lows[j], highs[j]]; for A any entry, for B one whose tail
+        # reaches a kind line.
+        skip = self._DATA_LEN + 1
+        a_lows: list[int] = []
+        a_highs: list[int] = []
+        a_spans: list[tuple[int, int]] = []
+        b_lows: list[int] = []
+        b_highs: list[int] = []
+        b_spans: list[tuple[int, int]] = []
+        b_kinds: list[int] = []
+        prev_a = prev_b = -(1 << 62)
+        reach = self._GAP + self._DATA_LEN
+        for m in self._ENTRY.finditer(text, lo, hi):
+            q, e = m.start(), m.end(1)
+            # data: at d reaches q when its next 100 characters touch q's blank run
+            at = q - 64 if q - 64 > lo else lo
+            kept = text[at:q].rstrip()
+            low = (at + len(kept) if kept or at == lo else _space_run_start(text, q, lo)) - reach
+            a_low = low if low > prev_a + 1 - skip else prev_a + 1 - skip
+            prev_a = q
+            if a_low <= q - skip:
+                a_lows.append(a_low)
+                a_highs.append(q - skip)
+                a_spans.append((q, e))
+            k = bisect_left(kinds, e)
+            if k < n_kinds and kinds[k] - e <= around:
+                end = e
+            else:
+                value = m.start(2)
+                if value < 0:
+                    continue  # a single end, and no kind line after it
+                shortest = value + (text[value] in "\"'") + 10
+                k -= 1
+                if k < 0 or kinds[k] < shortest:
+                    continue
+                end = kinds[k]  # a shorter value, the kind line right after it
+            b_low = low if low > prev_b + 1 - skip else prev_b + 1 - skip
+            prev_b = q
+            if b_low <= q - skip:
+                b_lows.append(b_low)
+                b_highs.append(q - skip)
+                b_spans.append((q, end))
+                b_kinds.append(k)
+
+        def quoted_end(end: int) -> int:  # the optional closing quote (greedy)
+            return end + 1 if end < hi and text[end] in "\"'" else end
+
+        def next_a(pos: int) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+            for k in range(bisect_left(kinds, pos), n_kinds):
+                head = kind_ends[k]
+                for after in (head + 1, head) if quoted_end(head) > head else (head,):
+                    d, j = _first_in_intervals(data, a_lows, a_highs, after, after + around)
+                    if d >= 0:
+                        span = a_spans[j]
+                        return kinds[k], ((kinds[k], span[1]), span, (-1, -1))
+            return None
+
+        def next_b(pos: int) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+            d, j = _first_in_intervals(data, b_lows, b_highs, pos, hi)
+            if d < 0:
+                return None
+            return d, ((d, quoted_end(kind_ends[b_kinds[j]])), (-1, -1), b_spans[j])
+
+        a, b = next_a(lo), next_b(lo)
+        while a is not None or b is not None:
+            first = a if b is None or (a is not None and a[0] < b[0]) else b
+            spans = first[1]
+            yield _SpanMatch(text, spans)
+            pos = spans[0][1]
+            if a is not None and a[0] < pos:
+                a = next_a(pos)
+            if b is not None and b[0] < pos:
+                b = next_b(pos)
+
+
+#: gitleaks patterns (as compiled into the rule file) -> an exact matcher that replaces
+#: ``re``'s ``finditer`` for them (same matches, linear time).
+_EXACT_MATCHERS: dict[str, Callable[[], Any]] = {
+    _KubernetesSecretYaml.SOURCE: _KubernetesSecretYaml,
+}
 
 
 class _RegexRule(_Rule):
@@ -1184,6 +1803,10 @@ _ASSIGNMENT_RE = _lazy_re(
 # what must follow a name for _ASSIGNMENT_RE to match (a cheap test before the full pattern).
 _IDENT_RUN_RE = _lazy_re(r"[\w.$@-]*")
 _OPERATOR_AFTER_RE = _lazy_re(r"""(?:\\?["'])?\]?[ \t]*(?::=|=>|\?=|=(?![=>~])|:(?!:))""")
+# Both in one call: the run, then (group 1, empty) whether an operator follows it.
+_IDENT_RUN_ASSIGNED_RE = _lazy_re(
+    r"""[\w.$@-]*+((?=(?:\\?["'])?\]?[ \t]*(?::=|=>|\?=|=(?![=>~])|:(?!:))))?"""
+)
 _KEY_NAME_MAX = 80
 _VALUE_GROUPS = ("eq", "dq", "sq", "bq", "eqo", "dqo", "sqo", "bqo", "bare")
 # The rest of a value whose closing quote is not within _ASSIGNMENT_RE's 512 characters.
@@ -1211,6 +1834,8 @@ def secret_name(name: str) -> bool:
 
 def _credential_value(value: str, key: str, *, quoted: bool, type_hint: bool) -> bool:
     """True when ``value``, assigned to the credential name ``key``, looks like a real secret."""
+    if len(value) < (4 if quoted else 6):
+        return False  # what every test below ends with for a value this short (and cheap)
     if _is_placeholder(value) or value.lower() == key.lower():
         return False
     if quoted:
@@ -1267,8 +1892,8 @@ class _KeywordAssignmentRule(_Rule):
             if p < last_end:
                 continue
             if p >= run_end:
-                run_end = _IDENT_RUN_RE.match(text, p).end()
-                run_assigned = _OPERATOR_AFTER_RE.match(text, run_end) is not None
+                run = _IDENT_RUN_ASSIGNED_RE.match(text, p)
+                run_end, run_assigned = run.end(), run.group(1) is not None
             # No operator after the identifier, or the name would be longer than the pattern's
             # 80 characters from any start the walk below can reach: no match.
             if not run_assigned or run_end - p > _KEY_NAME_MAX:
@@ -1285,7 +1910,10 @@ class _KeywordAssignmentRule(_Rule):
             if not secret_name(text[start:run_end]):
                 continue
             m = _ASSIGNMENT_RE.match(text, start)
-            if m is None or (m.group("sep") == ":" and m.group("bare") is not None
+            # The value's group is the last one the match closed (one of _VALUE_GROUPS).
+            group = m.lastgroup if m is not None else None
+            sep = m.group("sep") if m is not None else None
+            if m is None or (sep == ":" and group == "bare"
                              and _YAML_BLOCK_RE.fullmatch(m.group("bare"))):
                 # YAML's value on the lines below the name (``password: |``, ``password: >-``,
                 # ``password:`` then an indented line): nothing after the colon to judge.
@@ -1294,11 +1922,9 @@ class _KeywordAssignmentRule(_Rule):
                     last_end = block.end
                     yield block
                 continue
-            if not secret_name(m.group("key")):
+            key = m.group("key")
+            if not secret_name(key):
                 continue
-            for group in _VALUE_GROUPS:
-                if m.group(group) is not None:
-                    break
             vstart, vend = m.span(group)
             if group in _OPEN_QUOTE_REST:
                 # Padding after a secret must not push it past the 512-character cap, nor
@@ -1307,9 +1933,7 @@ class _KeywordAssignmentRule(_Rule):
                 # and redacted (values of one quote kind do not overlap: linear).
                 vend = _OPEN_QUOTE_REST[group].match(text, vend).end()
             value = text[vstart:vend].strip()
-            if not _credential_value(
-                value, m.group("key"), quoted=group != "bare", type_hint=m.group("sep") == ":"
-            ):
+            if not _credential_value(value, key, quoted=group != "bare", type_hint=sep == ":"):
                 continue
             last_end = vend
             yield Finding(rule_id=self.id, start=vstart, end=vend)
@@ -1448,7 +2072,10 @@ def _aws_secret_check(text: str, m: re.Match[str]) -> bool:
 # is outside the group). Every part of the patterns below is bounded: tried at each keyword, a
 # pattern reads at most one line of 16 words.
 _CLI_VALUE = r"""["']?((?![-\s])[^\s'"]{1,256})"""
-_CLI_WORDS = r"(?:[ \t]+[^\s]{1,256}){0,16}?"
+# Possessive: a word given back in part leaves a non-blank where a blank must follow, so no
+# shorter word or run of blanks can match; the engine still tried them all, for each count of
+# words, at every keyword (0.6-0.9 s per MB of "mysql " or "7z " repeated).
+_CLI_WORDS = r"(?:[ \t]++[^\s]{1,256}+){0,16}?"
 
 
 class _CookieRule(_Rule):
@@ -1555,7 +2182,7 @@ def _cli_rules() -> list[_Rule]:
         _RegexRule(
             "cli-credential",
             # mysql's -pSECRET (attached: a bare -p prompts) in every client of the family.
-            r"(?i:mysql|mariadb)[\w-]{0,16}" + _CLI_WORDS
+            r"(?i:mysql|mariadb)[\w-]{0,16}+" + _CLI_WORDS
             + r"""[ \t]+-p["']?((?!\s)[^\s'"]{1,256})""",
             ("mysql", "mariadb"),
             group=1,
@@ -2461,19 +3088,43 @@ def _unescape(token: str) -> str:
     return ""  # an invisible character
 
 
-@attrs.frozen
 class _View:
     """A window of a text with its escapes decoded, and the way back to the text's offsets.
 
     Segment ``i`` starts at ``vstarts[i]`` in the view and ``ostarts[i]`` in the text; it is
     literal text (``olens[i] == -1``) or one escape of ``olens[i]`` characters (one character
-    of the view, or none for an invisible character).
+    of the view, or none for an invisible character). Made only for a window that a finding
+    falls in (see :func:`_unescaped_windows`).
     """
 
-    text: str
-    vstarts: list[int]
-    ostarts: list[int]
-    olens: list[int]
+    __slots__ = ("olens", "ostarts", "vstarts")
+
+    def __init__(self, text: str, spans: list[tuple[int, int]], window: tuple[int, int, int, int]
+                 ) -> None:
+        first, last, lo, hi = window  # the escapes spans[first:last], in text[lo:hi]
+        self.vstarts: list[int] = []
+        self.ostarts: list[int] = []
+        self.olens: list[int] = []
+        vstarts, ostarts, olens = self.vstarts, self.ostarts, self.olens
+        cursor, vpos = lo, 0
+        for k in range(first, last):
+            s, e = spans[k]
+            if s > cursor:
+                vstarts.append(vpos)
+                ostarts.append(cursor)
+                olens.append(-1)
+                vpos += s - cursor
+            decoded = _unescape(text[s:e])
+            vstarts.append(vpos)
+            ostarts.append(s)
+            # an out-of-range reference is kept as it is: literal text
+            olens.append(e - s if len(decoded) <= 1 else -1)
+            vpos += len(decoded)
+            cursor = e
+        if hi > cursor:
+            vstarts.append(vpos)
+            ostarts.append(cursor)
+            olens.append(-1)
 
     def _at(self, i: int) -> tuple[int, int]:
         k = bisect.bisect_right(self.vstarts, i) - 1
@@ -2486,68 +3137,77 @@ class _View:
         return lo, hi + (1 if self.olens[k] < 0 else self.olens[k])
 
 
-def _unescaped_windows(text: str) -> Iterator[_View]:
-    """Views of the parts of ``text`` around its escapes (windows merged when they overlap).
+def _unescaped_windows(
+    text: str,
+) -> tuple[list[tuple[int, int]], list[tuple[str, tuple[int, int, int, int]]]]:
+    """The escapes of ``text`` (spans) and the windows around them, each as its decoded text
+    and ``(first, last, lo, hi)``: the escapes ``spans[first:last]`` in ``text[lo:hi]`` (a
+    :class:`_View` maps the decoded text back).
 
-    One pass of the escape pattern; every character is in at most one window, so the views
-    together are no longer than the text."""
-    matches = _ESCAPE_RE.finditer(text)
-    first = next(matches, None)
-    if first is None:
-        return
-    group = [first]
-    line_end = _line_end(text, first.end())
-    for m in matches:
-        if m.start() - group[-1].end() > 2 * _ESCAPE_CONTEXT or m.start() > line_end:
-            yield _view(text, group)
-            group = []
-            line_end = _line_end(text, m.end())
-        group.append(m)
-    yield _view(text, group)
+    One pass of the escape pattern; every character is in at most one window, so the windows
+    together are no longer than the text. An escape joins the window of the one before it when
+    it is on the same line (as the window's first escape) and at most ``2 * _ESCAPE_CONTEXT``
+    characters after it. A window is the lines its escapes are on, at most ``_ESCAPE_CONTEXT``
+    characters on either side: escapes hold no line break, so what they hide is on their line
+    (and the plain scan saw the rest). Windows are plain tuples, spans not match objects: a
+    line per escape (``\u200b\n`` repeated) makes 500,000 windows per MB, and an object with
+    lists per window cost 3-5 us each (most of it in the garbage collector's passes).
+    """
+    spans = list(map(_MATCH_SPAN, _ESCAPE_RE.finditer(text)))
+    windows: list[tuple[str, tuple[int, int, int, int]]] = []
+    count, gap, context = len(spans), 2 * _ESCAPE_CONTEXT, _ESCAPE_CONTEXT
+    unescape = _unescape_cached
+    i = 0
+    while i < count:
+        if not i & 1023:
+            _check_deadline()
+        start, end = spans[i]
+        line_end = text.find("\n", end)
+        if line_end == -1:
+            line_end = len(text)
+        j = i + 1
+        while j < count:
+            s, e = spans[j]
+            if s - end > gap or s > line_end:
+                break
+            end = e
+            j += 1
+        floor = start - context if start > context else 0
+        lo = text.rfind("\n", floor, start) + 1 or floor
+        hi = min(line_end, end + context)
+        if j - i == 1:
+            view = text[lo:start] + unescape(text[start:end]) + text[end:hi]
+        else:
+            pieces: list[str] = []
+            cursor = lo
+            for k in range(i, j):
+                s, e = spans[k]
+                pieces.append(text[cursor:s])
+                pieces.append(unescape(text[s:e]))
+                cursor = e
+            pieces.append(text[cursor:hi])
+            view = "".join(pieces)
+        windows.append((view, (i, j, lo, hi)))
+        i = j
+    return spans, windows
+
+
+_UNESCAPED: dict[str, str] = {}
+
+
+def _unescape_cached(token: str) -> str:
+    """:func:`_unescape`, remembered (texts repeat a few escapes: ``%20``, ``\u200b``)."""
+    decoded = _UNESCAPED.get(token)
+    if decoded is None:
+        if len(_UNESCAPED) >= 4096:
+            _UNESCAPED.clear()
+        decoded = _UNESCAPED[token] = _unescape(token)
+    return decoded
 
 
 def _line_end(text: str, at: int) -> int:
     end = text.find("\n", at)
     return len(text) if end == -1 else end
-
-
-def _view(text: str, escapes: list[re.Match[str]]) -> _View:
-    _check_deadline()
-    # The lines the escapes are on, at most _ESCAPE_CONTEXT characters on either side: escapes
-    # hold no line break, so what they hide is on their line (and the plain scan saw the rest).
-    start, end = escapes[0].start(), escapes[-1].end()
-    lo = text.rfind("\n", max(0, start - _ESCAPE_CONTEXT), start) + 1 or max(
-        0, start - _ESCAPE_CONTEXT
-    )
-    hi = min(_line_end(text, end), end + _ESCAPE_CONTEXT)
-    pieces: list[str] = []
-    vstarts: list[int] = []
-    ostarts: list[int] = []
-    olens: list[int] = []
-    cursor, vpos = lo, 0
-    for m in escapes:
-        if m.start() > cursor:
-            vstarts.append(vpos)
-            ostarts.append(cursor)
-            olens.append(-1)
-            pieces.append(text[cursor : m.start()])
-            vpos += m.start() - cursor
-        decoded = _unescape(m.group())
-        vstarts.append(vpos)
-        ostarts.append(m.start())
-        if len(decoded) == 1 or not decoded:
-            olens.append(m.end() - m.start())
-        else:  # an out-of-range reference kept as it is: literal text
-            olens.append(-1)
-        pieces.append(decoded)
-        vpos += len(decoded)
-        cursor = m.end()
-    if hi > cursor:
-        vstarts.append(vpos)
-        ostarts.append(cursor)
-        olens.append(-1)
-        pieces.append(text[cursor:hi])
-    return _View(text="".join(pieces), vstarts=vstarts, ostarts=ostarts, olens=olens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2636,7 +3296,8 @@ class _Redactor:
         """
         parts: list[str] = []
         offsets: list[int] = []
-        sources: list[tuple[int, int, str] | _View] = []
+        # an encoded run: (start, end, kind); an escapes' window: (first, last, lo, hi)
+        sources: list[tuple[int, int, str] | tuple[int, int, int, int]] = []
         found: list[tuple[float, Finding]] = []
         at = 0
         for start, end, kind, data in _encoded_runs(text):
@@ -2652,27 +3313,33 @@ class _Redactor:
             offsets.append(at)
             sources.append((start, end, kind))
             at += len(decoded) + len(_PART_SEPARATOR)
-        for view in _unescaped_windows(text):
-            parts.append(view.text)
+        spans, windows = _unescaped_windows(text)
+        separator = len(_PART_SEPARATOR)
+        for view, window in windows:
+            parts.append(view)
             offsets.append(at)
-            sources.append(view)
-            at += len(view.text) + len(_PART_SEPARATOR)
+            sources.append(window)
+            at += len(view) + separator
         if not parts:
             return found
         joined = _PART_SEPARATOR.join(parts)
         inner: dict[int, list[Finding]] = {}
+        views: dict[int, _View] = {}
         for f in self.find(joined, depth + 1):
             first = bisect.bisect_right(offsets, f.start) - 1
             last = bisect.bisect_right(offsets, f.end - 1) - 1
             for k in range(first, last + 1):  # (a finding across parts counts in each)
                 source = sources[k]
-                if isinstance(source, _View):
-                    size = len(source.text)
+                if len(source) == 4:  # an escapes' window
+                    size = len(parts[k])
                     lo = max(0, f.start - offsets[k])
                     hi = min(size, f.end - offsets[k])
                     if lo >= hi:
                         continue
-                    start, end = source.span(lo, hi)
+                    view = views.get(k)
+                    if view is None:
+                        view = views[k] = _View(text, spans, source)  # type: ignore[arg-type]
+                    start, end = view.span(lo, hi)
                     found.append(
                         (self.priority(f.rule_id), attrs.evolve(f, start=start, end=end))
                     )
