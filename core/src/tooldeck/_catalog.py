@@ -337,7 +337,8 @@ def _sanitize(schema: Any, root: Any, path: str, changes: list[str], depth: int)
         changes.append(f"{path} {schema!r} -> " + (f"{{'type': {fixed!r}}}" if fixed else "{}"))
         return {"type": fixed} if fixed else {}
     if not isinstance(schema, Mapping):
-        changes.append(f"{path} {type(schema).__name__} replaced by {{}}")
+        kind = "list" if isinstance(schema, list | tuple) else type(schema).__name__
+        changes.append(f"{path} {kind} replaced by {{}}")
         return {}
     if depth > _REPAIR_DEPTH:
         changes.append(f"{path} nested too deep: replaced by {{}}")
