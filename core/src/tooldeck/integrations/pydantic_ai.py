@@ -42,6 +42,7 @@ from .._deck import Hand, Session
 from ..adapters import provider_schema, result_payload
 from ..portal import PortalSession
 from ._bridge import (
+    ApprovalBook,
     Conversation,
     Conversations,
     answer_flow,
@@ -110,9 +111,13 @@ def _answered_ids(messages: Sequence[Any]) -> set[str]:
     }
 
 
-async def _retire(session: Session, approval_ids: list[str]) -> None:
-    for approval_id in approval_ids:
-        await session.deny(approval_id)
+async def _retire(session: Session, book: ApprovalBook, answered: set[str]) -> None:
+    """On the deck's loop (the session's pending calls and the book live there): deny every
+    pending approval whose call the history answered."""
+    for approval_id, call in session.pending_approvals().items():
+        if call.id and call.id in answered:
+            book.forget(str(call.id))
+            await session.deny(approval_id)
 
 
 def _build_toolset() -> type:
@@ -195,15 +200,13 @@ def _build_toolset() -> type:
             or a process sharing the approval store could still run it."""
             conversation = self._conversation(ctx)
             session = conversation.bridge.session
-            pending = session.pending_approvals()
-            if not pending:
+            # A size read from this thread (atomic), to spare the hop to the deck's loop on
+            # the steps of a session with nothing pending, which are nearly all of them.
+            if not session._pending:
                 return
             answered = _answered_ids(getattr(ctx, "messages", None) or [])
-            stale = [key for key, call in pending.items() if call.id and call.id in answered]
-            if stale:
-                for key in stale:
-                    conversation.book.forget(str(pending[key].id))
-                await conversation.bridge.arun(_retire, session, stale)
+            if answered:
+                await conversation.bridge.arun(_retire, session, conversation.book, answered)
 
         async def get_tools(self, ctx: Any) -> dict[str, Any]:
             """The tools of this step: the hand for the run's prompt (or the fixed list)."""
