@@ -242,3 +242,13 @@ def test_a_dataset_tool_with_list_parameters_loads(tmp_path):
     }), encoding="utf-8")
     (loaded,), _ = load_dataset(path, keep_names=True)
     assert loaded.parameters == [{"name": "city", "type": "string"}]  # left to registration
+
+
+def test_a_schema_whose_examples_have_names_is_not_read_as_a_parameter_list():
+    from tooldeck._catalog import repair_parameters
+
+    schema = {"type": "object", "additionalProperties": {"type": "string"},
+              "examples": [{"name": "Bob"}, {"name": "Ann"}]}
+    fixed, changes = repair_parameters(schema)
+    assert fixed["examples"] == schema["examples"] and fixed["properties"] == {}
+    assert not any("named parameter" in c for c in changes)

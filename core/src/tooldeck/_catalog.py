@@ -217,6 +217,12 @@ def _repair_schema(schema: Any, path: str, changes: list[str], depth: int = 0) -
     return out
 
 
+_SCHEMA_LIST_KEYWORDS = frozenset({
+    "enum", "examples", "default", "const", "anyOf", "oneOf", "allOf", "prefixItems", "items",
+    "required", "type",
+})
+
+
 def _is_named_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(
         isinstance(item, Mapping) and isinstance(item.get("name"), str) and item["name"]
@@ -235,7 +241,10 @@ def _named_parameter_lists(
         lists = {"parameters": parameters}
         rest: dict[str, Any] = {}
     elif isinstance(parameters, Mapping) and "properties" not in parameters:
-        lists = {str(k): v for k, v in parameters.items() if _is_named_list(v)}
+        # JSON Schema's own list keywords (an `examples` list of {"name": ...} objects) are
+        # values of the schema, never its parameters.
+        lists = {str(k): v for k, v in parameters.items()
+                 if str(k) not in _SCHEMA_LIST_KEYWORDS and _is_named_list(v)}
         rest = {str(k): v for k, v in parameters.items() if str(k) not in lists}
         if not lists:
             return None
