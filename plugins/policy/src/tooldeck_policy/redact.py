@@ -1430,6 +1430,33 @@ def _first_in_intervals(
     return -1, -1
 
 
+class _Reach:
+    """For one alternative of :class:`_KubernetesSecretYaml`: the ``data:`` starts from which
+    each entry is the first one reachable, as sorted disjoint intervals ``[lows[j],
+    highs[j]]`` (an entry's interval begins after the previous entry's), with what the
+    alternative keeps of that entry (``items[j]``)."""
+
+    __slots__ = ("highs", "items", "lows", "_prev", "_skip")
+
+    def __init__(self, skip: int) -> None:
+        self.lows: list[int] = []
+        self.highs: list[int] = []
+        self.items: list[Any] = []
+        self._prev = -(1 << 62)
+        self._skip = skip  # a data: ends this far before the blank run it reaches
+
+    def add(self, low: int, q: int, item: Any) -> None:
+        """The entry at ``q``, reachable from the ``data:`` starts at ``low`` and after."""
+        floor = self._prev + 1 - self._skip
+        self._prev = q
+        if low < floor:
+            low = floor
+        if low <= q - self._skip:
+            self.lows.append(low)
+            self.highs.append(q - self._skip)
+            self.items.append(item)
+
+
 class _KubernetesSecretYaml:
     """gitleaks' kubernetes-secret-yaml pattern (:attr:`SOURCE`), matched in linear time with
     exactly ``re``'s matches (spans of the match and both groups).
@@ -1494,14 +1521,8 @@ class _KubernetesSecretYaml:
         # one interval per entry, [lows[j], highs[j]]; for A any entry, for B one whose tail
         # reaches a kind line.
         skip = self._DATA_LEN + 1
-        a_lows: list[int] = []
-        a_highs: list[int] = []
-        a_spans: list[tuple[int, int]] = []
-        b_lows: list[int] = []
-        b_highs: list[int] = []
-        b_spans: list[tuple[int, int]] = []
-        b_kinds: list[int] = []
-        prev_a = prev_b = -(1 << 62)
+        a_reach = _Reach(skip)
+        b_reach = _Reach(skip)
         reach = self._GAP + self._DATA_LEN
         for m in self._ENTRY.finditer(text, lo, hi):
             q, e = m.start(), m.end(1)
@@ -1509,12 +1530,7 @@ class _KubernetesSecretYaml:
             at = q - 64 if q - 64 > lo else lo
             kept = text[at:q].rstrip()
             low = (at + len(kept) if kept or at == lo else _space_run_start(text, q, lo)) - reach
-            a_low = low if low > prev_a + 1 - skip else prev_a + 1 - skip
-            prev_a = q
-            if a_low <= q - skip:
-                a_lows.append(a_low)
-                a_highs.append(q - skip)
-                a_spans.append((q, e))
+            a_reach.add(low, q, (q, e))
             k = bisect_left(kinds, e)
             if k < n_kinds and kinds[k] - e <= around:
                 end = e
@@ -1527,13 +1543,7 @@ class _KubernetesSecretYaml:
                 if k < 0 or kinds[k] < shortest:
                     continue
                 end = kinds[k]  # a shorter value, the kind line right after it
-            b_low = low if low > prev_b + 1 - skip else prev_b + 1 - skip
-            prev_b = q
-            if b_low <= q - skip:
-                b_lows.append(b_low)
-                b_highs.append(q - skip)
-                b_spans.append((q, end))
-                b_kinds.append(k)
+            b_reach.add(low, q, ((q, end), k))
 
         def quoted_end(end: int) -> int:  # the optional closing quote (greedy)
             return end + 1 if end < hi and text[end] in "\"'" else end
@@ -1542,17 +1552,20 @@ class _KubernetesSecretYaml:
             for k in range(bisect_left(kinds, pos), n_kinds):
                 head = kind_ends[k]
                 for after in (head + 1, head) if quoted_end(head) > head else (head,):
-                    d, j = _first_in_intervals(data, a_lows, a_highs, after, after + around)
+                    d, j = _first_in_intervals(
+                        data, a_reach.lows, a_reach.highs, after, after + around
+                    )
                     if d >= 0:
-                        span = a_spans[j]
+                        span = a_reach.items[j]
                         return kinds[k], ((kinds[k], span[1]), span, (-1, -1))
             return None
 
         def next_b(pos: int) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-            d, j = _first_in_intervals(data, b_lows, b_highs, pos, hi)
+            d, j = _first_in_intervals(data, b_reach.lows, b_reach.highs, pos, hi)
             if d < 0:
                 return None
-            return d, ((d, quoted_end(kind_ends[b_kinds[j]])), (-1, -1), b_spans[j])
+            span, k = b_reach.items[j]
+            return d, ((d, quoted_end(kind_ends[k])), (-1, -1), span)
 
         a, b = next_a(lo), next_b(lo)
         while a is not None or b is not None:
