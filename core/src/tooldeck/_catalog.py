@@ -310,6 +310,13 @@ _NAMED_SCHEMAS = frozenset({"properties", "definitions", "$defs", "patternProper
 _TEXT_KEYWORDS = frozenset({"description", "title", "format", "$comment", "$id", "$schema"})
 
 
+def _properties_by_name(items: list[Any]) -> dict[str, Any]:
+    """``[{"name": "city", "type": "string"}, ...]`` (a list of named property specs) as
+    ``{"city": {"type": "string"}, ...}``; items without a name are left out."""
+    return {str(item["name"]): {k: v for k, v in item.items() if k != "name"}
+            for item in items if isinstance(item, Mapping) and "name" in item}
+
+
 def _number(value: Any) -> float | int | None:
     """``value`` as a finite JSON number (numeric text such as ``"0"`` converted), or None."""
     if isinstance(value, bool):
@@ -369,8 +376,7 @@ def _sanitize(schema: Any, root: Any, path: str, changes: list[str], depth: int)
         elif key in _NAMED_SCHEMAS:
             if key == "properties" and isinstance(value, list):
                 # [{"name": "city", "type": "string"}, ...]: OpenAPI-style parameter lists.
-                named = {str(item["name"]): {k: v for k, v in item.items() if k != "name"}
-                         for item in value if isinstance(item, Mapping) and "name" in item}
+                named = _properties_by_name(value)
                 changes.append(f"{here} list turned into an object of {len(named)} properties")
                 value = named
             if not isinstance(value, Mapping):
@@ -518,8 +524,7 @@ def flatten_parameters(parameters: Any) -> tuple[dict[str, Any], list[str]]:
     base, _ = repair_parameters(parameters)
     properties = base.get("properties")
     if isinstance(properties, list):
-        properties = {str(p["name"]): p for p in properties
-                      if isinstance(p, Mapping) and "name" in p}
+        properties = _properties_by_name(properties)
     flat: dict[str, Any] = {}
     for name, spec in (properties.items() if isinstance(properties, Mapping) else ()):
         kept: dict[str, Any] = {}

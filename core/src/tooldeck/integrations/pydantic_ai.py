@@ -83,6 +83,10 @@ def _history_task(messages: Sequence[Any]) -> str | None:
     return None
 
 
+#: Message parts that answer a tool call (its result, or a request to retry it).
+_ANSWERS = ("tool-return", "retry-prompt")
+
+
 def _unanswered_calls(messages: Sequence[Any]) -> list[str]:
     """Tool names of the calls in the history's last model response that no tool return or
     retry prompt answered yet (the deferred calls a resumed run is about to answer)."""
@@ -96,7 +100,7 @@ def _unanswered_calls(messages: Sequence[Any]) -> list[str]:
             ))
         answered.update(
             str(p.tool_call_id) for p in parts
-            if getattr(p, "part_kind", None) in ("tool-return", "retry-prompt")
+            if getattr(p, "part_kind", None) in _ANSWERS
         )
     return []
 
@@ -107,7 +111,7 @@ def _answered_ids(messages: Sequence[Any]) -> set[str]:
         str(part.tool_call_id)
         for message in messages or ()
         for part in getattr(message, "parts", ()) or ()
-        if getattr(part, "part_kind", None) in ("tool-return", "retry-prompt")
+        if getattr(part, "part_kind", None) in _ANSWERS
     }
 
 
