@@ -28,7 +28,14 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ENV_ALLOW", "ENV_DNS_TIMEOUT", "check_url", "parse_allow_list", "split_allow_entry"]
+__all__ = [
+    "ENV_ALLOW",
+    "ENV_DNS_TIMEOUT",
+    "MAX_URL_CHARS",
+    "check_url",
+    "parse_allow_list",
+    "split_allow_entry",
+]
 
 #: Environment variable with extra allowed hosts/CIDRs, comma-separated.
 ENV_ALLOW = "TOOLDECK_URL_ALLOW"
@@ -70,6 +77,12 @@ _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
 
 # The numeric spellings inet_aton(3) accepts: 1 to 4 parts, each decimal, octal (leading 0) or hex.
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")  # whitespace and controls, one C pass
+
+#: Longest URL checked (Chromium's own limit, ``url::kMaxURLChars``: no browser or HTTP client
+#: sends a longer one). Longer ones are refused unread: the checks below are C passes over the
+#: whole text that hold the GIL, and a model's 16 MB "URL" held it ~0.3 s per URL, stalling
+#: every session even from a worker thread.
+MAX_URL_CHARS = 2 * 1024 * 1024
 #: RFC 1035's longest name is 253 characters; its IDNA form or an IP literal in any spelling
 #: fits too (a full-width or Unicode name is checked before its IDNA form, so with slack).
 _MAX_HOST_CHARS = 1024
@@ -291,6 +304,11 @@ def check_url(url: object, allow: Iterable[Any] | str = (), *, resolve: bool = T
     if not isinstance(url, str):
         return f"a URL must be a string, got {type(url).__name__}; {_SUGGESTION}"
     shown = url if len(url) <= 200 else url[:200] + "..."
+    if len(url) > MAX_URL_CHARS:
+        return (
+            f"URL {shown!r} is {len(url):,} characters long, more than any client sends "
+            f"({MAX_URL_CHARS:,}); {_SUGGESTION}"
+        )
     try:
         url.encode("utf-8")
     except UnicodeEncodeError:

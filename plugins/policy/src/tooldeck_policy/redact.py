@@ -184,6 +184,30 @@ def _lazy_re(pattern: str, flags: int = 0) -> Any:
 _MATCH_SPAN = re.Match.span
 _MATCH_START = re.Match.start
 
+#: Characters of a text that one call into C reads in the passes over the whole text (keyword
+#: occurrences, encoded runs, escapes). Running in a worker thread keeps redaction off the
+#: event loop only if the thread lets go of the GIL: a C call never does, and one pass over an
+#: 8 MB output in one call held it, and with it every other session, for up to 8.6 s (zero-width
+#: spaces: 8 million escape matches in one ``list(map(...))``). A slice costs ~1-16 ms at most.
+_SLICE_CHARS = 16_384
+
+
+def _automaton_matches(automaton: Any, text: str, reach: int) -> Iterator[tuple[int, Any]]:
+    """``automaton.iter(text)`` (pyahocorasick: ``(end index, value)``), slice by slice of
+    match ends (see :data:`_SLICE_CHARS`): one ``iter`` reads on in C until its next match.
+
+    Each slice starts the automaton ``reach`` characters early (the longest word's length
+    minus one), so that its state at the slice's first end is that of a run over the whole
+    text: the same matches, in the same order. The slices are copied: ``iter``'s own start
+    and end arguments cost a pass over the whole text each (quadratic)."""
+    n = len(text)
+    for low in range(0, n, _SLICE_CHARS):
+        start = max(0, low - reach)
+        shift = low - start
+        for end, value in automaton.iter(text[start:low + _SLICE_CHARS]):
+            if end >= shift:
+                yield start + end, value
+
 #: How a secret is replaced; ``{rule}`` is the id of the rule that found it.
 REDACTION_FORMAT = "[REDACTED:{rule}]"
 
@@ -2685,6 +2709,7 @@ class _KnownSecrets:
         self.automaton: Any = None
         self.pattern: re.Pattern[str] | None = None  # when pyahocorasick is missing
         self.count = 0
+        self.longest = 0  # the longest form's length (never less than the automaton's)
 
     def _rebuild(self) -> None:
         values = {**self.env, **self.configured}
@@ -2698,6 +2723,9 @@ class _KnownSecrets:
             for form in forms:
                 automaton.add_word(form, len(form))
             automaton.make_automaton()
+            # Raised before the automaton is swapped in (and never lowered while one is in
+            # use): a find() that reads the new automaton never reads a shorter reach.
+            self.longest = max(self.longest, max(map(len, forms)))
             self.automaton = automaton
         elif forms:  # pragma: no cover - exercised only where pyahocorasick is missing
             ordered = sorted(forms, key=len, reverse=True)  # longest first: the whole form wins
@@ -2735,7 +2763,10 @@ class _KnownSecrets:
         self.refresh_env()
         automaton, pattern = self.automaton, self.pattern
         if automaton is not None:
-            spans = [(end - length + 1, end + 1) for end, length in automaton.iter(text)]
+            # Read after the automaton: _rebuild raises it first, so it covers every form.
+            reach = max(0, self.longest - 1)
+            spans = [(end - length + 1, end + 1)
+                     for end, length in _automaton_matches(automaton, text, reach)]
         elif pattern is not None:  # pragma: no cover - exercised only without pyahocorasick
             spans = [m.span() for m in pattern.finditer(text)]
         else:
@@ -2884,10 +2915,41 @@ def _decode_run(run: str) -> tuple[str, bytes] | None:
     return "base64", data
 
 
+#: Run characters a match of _ENCODED_RUN_RE needs after its start whatever its branch: the
+#: 20 of a one-line run (a wrapped run's first line has 40, so its first 20 match that too).
+_RUN_MIN = 20
+
+
+def _encoded_run_matches(text: str) -> Iterator[re.Match[str]]:
+    """``_ENCODED_RUN_RE.finditer(text)``, with the search for each run's start done slice
+    by slice (:data:`_SLICE_CHARS`): a search that finds nothing read the whole text in one C
+    call (~90 ms per MB, the look-behind defeats the engine's skipping).
+
+    The same matches: a run starting at least :data:`_RUN_MIN` characters before a slice's
+    end matches there whether or not the text goes on (the look-behind reads before the
+    slice), so the first start found in that part of a slice is the first start in the whole
+    text; the run is then matched on the whole text from that start."""
+    rx = _ENCODED_RUN_RE
+    n = len(text)
+    pos = 0
+    while pos < n:
+        end = min(n, pos + _SLICE_CHARS)
+        found = rx.search(text, pos, end)
+        if found is not None and (end == n or found.start() <= end - _RUN_MIN):
+            m = found if end == n else rx.match(text, found.start())
+            if m is None:  # pragma: no cover - a start found in a slice matches in the text
+                pos = found.start() + 1
+                continue
+            yield m
+            pos = m.end()
+        else:
+            pos = end - _RUN_MIN + 1 if end < n else n
+
+
 def _encoded_runs(text: str) -> Iterator[tuple[int, int, str, bytes]]:
     """``(start, end, kind, bytes)`` for each base64 or hex run of ``text`` (wrapped lines
     joined), decoded. Linear: every character is in at most one run."""
-    for k, m in enumerate(_ENCODED_RUN_RE.finditer(text)):
+    for k, m in enumerate(_encoded_run_matches(text)):
         if not k & 255:
             _check_deadline()
         start, end = m.span()
@@ -3150,6 +3212,31 @@ class _View:
         return lo, hi + (1 if self.olens[k] < 0 else self.olens[k])
 
 
+#: The longest match of _ESCAPE_RE (``&#1234567;``, ``&#x10ffff;``), with room to spare.
+_ESCAPE_MAX_CHARS = 16
+
+
+def _escape_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of ``_ESCAPE_RE.finditer(text)``, read slice by slice (see
+    :data:`_SLICE_CHARS`): 8 million zero-width spaces were 8 million matches in one C call.
+
+    The same spans: each slice is searched up to :data:`_ESCAPE_MAX_CHARS` past its end, so a
+    match that starts in it is whole, and the next slice starts where the whole text's search
+    would go on (the slice's end, or the end of a match that crosses it)."""
+    spans: list[tuple[int, int]] = []
+    n = len(text)
+    pos = 0
+    while pos < n:
+        end = min(n, pos + _SLICE_CHARS)
+        stop = min(n, end + _ESCAPE_MAX_CHARS)
+        found = list(map(_MATCH_SPAN, _ESCAPE_RE.finditer(text, pos, stop)))
+        while found and found[-1][0] >= end:
+            found.pop()  # starts in the next slice: found again there
+        spans += found
+        pos = max(end, found[-1][1]) if found else end
+    return spans
+
+
 def _unescaped_windows(
     text: str,
 ) -> tuple[list[tuple[int, int]], list[tuple[str, tuple[int, int, int, int]]]]:
@@ -3166,7 +3253,7 @@ def _unescaped_windows(
     line per escape (``\u200b\n`` repeated) makes 500,000 windows per MB, and an object with
     lists per window cost 3-5 us each (most of it in the garbage collector's passes).
     """
-    spans = list(map(_MATCH_SPAN, _ESCAPE_RE.finditer(text)))
+    spans = _escape_spans(text)
     windows: list[tuple[str, tuple[int, int, int, int]]] = []
     count, gap, context = len(spans), 2 * _ESCAPE_CONTEXT, _ESCAPE_CONTEXT
     unescape = _unescape_cached
@@ -3249,6 +3336,7 @@ class _Redactor:
         for rule in self.rules:
             self.priorities[rule.id] = min(rule.priority, self.priorities.get(rule.id, 100))
         self.automaton: Any = None
+        self.longest_keyword = max(map(len, self.keywords), default=1)
         if _ahocorasick is not None:
             automaton = _ahocorasick.Automaton()
             for i, keyword in enumerate(self.keywords):
@@ -3260,7 +3348,8 @@ class _Redactor:
         """Keyword index -> start positions of its occurrences in ``lowered``."""
         found: dict[int, list[int]] = {}
         if self.automaton is not None:
-            for end, (i, length) in self.automaton.iter(lowered):
+            matches = _automaton_matches(self.automaton, lowered, self.longest_keyword - 1)
+            for end, (i, length) in matches:
                 found.setdefault(i, []).append(end - length + 1)
             return found
         for i, keyword in enumerate(self.keywords):
