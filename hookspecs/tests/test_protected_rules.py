@@ -163,3 +163,49 @@ def test_find_protected_reads_the_top_folder_whole_and_goes_level_by_level(
     assert "tooldeck.toml" in paths  # on the top level, past the entry budget
     assert "zz/.envrc" in paths  # level 1 before the deep folder's 300 entries
     assert not scan.complete
+
+
+# `python -m tooldeck` imports the package from its current folder before any code of
+# tooldeck's runs: every folder may be that folder, so the package's forms are refused anywhere.
+TOOLDECK_PACKAGE = [
+    ("tooldeck.py", "tooldeck.py"),
+    ("docs/tooldeck.py", "tooldeck.py"),
+    ("docs/Tooldeck.PY", "tooldeck.py"),
+    ("a/b/tooldeck/__init__.py", "**/tooldeck/__init__.py"),
+    ("tooldeck/__init__.py", "**/tooldeck/__init__.py"),
+    ("a/tooldeck.cpython-311-x86_64-linux-gnu.so", "tooldeck.*.so"),
+    ("a/tooldeck.so", "tooldeck.so"),
+    ("a/tooldeck/__init__.abi3.so", "**/tooldeck/__init__.*.so"),
+    ("a/tooldeck/__init__.so", "**/tooldeck/__init__.so"),
+]
+
+
+@pytest.mark.parametrize(("path", "rule"), TOOLDECK_PACKAGE)
+def test_the_tooldeck_package_is_protected_in_every_folder(path: str, rule: str) -> None:
+    assert protected_rule(path, is_file=True) == rule
+
+
+@pytest.mark.parametrize("path", ["docs/tooldeck.md", "a/tooldeck/cli.py", "a/tooldeck_x.py",
+                                  "a/my_tooldeck.py", "tooldeck/notes/__init__.py"])
+def test_names_that_only_look_like_the_tooldeck_package_stay_writable(path: str) -> None:
+    assert protected_rule(path, is_file=True) is None
+
+
+def test_find_environment_finds_venvs_and_conda_environments_by_their_markers(
+    tmp_path: Path,
+) -> None:
+    from tooldeck_hookspecs import ENVIRONMENT_MARKERS, find_environment
+
+    assert ENVIRONMENT_MARKERS == ("pyvenv.cfg", "conda-meta")
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "tox" / "py311" / "conda-meta").mkdir(parents=True)
+    (tmp_path / "plain" / "bin").mkdir(parents=True)
+    found = find_environment(str(tmp_path), ["env", "bin"])
+    assert found is not None and (found.path, found.rule) == ("env", "pyvenv.cfg")
+    found = find_environment(str(tmp_path), ["tox", "py311"])
+    assert found is not None and (found.path, found.rule) == ("tox/py311", "conda-meta")
+    assert find_environment(str(tmp_path), ["plain", "bin"]) is None
+    assert find_environment(str(tmp_path), ["missing", "folder"]) is None
+    # The root itself is not checked: a root that is an environment was handed over as one.
+    assert find_environment(str(tmp_path / "env"), ["bin"]) is None

@@ -34,7 +34,7 @@ SHADOWING = [
     ("trio.py", "/trio.py"),
     ("trio/__init__.py", "/trio/__init__.py"),
     ("numpy/__init__.py", "/numpy/__init__.py"),
-    ("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+    ("tooldeck/__init__.py", "**/tooldeck/__init__.py"),
     ("tooldeck_policy/__init__.py", "/tooldeck_policy/__init__.py"),
     ("attrs.cpython-311-x86_64-linux-gnu.so", "/*.so"),
     ("trio/__init__.cpython-311-x86_64-linux-gnu.so", "/*/__init__.*.so"),
@@ -120,7 +120,7 @@ async def test_the_workdirs_top_is_protected_even_when_this_process_does_not_imp
     async with _deck() as deck:
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
         for path, rule in (("json.py", "/json.py"), ("trio/__init__.py", "/trio/__init__.py"),
-                           ("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+                           ("tooldeck/__init__.py", "**/tooldeck/__init__.py"),
                            ("__future__.py", "/__future__.py")):
             result = await _write(session, path)
             assert result.error is not None and f"rule {rule!r}" in result.error.message, path
@@ -165,7 +165,7 @@ async def test_the_folder_python_dash_m_started_in_stays_protected(tmp_path, mon
     monkeypatch.setattr(_imports, "_DROPPED", [os.path.realpath(tmp_path)])
     async with _deck() as deck:
         session = deck.session(workdir=tmp_path, grants={"filesystem"})
-        for path, rule in (("tooldeck/__init__.py", "/tooldeck/__init__.py"),
+        for path, rule in (("tooldeck/__init__.py", "**/tooldeck/__init__.py"),
                            ("trio.py", "/trio.py")):
             result = await _write(session, path)
             assert result.error is not None and f"rule {rule!r}" in result.error.message

@@ -51,7 +51,8 @@ log = logging.getLogger("tooldeck.config")
 #: Names the trust store explicitly (tests, containers).
 TRUST_FILE_ENV = "TOOLDECK_TRUST_FILE"
 #: The trust store's file name; ``tooldeck-trust.json`` is a protected path, so a session whose
-#: workdir holds it (a home directory) cannot rewrite it.
+#: workdir holds it (a home directory) cannot rewrite it. A store ``TOOLDECK_TRUST_FILE`` names
+#: inside a workdir is protected there under its own name (``tooldeck._deck._trust_store_rules``).
 TRUST_FILE_NAME = "tooldeck-trust.json"
 #: What an untrusted configuration file may still set: nothing here grants, relaxes or runs.
 UNTRUSTED_KEYS = frozenset({"hand", "protected_paths"})

@@ -55,9 +55,11 @@ from .model import (
 )
 from .protected import (
     DEFAULT_PROTECTED_PATHS,
+    ENVIRONMENT_MARKERS,
     REPOSITORY_MARKER_FILES,
     ProtectedMatch,
     ProtectedScan,
+    find_environment,
     find_protected,
     fold_name,
     host_which,
@@ -87,9 +89,11 @@ __all__ = [
     "never_suspends",
     "nonblocking",
     "DEFAULT_PROTECTED_PATHS",
+    "ENVIRONMENT_MARKERS",
     "REPOSITORY_MARKER_FILES",
     "ProtectedMatch",
     "ProtectedScan",
+    "find_environment",
     "find_protected",
     "fold_name",
     "host_which",

@@ -39,7 +39,8 @@ credential helpers) for every git command run inside it, a shell prompt's includ
 The list is extend-only: configuration adds rules with ``protected_paths = [...]`` at the top level
 of the ``tooldeck`` table; nothing removes the defaults.
 
-This module is pure (no I/O except :func:`find_protected`, which lists a folder tree).
+This module is pure (no I/O except :func:`find_protected`, which lists a folder tree, and
+:func:`find_environment`, which looks for the markers of a Python environment).
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ import attrs
 
 __all__ = [
     "DEFAULT_PROTECTED_PATHS",
+    "ENVIRONMENT_MARKERS",
     "REPOSITORY_MARKER_FILES",
     "ProtectedMatch",
     "ProtectedScan",
+    "find_environment",
     "find_protected",
     "fold_name",
     "host_which",
@@ -74,6 +77,17 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "pyproject.toml",
     ".tooldeck/",
     "tooldeck-trust.json",
+    # tooldeck's own package in every form the import system takes, in every folder:
+    # `python -m tooldeck` looks the package up with its current folder first on sys.path,
+    # before any code of tooldeck's runs, so a `docs/tooldeck.py` (or `tooldeck/__init__.py`)
+    # runs on the host as soon as someone starts `python -m tooldeck` in `docs/`. (Once
+    # tooldeck/__init__.py runs, it stops importing from that folder: tooldeck._cwd.)
+    "tooldeck.py",
+    "tooldeck.so",
+    "tooldeck.*.so",
+    "**/tooldeck/__init__.py",
+    "**/tooldeck/__init__.so",
+    "**/tooldeck/__init__.*.so",
     # git runs what these say: config (core.fsmonitor, core.hooksPath, aliases), hooks/*,
     # filters named in .gitattributes, submodule URLs. (A planted bare repository's HEAD is
     # refused by REPOSITORY_MARKER_FILES, a file-only check.)
@@ -278,6 +292,15 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
 #: name is enough to keep a planted folder from being a repository. A folder named ``head``
 #: (``templates/head/``) stays writable. Reported with the rule text ``"HEAD"``.
 REPOSITORY_MARKER_FILES: tuple[str, ...] = ("HEAD",)
+
+#: What makes a folder a Python environment: a virtual environment's ``pyvenv.cfg``, a conda
+#: environment's ``conda-meta``. Everything inside such a folder is code the host runs
+#: (:func:`find_environment`): ``bin/activate`` that a shell sources, ``bin/pip`` and the
+#: console scripts (``bin/tooldeck``), conda's ``etc/conda/activate.d/*.sh``, Jupyter's
+#: ``etc/jupyter/*.py`` and kernel specs under ``share/jupyter/``. ``.venv/``,
+#: ``site-packages/`` and ``pyvenv.cfg`` are rules of the list, but the folder's name is the
+#: user's choice (``venv/``, ``env/``, ``.tox/py311/``), so it is known by what it holds.
+ENVIRONMENT_MARKERS: tuple[str, ...] = ("pyvenv.cfg", "conda-meta")
 
 _GLOB = re.compile(r"[*?\[]")
 _MARKERS = frozenset(m.casefold() for m in REPOSITORY_MARKER_FILES)
@@ -551,6 +574,30 @@ def find_protected(
                 else:
                     complete = False
     return ProtectedScan(tuple(found), complete, seen)
+
+
+def find_environment(root: str, parts: Sequence[str]) -> ProtectedMatch | None:
+    """The outermost folder ``root/parts[:i]`` (``i`` from 1 to ``len(parts)``) that is a
+    Python environment (it holds one of :data:`ENVIRONMENT_MARKERS`), or None.
+
+    A writer checks the folders of a path it is about to write (``parts``: the real path of
+    the target's folder, relative to ``root``), so that nothing is added to or changed in an
+    environment whatever its name. ``root`` itself is not checked: a root that *is* an
+    environment was handed to the tools as such. The markers are looked up by their exact
+    names (what Python and conda open; a case-insensitive file system finds any spelling).
+
+    :returns: the folder (relative to ``root``) with the marker as its rule, else None.
+    """
+    folder = root
+    for depth, part in enumerate(parts):
+        folder = os.path.join(folder, part)
+        for marker in ENVIRONMENT_MARKERS:
+            try:
+                os.lstat(os.path.join(folder, marker))
+            except OSError:
+                continue
+            return ProtectedMatch("/".join(parts[: depth + 1]), marker)
+    return None
 
 
 def host_which(name: str) -> str | None:

@@ -21,7 +21,9 @@ case-insensitive file systems (ext4/f2fs ``casefold`` folders on kernels before 
 HFS+) drop those when they compare names, so the planted name *is* the protected one there.
 Folding only ever adds refusals. A *file* named ``HEAD`` is refused too (an embedded bare git
 repository, :data:`~tooldeck_hookspecs.protected.REPOSITORY_MARKER_FILES`); a folder of that
-name is not.
+name is not. So is anything inside a Python environment below a root, whatever the folder is
+called (:func:`~tooldeck_hookspecs.protected.find_environment`: ``venv/bin/activate``,
+``env/bin/tooldeck``), checked on the resolved folders of the path.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 from tooldeck_hookspecs.protected import (
+    find_environment,
     fold_name,
     normalise_rules,
     protected_message,
@@ -204,6 +207,17 @@ class Guard:
             if rel is not None:
                 inside = True
                 self._check_parts([*rel, name], file)
+                # A virtual environment under any name: its bin/activate, console scripts and
+                # Jupyter kernel specs are code the host runs (the markers are the user's: no
+                # tool writes pyvenv.cfg or conda-meta/, so this cannot be raced from here).
+                environment = find_environment(root, rel)
+                if environment is not None:
+                    raise ToolFailure(
+                        ErrorCode.PATH_NOT_ALLOWED,
+                        f"{clip(self.target.display)!r} is inside a Python environment "
+                        f"({clip(environment.path)!r} holds {environment.rule}): its scripts "
+                        "and start-up files run on the host, so tools never write there",
+                        suggestion=_SUGGESTION, details={"rule": environment.rule})
         if not inside:
             raise ToolFailure(ErrorCode.PATH_NOT_ALLOWED,
                               f"path {clip(self.target.display)!r} is not allowed: it resolves "
