@@ -44,7 +44,9 @@ async def test_a_lowered_tool_timeout_keeps_the_partial_output(workdir, zygote: 
     # The tool's own answer, not the runner's: the output so far and the limit that applied.
     assert details.get("limited_by") == "call deadline", result.error
     assert details["partial"]["stdout"] == "start\n"
-    assert details["timeout_s"] == 60
+    # The model gave no timeout_s: the deployment's limit is the command's (not the pack's 60 s).
+    assert details["timeout_s"] == LOWERED_S and details["deployment_timeout"] is True
+    assert "set by the deployment" in result.error.message
     assert 0 < details["effective_timeout_s"] < LOWERED_S
     assert "time limit" in result.error.message and "timeout_s" in result.error.suggestion
 
@@ -73,3 +75,16 @@ def test_within_call_takes_the_earlier_deadline_minus_a_margin() -> None:
     limit, by_call = within_call(60.0, 2.0)
     assert by_call and limit == 1.5  # the margin is at least 0.5 s
     assert within_call(60.0, -1.0) == (0.05, True)  # already past: stop at once
+
+
+def test_an_omitted_timeout_follows_the_deployments_limit_for_the_tool() -> None:
+    from tooldeck_tools_process import default_timeout
+
+    own = 315.0  # shell_exec's own execution.timeout_s
+    assert default_timeout(60.0, own, {}) == (60.0, False)
+    assert default_timeout(60.0, own, None) == (60.0, False)
+    assert default_timeout(60.0, own, {"timeout_s": own}) == (60.0, False)  # not configured
+    assert default_timeout(60.0, own, {"timeout_s": 600}) == (600.0, True)  # raised
+    assert default_timeout(60.0, own, {"timeout_s": 2.5}) == (2.5, True)  # lowered
+    for junk in (True, float("nan"), float("inf"), -1, 0, "600", [600]):
+        assert default_timeout(60.0, own, {"timeout_s": junk}) == (60.0, False), junk

@@ -68,7 +68,7 @@ from ._catalog import (
     sanitize_parameters,
 )
 from ._config import DEFAULT_MAX_TASK_CHARS as _DEFAULT_MAX_TASK_CHARS
-from ._config import Config, load_config
+from ._config import Config, load_config, trust_store_path
 from ._events import EventPump
 from ._frozen import freeze_schema
 from ._imports import shadow_rules
@@ -208,14 +208,14 @@ def _same_kind(value: object, changed: object) -> bool:
     return True
 
 
-def _withheld(value: Any, plugin: str) -> Any:
+def _withheld(value: Any, plugin: str, why: str = "failed") -> Any:
     """What goes out instead of ``value`` when its redaction failed: nothing of it."""
     if isinstance(value, str):
         return WITHHELD_TEXT
     if isinstance(value, ToolResult):
         return ToolResult.fail(
             ErrorCode.PLUGIN_ERROR,
-            f"redaction by plugin {plugin!r} failed; the result was withheld",
+            f"redaction by plugin {plugin!r} {why}; the result was withheld",
         )
     if isinstance(value, Mapping):
         return {}
@@ -226,6 +226,10 @@ def _withheld(value: Any, plugin: str) -> Any:
 
 #: Argument problems listed in an INVALID_ARGUMENTS answer's details (the rest counted).
 _MAX_LISTED_PROBLEMS = 100
+
+#: How long the deck waits for a ``tooldeck_redact`` hook that is not ``@nonblocking`` when it
+#: redacts from its loop (:meth:`Deck.aredact`) and no call's deadline applies.
+REDACT_TIMEOUT_S = 10.0
 
 #: Worker threads each session's blocking policy hooks may use at once.
 _POLICY_THREADS_PER_SESSION = 8
@@ -447,6 +451,28 @@ def _home_rules(workdir: str, defaults: Sequence[str]) -> list[str]:
         if real.startswith(prefix):
             rules.append(f"/{_literal_rule(real[len(prefix):])}/{below}")
     return list(dict.fromkeys(rules))
+
+
+def _trust_store_rules(workdir: str) -> list[str]:
+    """Rules (anchored at ``workdir``) for the trust store, where it lies inside the workdir
+    under a name the defaults do not cover (``TOOLDECK_TRUST_FILE=/app/state/trust.json``).
+
+    The store says which found configuration files apply in full: a session that wrote the
+    SHA-256 of the project's untrusted ``pyproject.toml`` into it would have the next deck
+    started there apply that file's grants, MCP server commands and sandbox switches. Both
+    the path as named and its real path (through symbolic links) are protected, whether or
+    not the store exists yet (the first ``tooldeck config trust`` creates it).
+    """
+    try:
+        base = os.path.realpath(workdir)
+        store = os.path.abspath(trust_store_path())
+        spellings = [store, os.path.realpath(store)]
+    except (OSError, TypeError, ValueError):
+        return []
+    prefix = base.rstrip("/") + "/"
+    return list(dict.fromkeys(
+        f"/{_literal_rule(path[len(prefix):])}" for path in spellings if path.startswith(prefix)
+    ))
 
 
 def _whole(name: str, value: Any, minimum: int) -> int:
@@ -896,6 +922,7 @@ class Deck:
         self._retriever_plugin: str | None = None
         self._indexed = False
         self._index_lock = trio.Lock()
+        self._admit_lock = trio.Lock()
         self._cache: Any = None
         self._limiter: Any = None
         self._cache_and_limit: Any = None
@@ -926,6 +953,9 @@ class Deck:
         # Threads redacting big results (CPU-bound, bounded by their call's deadline): a pool of
         # their own for the same reason.
         self._result_threads = trio.CapacityLimiter(8)
+        # Threads of redactors that may block (Deck.aredact) outside any session: their own, so
+        # that a hung redactor cannot take the result pool's threads.
+        self._redact_threads = trio.CapacityLimiter(8)
         #: Installed plugins left out at start-up, by name (see ``Deck.load(strict=...)``).
         self.failed_plugins: dict[str, FailedPlugin] = {}
         #: Warning-level configuration problems found at start-up, one line each.
@@ -934,6 +964,8 @@ class Deck:
         #: lenient=True)``, ``add_tools(..., lenient=True)``), each listed (and logged) once.
         self.registration_warnings: list[RegistrationWarning] = []
         self._warned: set[tuple[str, str, str]] = set()
+        #: Set by :meth:`aclose`: from then on no call reaches a provider (see Session.call).
+        self._closed = False
 
     # ------------------------------------------------------------------ loading
 
@@ -1102,7 +1134,15 @@ class Deck:
         it (an empty or ``[withheld]`` value, a ``PLUGIN_ERROR`` result), never lets it out
         unredacted.
         """
-        for impl in self._impls("tooldeck_redact"):
+        return self._redact_chain(value, self._impls("tooldeck_redact"))
+
+    @staticmethod
+    def _redact_chain(value: _V, impls: Sequence[HookImpl], running: list[str] | None = None) -> _V:
+        """``value`` through ``impls`` in order (see :meth:`redact`); each plugin's name is
+        appended to ``running`` as it starts (to blame the one still running at a deadline)."""
+        for impl in impls:
+            if running is not None:
+                running.append(impl.plugin)
             try:
                 changed = impl.call_in_order(value)
             except BaseException as exc:
@@ -1119,6 +1159,70 @@ class Deck:
                 return _withheld(value, impl.plugin)  # type: ignore[no-any-return]
             value = changed
         return value
+
+    async def aredact(
+        self,
+        value: _V,
+        *,
+        timeout_s: float | None = None,
+        offload: bool = False,
+        limiter: trio.CapacityLimiter | None = None,
+    ) -> _V:
+        """:meth:`redact` for async code on the deck's loop, which it never blocks: hooks
+        marked ``@nonblocking`` run on the loop, every other one in a worker thread under
+        ``timeout_s`` seconds (default :data:`REDACT_TIMEOUT_S`). A redactor that blocks or
+        hangs withholds the value it was given once the deadline passes (``[withheld...]``,
+        or a ``PLUGIN_ERROR`` result naming it); the deck's other calls and sessions go on
+        meanwhile.
+
+        :param offload: the whole chain in one worker thread, for long values (redaction is
+            linear in their size).
+        :param limiter: the worker threads to use (a session's own, so that one session's hung
+            redactor does not take every thread); default the deck's.
+        """
+        impls = self._impls("tooldeck_redact")
+        if not impls:
+            return value
+        inline, threaded = self._split_impls("tooldeck_redact")
+        if not threaded and not offload:
+            return self._redact_chain(value, impls)
+        limiter = limiter if limiter is not None else self._redact_threads
+        if timeout_s is None:
+            timeout_s = REDACT_TIMEOUT_S
+        if offload:
+            return await self._redact_in_thread(value, impls, timeout_s, limiter)
+        # One hook at a time, in the chain's order. A withheld value goes on down the chain:
+        # nothing of the original is left in it.
+        for impl in impls:
+            if is_nonblocking(impl.function):
+                value = self._redact_chain(value, (impl,))
+            else:
+                value = await self._redact_in_thread(value, (impl,), timeout_s, limiter)
+        return value
+
+    async def _redact_in_thread(
+        self,
+        value: _V,
+        impls: Sequence[HookImpl],
+        timeout_s: float,
+        limiter: trio.CapacityLimiter,
+    ) -> _V:
+        """``impls`` over ``value`` in a worker thread; withheld past ``timeout_s`` (the
+        thread is abandoned, its late answer dropped)."""
+        running: list[str] = []
+        answer: list[_V] = []
+        with trio.move_on_after(timeout_s):
+            answer.append(await trio.to_thread.run_sync(
+                self._redact_chain, value, impls, running,
+                abandon_on_cancel=True, limiter=limiter,
+            ))
+        if answer:
+            return answer[0]
+        plugin = running[-1] if running else impls[0].plugin
+        why = (f"did not answer within {timeout_s:g} s" if running else
+               f"could not start within {timeout_s:g} s (every redaction thread is busy)")
+        log.error("plugin %r: tooldeck_redact %s; the value was withheld", plugin, why)
+        return _withheld(value, plugin, why)  # type: ignore[no-any-return]
 
     def _outward_event(self, event: Event) -> Event:
         """``event`` as observers may see it: a tool name nobody registered and the data
@@ -1366,6 +1470,20 @@ class Deck:
         :func:`repair_definition` first, its changes recorded in ``registration_warnings`` once
         the batch is in. ``admitted`` receives the definitions as registered, in input order.
         """
+        problems, accepted, changes = self._stage(tools, repair=repair)
+        if not problems:
+            self._commit(accepted, changes, admitted)
+        return problems
+
+    def _stage(
+        self, tools: Sequence[ToolDefinition], *, repair: bool | set[int] = False
+    ) -> tuple[
+        list[str], list[tuple[ToolDefinition, ArgumentValidator | None]],
+        list[RegistrationWarning],
+    ]:
+        """The checking half of :meth:`_admit` (every plugin hook it calls), on a copy of the
+        catalog: ``(problems, accepted, changes)``; changes nothing, so that it may run in a
+        worker thread (:meth:`add_tools`)."""
         validate_impls = self._impls("tooldeck_validate_tool")
         if not validate_impls or not self._impls("tooldeck_argument_validator"):
             hook, package = STAGE_PACKAGES["register"]
@@ -1422,16 +1540,23 @@ class Deck:
                 continue
             staged.add(tool, validator)
             accepted.append((tool, validator))
-        if not problems:
-            originals: dict[str, list[str]] = {}
-            for change in changes:
-                originals.setdefault(change.tool, []).append(change.original)
-            for tool, validator in accepted:
-                self.catalog.add(tool, validator, aliases=originals.get(tool.name, ()))
-            if admitted is not None:
-                admitted.extend(tool for tool, _ in accepted)
-            self._record_warnings(changes)
-        return problems
+        return problems, accepted, changes
+
+    def _commit(
+        self,
+        accepted: Sequence[tuple[ToolDefinition, ArgumentValidator | None]],
+        changes: Sequence[RegistrationWarning],
+        admitted: list[ToolDefinition] | None,
+    ) -> None:
+        """The changing half of :meth:`_admit`: the staged tools into the catalog."""
+        originals: dict[str, list[str]] = {}
+        for change in changes:
+            originals.setdefault(change.tool, []).append(change.original)
+        for tool, validator in accepted:
+            self.catalog.add(tool, validator, aliases=originals.get(tool.name, ()))
+        if admitted is not None:
+            admitted.extend(tool for tool, _ in accepted)
+        self._record_warnings(changes)
 
     def _admission_problems(
         self, tool: ToolDefinition, validate_impls: Sequence[HookImpl], catalog: CatalogView
@@ -1517,12 +1642,19 @@ class Deck:
         """
         definitions = [_runtime_definition(t, plugin) for t in tools]
         admitted: list[ToolDefinition] = []
-        problems = self._admit(definitions, repair=lenient, admitted=admitted)
-        if problems:
-            raise RegistrationError(problems)
+        # The plugins' hooks (validators, schema compilers, catalog observers) run in a worker
+        # thread: one that blocks must not stall every session on the loop. Under a lock, so
+        # that two batches staged at once cannot both take one name.
+        async with self._admit_lock:
+            problems, accepted, changes = await self._hooks_off_loop(
+                "checking the tools", self._stage, definitions, repair=lenient
+            )
+            if problems:
+                raise RegistrationError(problems)
+            self._commit(accepted, changes, admitted)
         if self._retriever is not None and self._indexed:
             await self._retriever.add(admitted)
-        self._catalog_ready()
+        await self._catalog_ready_off_loop()
         return admitted
 
     async def remove_tools(self, names: Iterable[str]) -> list[str]:
@@ -1530,8 +1662,37 @@ class Deck:
         removed = [n for n in names if self.catalog.remove(n) is not None]
         if removed and self._retriever is not None and self._indexed:
             await self._retriever.remove(removed)
-        self._catalog_ready()
+        await self._catalog_ready_off_loop()
         return removed
+
+    async def _catalog_ready_off_loop(self) -> None:
+        """:meth:`_catalog_ready` in a worker thread: observers' failures, a hung one's too
+        (past ``register_timeout_s``), are logged; the catalog changed all the same."""
+        try:
+            await self._hooks_off_loop("tooldeck_catalog_ready", self._catalog_ready)
+        except RegistrationError:
+            pass  # logged by _hooks_off_loop
+
+    async def _hooks_off_loop(self, what: str, function: Callable[..., _V], *args: Any,
+                              **kwargs: Any) -> _V:
+        """``function(*args, **kwargs)`` (plugin hooks that may block) in a worker thread,
+        within ``register_timeout_s``; past it the thread is abandoned and
+        :class:`RegistrationError` says so (for ``add_tools``, before anything was added)."""
+        timeout = float(
+            self.config.settings.get("register_timeout_s", DEFAULT_REGISTER_TIMEOUT_S)
+        )
+        done: list[_V] = []
+        with trio.move_on_after(timeout):
+            done.append(await trio.to_thread.run_sync(
+                lambda: function(*args, **kwargs), abandon_on_cancel=True
+            ))
+        if not done:
+            log.error("%s did not finish within %g s (register_timeout_s)", what, timeout)
+            raise RegistrationError([
+                f"{what}: a plugin's hook did not finish within {timeout:g} s "
+                "(register_timeout_s); see the log"
+            ])
+        return done[0]
 
     def _deliver(self, event: Event, *, outward: bool = False) -> None:
         """Deliver ``event`` to its observers (see :meth:`Session._observe`)."""
@@ -1567,7 +1728,15 @@ class Deck:
 
     async def aclose(self) -> None:
         """Release the providers' resources (executor workers, retriever, ...); deliver the
-        events still queued for observers (a few seconds at most)."""
+        events still queued for observers (a few seconds at most).
+
+        From then on the deck's sessions run nothing and ask no provider: a call, ``resume``,
+        ``approve`` or ``deny`` is refused at once (``CANCELLED``, or False), so that a closed
+        deck neither uses up an approval or a rate-limit slot in a shared store (Redis) for a
+        call it can no longer run, nor opens new connections to it.
+        """
+        # First: calls still in the pipeline stop before their next provider round trip.
+        self._closed = True
         await self._events.aclose()
         providers = (self._executor, self._retriever, self._cache, self._limiter, self._approvals)
         for provider in providers:
@@ -1778,7 +1947,8 @@ def _announce_dropped(deck_ref: weakref.ReferenceType[Deck], session_id: str) ->
         return  # another Session object with this id is still open
     try:
         deck._deliver(
-            Event(kind="session.closed", session_id=session_id, data={"dropped": True})
+            Event(kind="session.closed", session_id=session_id, data={"dropped": True}),
+            outward=True,  # the core's own data: nothing to redact on the loop
         )
     except Exception:  # a run_sync_soon callback that raises would crash the deck's loop
         log.exception("announcing the end of dropped session %s failed", session_id)
@@ -2054,7 +2224,8 @@ class Session:
         self.cancel()
         self._pending.clear()
         self._revoked.clear()
-        self._observe(Event(kind="session.closed", session_id=self.id))
+        # The core's own data only: nothing to redact (a redactor must not hold up aclose).
+        self._observe(Event(kind="session.closed", session_id=self.id), outward=True)
 
     # ------------------------------------------------------------------ the hand
 
@@ -2203,12 +2374,12 @@ class Session:
         names = list(hand.reasons)
         texts = [hand.query, *(r for n in names for r in hand.reasons[n]),
                  *(e.reason for e in hand.exclusions), *hand.problems]
-        if sum(map(len, texts)) > _INLINE_REDACT_CHARS:
-            shown = await trio.to_thread.run_sync(
-                deck.redact, texts, abandon_on_cancel=True, limiter=self._policy_threads
-            )
-        else:
-            shown = deck.redact(texts)
+        # Long texts in a worker thread whole; hooks that may block in one whatever the size.
+        # Under a deadline either way: a hung redactor withholds the texts, never hangs select.
+        shown = await deck.aredact(
+            texts, offload=sum(map(len, texts)) > _INLINE_REDACT_CHARS,
+            limiter=self._policy_threads,
+        )
         if shown is texts:
             return hand
         if len(shown) != len(texts) or not all(isinstance(t, str) for t in shown):
@@ -2407,7 +2578,7 @@ class Session:
             thread, in order; it must not block. A callback that raises is logged and skipped.
         """
         if isinstance(name, ToolCall):
-            call = self._outward_id(name)
+            call = await self._outward_id(name)
         else:
             call = ToolCall(
                 name=name,
@@ -2415,15 +2586,10 @@ class Session:
                 id=call_id or f"call_{_CALL_PREFIX}{next(_call_counter):x}",
             )
             if call_id:  # an id of the deck's own needs no look
-                call = self._outward_id(call)
-        if self._closed:
-            closed = ToolResult.fail(
-                ErrorCode.CANCELLED,
-                f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did "
-                "not run",
-                suggestion="Open a new session.",
-            )
-            return closed if self._registered(call) else self.deck.redact(closed)
+                call = await self._outward_id(call)
+        if self._closed or self.deck._closed:
+            closed = self._closed_refusal(call)
+            return closed if self._registered(call) else await self._redact(closed)
         generation = self._generation
         started = time.perf_counter()
         # Each call is a cancellation point, and every 16th call yields to the scheduler: a
@@ -2472,10 +2638,13 @@ class Session:
             # A name no tool has is the model's own text (an "AKIA..." it made up): it goes
             # out in TOOL_NOT_FOUND, the metadata and the events, so all of them pass the
             # deck's outward redaction. Registered names are the developer's: nothing to do.
-            result = self.deck.redact(result)
+            # One deadline for both: a hung redactor withholds them within REDACT_TIMEOUT_S.
+            deadline = trio.current_time() + REDACT_TIMEOUT_S
+            result = await self._redact(result)
             # Bounded too: a 5 MB invented name became a 5 MB metadata field and span attribute.
-            shown = self.deck.redact(
-                shorten(call.name, _SHOWN_NAME_CHARS) if type(call.name) is str else call.name
+            shown = await self._redact(
+                shorten(call.name, _SHOWN_NAME_CHARS) if type(call.name) is str else call.name,
+                max(0.0, deadline - trio.current_time()),
             )
         elif result.error is not None and result.error.code is ErrorCode.PLUGIN_ERROR:
             # A plugin's failure quotes its exception (a Redis URL, a validator's message):
@@ -2503,7 +2672,30 @@ class Session:
             self._event("call.end", call, result, shown)
         return result
 
-    def _outward_id(self, call: ToolCall) -> ToolCall:
+    def _closed_refusal(self, call: ToolCall) -> ToolResult:
+        """The answer to a call of a closed session, or of any session of a closed deck."""
+        if self._closed:
+            return ToolResult.fail(
+                ErrorCode.CANCELLED,
+                f"session {self.id!r} is closed; the call of {shorten(call.name, 80)!r} did "
+                "not run",
+                suggestion="Open a new session.",
+            )
+        return ToolResult.fail(
+            ErrorCode.CANCELLED,
+            f"the deck of session {self.id!r} is closed; the call of "
+            f"{shorten(call.name, 80)!r} did not run",
+            suggestion="Open a new deck and session; an approval given for this call stays "
+            "in a shared approval store, usable there with the same arguments and session id.",
+        )
+
+    async def _redact(self, value: _V, timeout_s: float | None = None) -> _V:
+        """``value`` through the deck's outward redaction from this session's calls: the hooks
+        that may block in this session's own worker threads, under ``timeout_s``
+        (:meth:`Deck.aredact`)."""
+        return await self.deck.aredact(value, timeout_s=timeout_s, limiter=self._policy_threads)
+
+    async def _outward_id(self, call: ToolCall) -> ToolCall:
         """``call`` with its id as it may be shown: bounded and printable
         (:func:`_bounded_call_id`) and through the deck's outward redaction, since it goes
         out in the metadata, the events and the logs like a name no tool has (a model's
@@ -2513,7 +2705,7 @@ class Session:
         if type(ident) is not str or not _PLAIN_CALL_ID.match(ident):
             shown = _bounded_call_id(ident)
         if shown and self.deck._impls("tooldeck_redact"):
-            shown = self.deck.redact(shown)
+            shown = await self._redact(shown)
         if shown is ident:
             return call
         if type(call) is ToolCall:
@@ -2548,12 +2740,11 @@ class Session:
         parsed = parse_tool_calls(format, response)
         runnable = [p.call for p in parsed if p.error is None]
         ran = iter(await self.call_many(runnable))
-        pairs = [
+        pairs = []
+        for p in parsed:
             # A call that could not be parsed quotes the model's name for it: outward text.
-            (p.call, self.deck.redact(ToolResult(success=False, error=p.error))
-             if p.error is not None else next(ran))
-            for p in parsed
-        ]
+            pairs.append((p.call, await self._redact(ToolResult(success=False, error=p.error))
+                          if p.error is not None else next(ran)))
         return result_messages(format, pairs)
 
     def _event(self, kind: str, call: ToolCall, result: ToolResult, tool_name: Any) -> None:
@@ -2699,6 +2890,8 @@ class Session:
             if isinstance(judged, ToolResult):
                 return judged
             info, authority, confirmed = judged
+        if deck._closed:  # closed while policy or the user was asked: no store round trip
+            return self._closed_refusal(call)
         outcome = None
         limited = deck._limiter is not None and tool.security.rate_limit is not None
         if deck._cache is not None and tool.execution.cacheable:
@@ -2776,6 +2969,8 @@ class Session:
                 )
         if self._generation != generation:
             return self._cancelled_before_start(call)
+        if deck._closed:
+            return self._closed_refusal(call)
         if self._authority != authority:  # the session changed during the cache or limiter
             judged = await self._judge_again(
                 call, tool, approval_id, generation, confirmed, offload
@@ -3367,6 +3562,10 @@ class Session:
             arguments_hash = await self._approval_hash_of(call, tool)
             if isinstance(arguments_hash, ToolResult):
                 return arguments_hash
+            if self.deck._closed:
+                # Closed while this call was judged: its tool can no longer run, so the
+                # approval is left in the store, not used up for nothing.
+                return self._closed_refusal(call)
             failed = _STORE_FAILED.get()
             try:
                 valid = None
@@ -3445,6 +3644,8 @@ class Session:
         arguments_hash = await self._approval_hash_of(call, tool)
         if isinstance(arguments_hash, ToolResult):
             return arguments_hash
+        if self.deck._closed:
+            return self._closed_refusal(call)
         try:
             new_id = None
             with trio.move_on_after(tool.execution.timeout_s) as late:
@@ -3524,9 +3725,10 @@ class Session:
     async def approve(self, approval_id: str) -> bool:
         """Approve a pending call (it can then run once, with exactly its arguments).
 
-        Returns False for an unknown, expired or already decided approval, and for another
-        session's approval (an approval id is a capability of the session that asked); an error
-        of the approval store (e.g. Redis down) propagates to the application.
+        Returns False for an unknown, expired or already decided approval, for another
+        session's approval (an approval id is a capability of the session that asked), and on
+        a closed deck (the store is not asked); an error of the approval store (e.g. Redis
+        down) propagates to the application.
         """
         return await self._resolve(approval_id, True)
 
@@ -3534,9 +3736,10 @@ class Session:
         """Deny a pending call, or take back an approval given but not used yet: a call with
         it is then refused (``PERMISSION_DENIED``), here and in any process sharing the store.
 
-        Returns False for an unknown, expired or already used approval (too late: it ran), and
-        for another session's. An error of the approval store propagates to the application;
-        this session refuses the approval all the same.
+        Returns False for an unknown, expired or already used approval (too late: it ran), for
+        another session's, and on a closed deck (the store is not asked: a pending approval
+        there stays pending, and runs nothing unless approved). An error of the approval store
+        propagates to the application; this session refuses the approval all the same.
         """
         # Recorded before the store is asked: a call of this session that reaches its approval
         # check meanwhile (a resume in flight) is refused whatever the store answers.
@@ -3565,6 +3768,12 @@ class Session:
         return True
 
     async def _resolve(self, approval_id: str, approved: bool) -> bool:
+        if self.deck._closed:
+            # A closed deck asks no provider (its store's connection is closed): nothing is
+            # approved or denied in the store, where the approval stays for a deck sharing it.
+            log.warning("approval %s not %s: the deck is closed", approval_id,
+                        "approved" if approved else "denied")
+            return False
         store = self.deck._approvals
         try:
             return bool(await store.resolve(approval_id, approved, session_id=self.id))
@@ -3589,6 +3798,8 @@ class Session:
         self._prune_pending()
         entry = self._pending.get(approval_id)
         call = entry[0] if entry is not None else None
+        if call is not None and self.deck._closed:
+            return self._closed_refusal(call)
         if call is None:
             return ToolResult.fail(
                 ErrorCode.PERMISSION_DENIED,
@@ -3616,7 +3827,7 @@ class Session:
         except Exception as exc:
             # The store's own words (a URL with its password, a key): redacted like any
             # answer that leaves the deck.
-            return self.deck.redact(self._plugin_error("approval store", exc))
+            return await self._redact(self._plugin_error("approval store", exc))
         if late.cancelled_caught:
             if tool is None:
                 return ToolResult.fail(
@@ -3685,6 +3896,9 @@ class Session:
                 {
                     "memory_mb": tool.execution.memory_mb,
                     "max_output_bytes": tool.execution.max_output_bytes,
+                    # The call's time as configured (a deployment's [tools.NAME.execution]
+                    # timeout_s included): a tool whose own default differs can follow it.
+                    "timeout_s": tool.execution.timeout_s,
                 },
             )
         context = ToolContext(
@@ -3706,9 +3920,10 @@ class Session:
 
     def _protected_paths(self) -> tuple[str, ...]:
         """The deck's protected path rules, plus the module names a planted file would shadow
-        (:func:`tooldeck._imports.shadow_rules`) and the home-folder rules again where a home
-        folder lies below the workdir's top (:func:`_home_rules`). Worked out once per
-        workdir (an application may move the session)."""
+        (:func:`tooldeck._imports.shadow_rules`), the home-folder rules again where a home
+        folder lies below the workdir's top (:func:`_home_rules`) and the trust store where it
+        lies in the workdir (:func:`_trust_store_rules`). Worked out once per workdir (an
+        application may move the session)."""
         workdir = self.workdir
         known = self._shadowing
         if known is not None and known[0] == workdir:
@@ -3718,6 +3933,7 @@ class Session:
             extra = (
                 *shadow_rules(workdir),
                 *_home_rules(workdir, self.deck.protected_paths),
+                *_trust_store_rules(workdir),
             )
         rules = (
             normalise_rules((*self.deck.protected_paths, *extra))

@@ -406,8 +406,9 @@ class ToolContext:
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     logger: logging.Logger | None = attrs.field(default=None, repr=False)
     emit: Callable[[Mapping[str, Any]], None] = attrs.field(default=lambda _event: None, repr=False)
-    #: The limits this call runs under, as the executor applies them: ``memory_mb`` and
-    #: ``max_output_bytes`` (the tool's ``execution`` after configuration), and in a sandbox
+    #: The limits this call runs under, as the executor applies them: ``memory_mb``,
+    #: ``max_output_bytes`` and ``timeout_s`` (the tool's ``execution`` after configuration:
+    #: a tool can tell that the deployment changed its time), and in a sandbox
     #: ``memory`` (``"cgroup"``: the whole call's processes share ``memory_mb``; ``"rlimit"``:
     #: each process gets that much address space). A tool that starts programs sizes what it
     #: keeps of their output, or gives them, by these. Empty when nobody said.

@@ -606,3 +606,8 @@ def hand_made_result(arguments: dict[str, Any], context: Any) -> Any:
     from tooldeck_hookspecs import ToolResult
 
     return ToolResult(success=False, metadata={"when": {1, 2}, "big": 10**5000})
+
+
+def call_time(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
+    """What the tool is told of its time: ``context.limits`` and the seconds left."""
+    return {"limits": dict(context.limits), "seconds_left": context.seconds_left()}

@@ -139,8 +139,9 @@ CASES: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
      "security.rate_limit.window_s",
      {"security": sec(rate_limit=RateLimit(max_calls=3, window_s=366 * 86400))}),
     ({"execution": ex(timeout_s=0)}, "execution.timeout_s", {"execution": ex(timeout_s=0.1)}),
-    ({"execution": ex(timeout_s=86401)}, "execution.timeout_s",
-     {"execution": ex(timeout_s=86400)}),
+    # The configuration's bound ([tools.NAME.execution] timeout_s): 366 days, not one day.
+    ({"execution": ex(timeout_s=366 * 86400 + 1)}, "execution.timeout_s",
+     {"execution": ex(timeout_s=366 * 86400)}),
     ({"execution": ex(max_retries=11)}, "execution.max_retries",
      {"execution": ex(max_retries=10)}),
     ({"execution": ex(max_retries=-1)}, "execution.max_retries",

@@ -7,6 +7,7 @@ from tooldeck_hookspecs import ExecutionConfig, SecurityConfig, SecurityLevel, T
 from . import tools
 from .tools import (
     DEFAULT_TIMEOUT_S,
+    EXECUTION_TIMEOUT_S,
     MAX_CODE_CHARS,
     MAX_FILES,
     MAX_STDIN_BYTES,
@@ -94,7 +95,7 @@ def build_definition(javascript: bool) -> ToolDefinition:
         execution=ExecutionConfig(
             # The tool enforces the call's timeout_s itself; this bound adds room for the
             # sandbox's start and for collecting files.
-            timeout_s=MAX_TIMEOUT_S + 15.0,
+            timeout_s=EXECUTION_TIMEOUT_S,
             retryable=False,
             cacheable=False,
             # With bubblewrap the workdir is read-only; in the runner's degraded mode (an

@@ -21,7 +21,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from tooldeck_tools_process import Completed, LineProgress, describe, run_process, within_call
+from tooldeck_tools_process import (
+    Completed,
+    LineProgress,
+    default_timeout,
+    describe,
+    run_process,
+    within_call,
+)
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -49,6 +56,8 @@ __all__ = [
 LANGUAGES = ("python", "javascript")
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 120.0
+#: The tool's own ``execution.timeout_s``: the call's ``timeout_s`` plus room to start and answer.
+EXECUTION_TIMEOUT_S = MAX_TIMEOUT_S + 15.0
 MAX_CODE_CHARS = 100 * 1024
 MAX_STDIN_BYTES = 1024 * 1024
 #: The default memory of a call (``execution.memory_mb``; a deployment may set another). Where
@@ -143,6 +152,14 @@ def _stdin(value: Any) -> bytes | None:
     if len(data) > MAX_STDIN_BYTES:
         raise _too_large("stdin", len(data), MAX_STDIN_BYTES, "bytes")
     return data
+
+
+def _whose_limit(tool: str, noun: str, timeout_s: float, deployed: bool) -> str:
+    """Which time limit a call deadline stood for, in a TIMEOUT message."""
+    if deployed:
+        return f"{tool}'s execution.timeout_s of {timeout_s:g} s, set by the deployment,"
+    return (f"{tool}'s execution.timeout_s, which the deployment set below this {noun}'s "
+            f"timeout_s of {timeout_s:g} s")
 
 
 def _timeout(value: Any) -> float:
@@ -418,7 +435,15 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
     language = _language(arguments.get("language"))
     code = _code(arguments.get("code"))
     stdin = _stdin(arguments.get("stdin"))
-    timeout_s = _timeout(arguments.get("timeout_s"))
+    # No timeout_s from the model: the pack's default, or the deployment's own time for the
+    # tool where it configured one (a limit raised for long builds must not end at 60 s).
+    given = arguments.get("timeout_s")
+    if given is None:
+        timeout_s, deployed = default_timeout(
+            DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S, getattr(context, "limits", None)
+        )
+    else:
+        timeout_s, deployed = _timeout(given), False
     call_left = context.seconds_left()
     limit_s, by_call = within_call(timeout_s, call_left)
     base = tempfile.mkdtemp(prefix="tooldeck-code-")
@@ -472,9 +497,9 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 # The call's limit also counts its time in the queue and the sandbox's start:
                 # blaming "the deployment" alone misled a snippet that had waited behind others.
                 f"the program was stopped after {limit_s:.3g} s, when this call's time limit was "
-                "about to run out (code_execute's execution.timeout_s, which the deployment set "
-                f"below this snippet's timeout_s of {timeout_s:g} s or which the call had partly "
-                "spent waiting in its queue behind other calls and for its sandbox: "
+                f"about to run out ({_whose_limit('code_execute', 'snippet', timeout_s, deployed)} "
+                "or which the call had partly spent waiting in its queue behind other calls and "
+                "for its sandbox: "
                 f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the program started), "
                 "and was killed",
                 suggestion=(
@@ -485,7 +510,8 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 ),
                 details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
                          "seconds_left_at_start": round(max(call_left or 0.0, 0.0), 3),
-                         "limited_by": "call deadline", "partial": result},
+                         "limited_by": "call deadline", "deployment_timeout": deployed,
+                     "partial": result},
             )
         if completed.timed_out:
             raise ToolFailure(

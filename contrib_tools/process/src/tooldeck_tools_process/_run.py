@@ -23,6 +23,7 @@ mode) ends them. Memory, process count and ``/tmp`` are bounded for the whole ca
 from __future__ import annotations
 
 import codecs
+import math
 import os
 import selectors
 import signal
@@ -122,6 +123,28 @@ def _kill_group(pgid: int) -> None:
 #: What a tool keeps of its call's time, at most, to kill its program and send its answer
 #: before the executor gives up on the call (a fifth of what is left, at least 0.5 s).
 ANSWER_MARGIN_S = 1.0
+
+
+def default_timeout(default_s: float, own_s: float, limits: Any) -> tuple[float, bool]:
+    """The time a run whose arguments name none may take, and whether the deployment chose it.
+
+    ``default_s`` (the pack's default, e.g. shell_exec's 60 s), unless the deployment set the
+    tool's ``execution.timeout_s`` to another value than the pack's own ``own_s``
+    (``ToolContext.limits["timeout_s"]``): then that value, so that the run may use the
+    call's whole time (:func:`within_call` keeps the margin to answer in). An operator who
+    raised shell_exec's limit to 10 minutes for builds had every command killed at the
+    60 s default all the same, unless the model happened to ask for more.
+    """
+    configured = limits.get("timeout_s") if isinstance(limits, Mapping) else None
+    if (
+        isinstance(configured, int | float)
+        and not isinstance(configured, bool)
+        and math.isfinite(configured)
+        and configured > 0
+        and configured != own_s
+    ):
+        return float(configured), True
+    return default_s, False
 
 
 def within_call(timeout_s: float, seconds_left: float | None) -> tuple[float, bool]:

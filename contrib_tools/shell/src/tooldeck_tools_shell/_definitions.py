@@ -7,6 +7,7 @@ from tooldeck_hookspecs import ExecutionConfig, SecurityConfig, SecurityLevel, T
 from . import tools
 from .tools import (
     DEFAULT_TIMEOUT_S,
+    EXECUTION_TIMEOUT_S,
     MAX_ARGV_ITEMS,
     MAX_COMMAND_LINE_CHARS,
     MAX_ENV_VALUE_CHARS,
@@ -118,7 +119,7 @@ SHELL_EXEC = ToolDefinition(
     execution=ExecutionConfig(
         # The tool enforces the call's own timeout_s (and kills the process group); this outer
         # bound only catches a tool that failed to, and covers the sandbox's start.
-        timeout_s=MAX_TIMEOUT_S + 15.0,
+        timeout_s=EXECUTION_TIMEOUT_S,
         retryable=False,
         cacheable=False,
         memory_mb=MEMORY_MB,

@@ -15,7 +15,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tooldeck_tools_process import Completed, LineProgress, describe, run_process, within_call
+from tooldeck_tools_process import (
+    Completed,
+    LineProgress,
+    default_timeout,
+    describe,
+    run_process,
+    within_call,
+)
 
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure
 
@@ -39,6 +46,8 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 60.0
 #: ``timeout_s`` may not exceed this; the tool's ``execution.timeout_s`` adds a grace period.
 MAX_TIMEOUT_S = 300.0
+#: The tool's own ``execution.timeout_s``: the call's ``timeout_s`` plus room to start and answer.
+EXECUTION_TIMEOUT_S = MAX_TIMEOUT_S + 15.0
 #: Bytes kept of each stream: the first half and the last half of these (errors are at the end).
 STDOUT_CAP_BYTES = 128 * 1024
 STDERR_CAP_BYTES = 64 * 1024
@@ -163,6 +172,14 @@ def _command(value: Any) -> list[str] | str:
         f"command must be a list of strings (program and arguments) or a command line "
         f"string, got {type(value).__name__}"
     )
+
+
+def _whose_limit(tool: str, noun: str, timeout_s: float, deployed: bool) -> str:
+    """Which time limit a call deadline stood for, in a TIMEOUT message."""
+    if deployed:
+        return f"{tool}'s execution.timeout_s of {timeout_s:g} s, set by the deployment,"
+    return (f"{tool}'s execution.timeout_s, which the deployment set below this {noun}'s "
+            f"timeout_s of {timeout_s:g} s")
 
 
 def _timeout(value: Any) -> float:
@@ -385,7 +402,15 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     if not isinstance(arguments, Mapping):
         raise _invalid("arguments must be a JSON object")
     command = _command(arguments.get("command"))
-    timeout_s = _timeout(arguments.get("timeout_s"))
+    # No timeout_s from the model: the pack's default, or the deployment's own time for the
+    # tool where it configured one (a limit raised for long builds must not end at 60 s).
+    given = arguments.get("timeout_s")
+    if given is None:
+        timeout_s, deployed = default_timeout(
+            DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S, getattr(context, "limits", None)
+        )
+    else:
+        timeout_s, deployed = _timeout(given), False
     stdin = _stdin(arguments.get("stdin"))
     env = command_environment(arguments.get("env"))
     encoding = _output_encoding(arguments.get("output_encoding"))
@@ -419,9 +444,9 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             # start: blaming "the deployment" alone misled a command that had waited 5 s of an
             # 8 s limit behind another one and was told it had been given 2.3 s.
             f"the command was stopped after {limit_s:.3g} s, when this call's time limit was "
-            "about to run out (shell_exec's execution.timeout_s, which the deployment set below "
-            f"this command's timeout_s of {timeout_s:g} s or which the call had partly spent "
-            "waiting in its queue behind other calls and for its sandbox: "
+            f"about to run out ({_whose_limit('shell_exec', 'command', timeout_s, deployed)} "
+            "or which the call had partly spent waiting in its queue behind other calls and for "
+            "its sandbox: "
             f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the command started); it "
             "and the processes it started were killed",
             suggestion=(
@@ -431,7 +456,8 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             ),
             details={"timeout_s": timeout_s, "effective_timeout_s": round(limit_s, 3),
                      "seconds_left_at_start": round(max(call_left or 0.0, 0.0), 3),
-                     "limited_by": "call deadline", "partial": result},
+                     "limited_by": "call deadline", "deployment_timeout": deployed,
+                     "partial": result},
         )
     if completed.timed_out:
         raise ToolFailure(

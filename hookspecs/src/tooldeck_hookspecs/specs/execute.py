@@ -50,9 +50,12 @@ def tooldeck_redact(value: Any) -> Any | None:
     Called for every implementation in turn, each receiving the previous one's output (a
     chain); return None to leave the value unchanged, or a value of the same kind. ``value``
     is a ``str``, a JSON-like structure (mappings, lists, tuples: redact the strings inside,
-    keys too) or a :class:`ToolResult` (its data, error and metadata). Called on the deck's
-    event loop for short values, so it must be cheap and never block (long texts are passed
-    from a worker thread). One that raises makes the deck withhold the value.
+    keys too) or a :class:`ToolResult` (its data, error and metadata). Mark a cheap, pure
+    redactor ``@nonblocking`` and the deck calls it on its event loop for short values (long
+    ones from a worker thread); an unmarked one runs in a worker thread under a deadline
+    (10 s) when the deck redacts from its loop, so one that blocks or hangs withholds the values
+    it was given and stalls nobody else. ``Deck.redact`` itself runs the chain where it is called.
+    One that raises or answers another kind of value makes the deck withhold the value.
 
     :param value: what is about to leave the deck.
     """

@@ -7,6 +7,7 @@ every deck the SDK's import time (about 0.6 s).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -220,12 +221,43 @@ def _parameters(schema: Mapping[str, Any] | None, *, where: str = "MCP tool") ->
     return parameters
 
 
+def own_timeout_s(config: McpServerConfig) -> float:
+    """The ``execution.timeout_s`` the bridge gives the tools of a server: the remote call's
+    ``timeout_s``, a (re)start of the server and the grace."""
+    return config.timeout_s + config.startup_timeout_s + _TIMEOUT_GRACE_S
+
+
+def remote_deadline(config: McpServerConfig, context: ToolContext) -> float | None:
+    """When the remote call must have answered (a ``time.monotonic()`` instant), or None for
+    the server's own ``timeout_s``.
+
+    The bridge bounded every remote call by its server's ``timeout_s``, and that alone: a tool
+    the deployment gave 8 s (``[tools.NAME.execution] timeout_s``), of a server with
+    ``timeout_s = 3``, was stopped at 3 s. When the call's configured time is not the one the
+    bridge gave the tool (``ToolContext.limits["timeout_s"]``), it is the deployment's, and
+    the remote call runs until the call's deadline, less a moment so that the bridge's answer
+    (which names the server) comes before the executor's.
+    """
+    configured = context.limits.get("timeout_s")
+    deadline = context.deadline
+    if (
+        deadline is None
+        or not isinstance(configured, int | float)
+        or isinstance(configured, bool)
+        or not math.isfinite(configured)
+        or configured == own_timeout_s(config)
+    ):
+        return None
+    return deadline - min(_TIMEOUT_GRACE_S, configured / 10)
+
+
 def _make_execute(remote: RemoteServer, remote_name: str, pinned: str | None = None) -> Any:
     server = remote.config.name
 
     async def execute(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         result = await remote.call(
-            remote_name, dict(arguments), progress=context.emit, pinned=pinned
+            remote_name, dict(arguments), progress=context.emit, pinned=pinned,
+            deadline=remote_deadline(remote.config, context),
         )
         if len(result.content) <= _INLINE_BLOCKS:
             return convert_result(server, remote_name, result)
@@ -318,7 +350,7 @@ def definitions_for(
                 # of a server given 4 s, after a 3 s restart, was stopped at 6 s by the executor
                 # ("did not finish within 6s"), before its promised 4 s had run.
                 execution=ExecutionConfig(
-                    timeout_s=config.timeout_s + config.startup_timeout_s + _TIMEOUT_GRACE_S,
+                    timeout_s=own_timeout_s(config),
                     retryable=False,
                 ),
                 # Pinned to the listing it was built from: the server cannot change the tool

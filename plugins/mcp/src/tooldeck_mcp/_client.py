@@ -70,6 +70,27 @@ def fingerprint(tools: list[types.Tool], name: str) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _http_client(config: McpServerConfig) -> Any:
+    """The HTTP client of a streamable HTTP connection: ``config.headers``, and no read timeout
+    that could end a call before its own deadline.
+
+    A plain ``httpx2.AsyncClient(headers=...)`` has httpx's 5 s default for every read: a
+    remote tool that took longer than 5 s to answer lost its response stream, and the call
+    failed as a lost connection (the server then restarted) whatever ``timeout_s`` said. The
+    SDK's own client waits 300 s between two bytes of a stream, which still cut a call given
+    longer (``timeout_s``, or a deployment's ``[tools.NAME.execution] timeout_s``). Each call
+    is bounded by the bridge's deadline (``RemoteServer.call``), so reads have no timeout of
+    their own; connecting, writing and the pool keep the SDK's.
+    """
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
+
+    return create_mcp_http_client(
+        headers=dict(config.headers) or None,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None),
+    )
+
+
 #: How long a server suspected dead (its connection reported closed, or an answer the SDK
 #: could not read) has to answer again before the bridge restarts it.
 _PING_TIMEOUT_S = 5.0
@@ -271,11 +292,9 @@ class _Connection:
         from mcp.client.streamable_http import streamable_http_client
 
         assert config.url is not None
-        http_client = None
-        if config.headers:
-            import httpx2
-
-            http_client = httpx2.AsyncClient(headers=dict(config.headers))
+        http_client = _http_client(config)
+        # The SDK closes only a client it made itself: this one ends with the connection.
+        stack.push_async_callback(http_client.aclose)
         return streamable_http_client(config.url, http_client=http_client)
 
     async def run(self) -> None:
@@ -587,6 +606,7 @@ class RemoteServer:
         arguments: dict[str, Any],
         progress: Callable[[Mapping[str, Any]], None] | None = None,
         pinned: str | None = None,
+        deadline: float | None = None,
     ) -> types.CallToolResult:
         """Forward one ``tools/call`` from trio (or asyncio).
 
@@ -594,9 +614,14 @@ class RemoteServer:
             (``ToolContext.emit`` of the bridged tool: it hands them to the deck's caller).
         :param pinned: the tool's :func:`fingerprint` when it was registered: the call is
             refused, not forwarded, when the server now lists the tool otherwise.
+        :param deadline: the ``time.monotonic()`` instant by which the server must have
+            answered, (re)start included (None: its ``timeout_s`` from the call's start, after
+            any (re)start).
         :raises ToolFailure: the server could not be reached, died, refused or timed out.
         """
-        future = _LOOP.portal().start_task_soon(self._call, tool, arguments, progress, pinned)
+        future = _LOOP.portal().start_task_soon(
+            self._call, tool, arguments, progress, pinned, deadline
+        )
         return await wait_future(future)
 
     def statistics(self) -> ServerStatistics:
@@ -699,10 +724,16 @@ class RemoteServer:
         arguments: dict[str, Any],
         progress: Callable[[Mapping[str, Any]], None] | None = None,
         pinned: str | None = None,
+        deadline: float | None = None,
     ) -> types.CallToolResult:
+        started = time.monotonic()
         connection = await self._ensure()
         client = connection.client
         config = self.config
+        # The limit the message names: the server's timeout_s, or the deployment's time for
+        # the tool (its deadline, counted from the call's start).
+        limit = config.timeout_s if deadline is None else round(max(deadline - started, 0.0), 3)
+        left = config.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.0)
         self._calls += 1
         lost = (
             f"the connection to MCP server {config.name!r} was lost (the server may have "
@@ -715,16 +746,16 @@ class RemoteServer:
         if pinned is not None:
             await self._check_pin(connection, client, tool, pinned)
         try:
-            with anyio.fail_after(config.timeout_s):
+            with anyio.fail_after(left):
                 result = await client.call_tool(
                     tool, arguments, progress_callback=_forward(progress) if progress else None
                 )
         except TimeoutError:
             raise ToolFailure(
                 ErrorCode.TIMEOUT,
-                f"MCP server {config.name!r} did not answer {tool!r} within {config.timeout_s:g} s",
+                f"MCP server {config.name!r} did not answer {tool!r} within {limit:.3g} s",
                 retryable=True,
-                details={"server": config.name, "timeout_s": config.timeout_s},
+                details={"server": config.name, "timeout_s": limit},
             ) from None
         except MCPError as exc:
             # CONNECTION_CLOSED is -32000, also the code JSON-RPC leaves to servers for their

@@ -104,6 +104,9 @@ tooldeck_process_result.tooldeck_offload = needs_offload  # type: ignore[attr-de
 
 
 @hookimpl
+# Pure and linear in the value; the deck hands long values to a worker thread itself. Unmarked,
+# every short redaction would cost a thread hand-off (the deck runs blocking redactors there).
+@nonblocking
 def tooldeck_redact(value: Any) -> Any | None:
     """Redact secrets from what the deck sends out besides a tool's result (a name no tool
     has, a hand's task, events, a server's own answers): a :class:`ToolResult` as

@@ -655,6 +655,11 @@ class SandboxPool:
             memory_rlimit=applied["memory"] != "cgroup",
             seccomp=self.settings.seccomp,
             network=key.network,
+            timeout_s=(
+                float(tool.execution.timeout_s)
+                if math.isfinite(tool.execution.timeout_s)
+                else None
+            ),
         )
         request = SandboxRequest(
             call=call,

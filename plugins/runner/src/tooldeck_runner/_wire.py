@@ -91,6 +91,9 @@ class Limits:
     #: Install the seccomp filter (see ``_seccomp``); ``network`` selects its socket rules.
     seccomp: bool = True
     network: bool = False
+    #: The tool's ``execution.timeout_s`` after configuration, for ``ToolContext.limits``
+    #: (None when it is not finite: JSON has no infinity).
+    timeout_s: float | None = None
 
 
 @attrs.frozen(kw_only=True)

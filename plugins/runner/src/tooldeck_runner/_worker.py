@@ -204,14 +204,18 @@ def _emitter(wire: Any, response_fd: int) -> Any:
 
 
 def _context_limits(limits: Any) -> dict[str, Any]:
-    """The ``limits`` of the tool's context: what this worker applies (``_apply_limits``)."""
-    return {
-        "limits": {
-            "memory_mb": limits.memory_mb,
-            "max_output_bytes": limits.max_output_bytes,
-            "memory": "rlimit" if limits.memory_rlimit else "cgroup",
-        }
+    """The ``limits`` of the tool's context: what this worker applies (``_apply_limits``),
+    and the call's configured ``timeout_s`` as the in-process context has it."""
+    applied: dict[str, Any] = {
+        "memory_mb": limits.memory_mb,
+        "max_output_bytes": limits.max_output_bytes,
+        "memory": "rlimit" if limits.memory_rlimit else "cgroup",
     }
+    # getattr: a request from an older host has no timeout_s.
+    timeout_s = getattr(limits, "timeout_s", None)
+    if timeout_s is not None:
+        applied["timeout_s"] = timeout_s
+    return {"limits": applied}
 
 
 def _call(wire: Any, outcomes: Any, request: Any, response_fd: int | None = None) -> Any:

@@ -36,7 +36,10 @@ _SEMVER_RE = re.compile(
     r"^v?\d+\.\d+(\.\d+)?(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?\Z"
 )
 _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
-_MAX_TIMEOUT_S = 24 * 3600.0
+#: The longest ``execution.timeout_s``: the bound the configuration's ``[tools.NAME.execution]
+#: timeout_s`` has (366 days). It was one day here: a deployment's 2-day override passed the
+#: configuration's check, then the tool (or its whole pack) was left out at registration.
+_MAX_TIMEOUT_S = MAX_RATE_WINDOW_S
 #: Containers (objects and arrays) a parameter schema may nest. Real schemas nest a few levels;
 #: fastjsonschema's generated code cannot compile much past this depth anyway, and the copy,
 #: the metaschema check and the compiler all recurse: deeper, they would raise RecursionError.
@@ -198,7 +201,8 @@ def _check_security(
 def _check_execution(tool: ToolDefinition, add: Callable[[str, str], None]) -> None:
     ex = tool.execution
     if not _is_number(ex.timeout_s) or not 0 < ex.timeout_s <= _MAX_TIMEOUT_S:
-        add("execution.timeout_s", f"{ex.timeout_s!r} must be > 0 and <= {_MAX_TIMEOUT_S:g} s")
+        add("execution.timeout_s",
+            f"{ex.timeout_s!r} must be > 0 and <= {_MAX_TIMEOUT_S:.0f} s (366 days)")
     if not isinstance(ex.max_retries, int) or isinstance(ex.max_retries, bool) or not (
         0 <= ex.max_retries <= 10
     ):
