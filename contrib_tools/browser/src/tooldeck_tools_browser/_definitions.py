@@ -19,6 +19,7 @@ from ._extract import MAX_LINKS, MAX_TEXT_CHARS
 from ._limits import (
     DEFAULT_ACTION_TIMEOUT_S,
     DEFAULT_NAVIGATE_TIMEOUT_S,
+    EXECUTION_TIMEOUT_S,
     MAX_TIMEOUT_S,
     SCREENSHOT_MAX_OUTPUT_BYTES,
 )
@@ -71,9 +72,7 @@ def _security(level: SecurityLevel, **kw: object) -> SecurityConfig:
     return SecurityConfig(level=level, network=True, **kw)  # type: ignore[arg-type]
 
 
-# The execution timeout sits above the largest timeout_s a model may ask for, so that the
-# tool's own, more precise TIMEOUT answers first.
-_EXECUTION = ExecutionConfig(timeout_s=MAX_TIMEOUT_S + 30, max_output_bytes=400_000)
+_EXECUTION = ExecutionConfig(timeout_s=EXECUTION_TIMEOUT_S, max_output_bytes=400_000)
 #: The cacheable tools that read the workdir (the fs pack's), whose cached results a write there
 #: makes stale; the same list file_write and shell_exec declare.
 _WORKDIR_READERS = ("file_read", "list_dir")

@@ -21,6 +21,9 @@ DEFAULT_NAVIGATE_TIMEOUT_S = 30.0
 DEFAULT_ACTION_TIMEOUT_S = 10.0
 #: Upper bound of the ``timeout_s`` arguments (the tools' own execution timeout is above it).
 MAX_TIMEOUT_S = 90.0
+#: The page tools' own ``execution.timeout_s``: above the largest ``timeout_s`` a model may ask
+#: for, so that the tool's own, more precise TIMEOUT answers first.
+EXECUTION_TIMEOUT_S = MAX_TIMEOUT_S + 30
 #: Screenshots up to this size (raw PNG bytes) come back as an image block too.
 IMAGE_MAX_BYTES = 600_000
 #: browser_screenshot's ``execution.max_output_bytes``: the inline image counts as its base64

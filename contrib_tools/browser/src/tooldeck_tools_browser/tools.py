@@ -10,7 +10,9 @@ confined (:mod:`._sandbox`): the mode in use, the mode asked for, its layers and
 
 from __future__ import annotations
 
+import math
 import struct
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,6 +29,7 @@ from ._guard import remember_session_allow, scheme_problem
 from ._limits import (
     DEFAULT_ACTION_TIMEOUT_S,
     DEFAULT_NAVIGATE_TIMEOUT_S,
+    EXECUTION_TIMEOUT_S,
     IMAGE_MAX_BYTES,
     MAX_TIMEOUT_S,
     SCREENSHOT_MAX_OUTPUT_BYTES,
@@ -49,12 +52,33 @@ __all__ = [
 _WAIT_UNTIL = ("load", "domcontentloaded", "networkidle")
 
 
-def _timeout_ms(arguments: Mapping[str, Any], default: float) -> float:
-    value = arguments.get("timeout_s", default)
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not 0 < value <= MAX_TIMEOUT_S:
+def _is_seconds(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _timeout_ms(arguments: Mapping[str, Any], default: float, context: ToolContext) -> float:
+    """The browser's timeout for this call's page work, in milliseconds.
+
+    The model's ``timeout_s``; without one the tool's default, or the deployment's own
+    ``execution.timeout_s`` for the tool where it set one (``ToolContext.limits``: a limit
+    raised for slow sites must not end at the 30 s default). Never past the call's deadline
+    less a moment to answer in, so that a lowered limit still gets the tool's TIMEOUT naming
+    the page instead of the executor's, which knows nothing of it.
+    """
+    value = arguments.get("timeout_s")
+    if value is None:
+        limits = getattr(context, "limits", None)
+        configured = limits.get("timeout_s") if isinstance(limits, Mapping) else None
+        value = default
+        if _is_seconds(configured) and configured != EXECUTION_TIMEOUT_S:
+            value = float(configured)
+    elif not _is_seconds(value) or value > MAX_TIMEOUT_S:
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
                           f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    seconds_left = context.seconds_left()
+    if seconds_left is not None:
+        value = min(value, max(seconds_left - min(1.0, max(0.5, seconds_left / 5)), 0.5))
     return float(value) * 1000.0
 
 
@@ -134,6 +158,9 @@ async def _navigate(
     timeout_ms: float,
 ) -> dict[str, Any]:
     closed: list[str] = []
+    # Loading and reading the page share the one timeout: with a fresh one each, a call could
+    # take twice its time and pass its deadline, answered by the executor with nothing of it.
+    started = time.monotonic()
     if page_id is None:
         entry, closed = await eng.new_page(session_id)
         fresh = True
@@ -165,7 +192,8 @@ async def _navigate(
             raise ToolFailure(ErrorCode.EXECUTION_ERROR, f"could not connect to "
                               f"{_host(page.url)!r} for {url!r} (connection refused or "
                               "unreachable)", suggestion="Check the URL; the site may be down.")
-        snapshot = await _snapshot(eng, session_id, entry.page_id, page, timeout_ms)
+        left_ms = timeout_ms - (time.monotonic() - started) * 1000.0
+        snapshot = await _snapshot(eng, session_id, entry.page_id, page, left_ms)
     except BaseException:
         if fresh:  # a page the model never got an id for would leak
             await eng.close_page(session_id, entry.page_id)
@@ -250,7 +278,7 @@ async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -
     if wait_until not in _WAIT_UNTIL:
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
                           f"wait_until must be one of {', '.join(_WAIT_UNTIL)}")
-    timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S)
+    timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S, context)
     eng = _engine_for(context)
     return await _run(eng, _navigate, context.session_id, url, page_id, wait_until, timeout_ms)
 
@@ -305,7 +333,7 @@ async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> T
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "give exactly one of selector or text",
                           suggestion="Pass selector (a CSS selector) or text (the visible text "
                           "of the element), not both.")
-    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
+    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S, context)
     eng = _engine_for(context)
     return await _run(eng, _click, context.session_id, page_id, selector, text, timeout_ms)
 
@@ -332,7 +360,7 @@ async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> To
     value = arguments.get("value")
     if not isinstance(value, str):
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "value must be a string")
-    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S)
+    timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S, context)
     eng = _engine_for(context)
     return await _run(eng, _fill, context.session_id, page_id, selector, value, timeout_ms)
 
