@@ -97,6 +97,29 @@ def test_why_a_planted_tooldeck_module_in_the_current_folder_would_run(tmp_path:
     assert marker.exists()
 
 
+@pytest.mark.parametrize("python_path", [":{rest}", "{rest}:", "{rest}::{rest}", ".:{rest}"])
+@pytest.mark.parametrize("safe_path", [False, True], ids=["plain", "-P"])
+def test_an_empty_pythonpath_entry_imports_nothing_from_the_current_folder(
+    tmp_path: Path, python_path: str, safe_path: bool
+):
+    """Python turns an empty PYTHONPATH entry (``PYTHONPATH=$PYTHONPATH:/x`` with PYTHONPATH
+    unset) into the current folder: ``python -m tooldeck`` in ``docs/`` imported a
+    ``docs/pluggy.py`` a tool had written there, before any of tooldeck's rules could see it."""
+    marker = tmp_path / "ran"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for module in ("pluggy", "trio", "attrs", "cattrs"):  # imported by tooldeck's first lines
+        (docs / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').write({module!r})\n")
+    env = _env()
+    rest = env.get("PYTHONPATH", "").strip(":") or os.path.dirname(os.path.dirname(__file__))
+    env["PYTHONPATH"] = python_path.format(rest=rest)
+    flags = ["-P"] if safe_path else []
+    done = subprocess.run([sys.executable, *flags, "-m", "tooldeck", "--help"], cwd=docs,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert not marker.exists(), marker.read_text()
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def _untrusted_pyproject(work: Path) -> Path:
     pyproject = work / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\n[tool.tooldeck.session]\n'

@@ -165,6 +165,53 @@ def test_find_protected_reads_the_top_folder_whole_and_goes_level_by_level(
     assert not scan.complete
 
 
+def test_find_protected_reports_an_environment_whole_whatever_its_name(tmp_path: Path) -> None:
+    """``venv/bin/activate`` and conda's ``activate.d`` scripts run on the host as surely as
+    ``site-packages``: the folder holding ``pyvenv.cfg`` (or ``conda-meta``) is the match, so the
+    sandbox binds all of it read-only (it used to bind only pyvenv.cfg and site-packages)."""
+    venv = tmp_path / "tools" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "cenv" / "CONDA-META").mkdir(parents=True)  # any spelling: protection only adds
+    (tmp_path / "cenv" / "etc" / "conda" / "activate.d").mkdir(parents=True)
+    (tmp_path / "plain" / "bin").mkdir(parents=True)
+    (tmp_path / "pyvenv.cfg").write_text("")  # the root itself is not checked as a folder
+    scan = find_protected(str(tmp_path), max_depth=8, record_folders=True)
+    found = {(m.path, m.rule, m.environment) for m in scan.matches}
+    assert found == {
+        ("tools/venv", "pyvenv.cfg", True),
+        ("cenv", "conda-meta", True),
+        ("pyvenv.cfg", "pyvenv.cfg", False),
+    }
+    # Folders no rule covers, by inode: the environments are not among them.
+    assert sorted(scan.folders.values()) == ["plain", "plain/bin", "tools"]
+    assert scan.folders[os.lstat(tmp_path / "tools").st_ino] == "tools"
+    # Without environments: what the rules alone cover.
+    paths = {m.path for m in find_protected(str(tmp_path), max_depth=8,
+                                             environments=False).matches}
+    assert paths == {"pyvenv.cfg", "tools/venv/pyvenv.cfg",
+                     "tools/venv/lib/python3.11/site-packages"}
+
+
+def test_find_protected_is_incomplete_where_a_folder_cannot_be_listed(tmp_path: Path) -> None:
+    """A folder whose path is longer than PATH_MAX was skipped silently: what it held was
+    reported nowhere and the scan said it was complete."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(25):  # 25 levels of 200 characters: past PATH_MAX (4096)
+            os.mkdir("n" * 200, dir_fd=fd)
+            inner = os.open("n" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open(".envrc", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    finally:
+        os.close(fd)
+    scan = find_protected(str(tmp_path), max_depth=100)
+    assert scan.matches == () and not scan.complete
+
+
 # `python -m tooldeck` imports the package from its current folder before any code of
 # tooldeck's runs: every folder may be that folder, so the package's forms are refused anywhere.
 TOOLDECK_PACKAGE = [

@@ -59,7 +59,7 @@ def drop_cwd_for_dash_m() -> None:
     our dependencies has been imported from it yet. The folder is remembered
     (:func:`tooldeck._imports.import_roots`): the next ``python -m`` puts it first again.
     """
-    if sys.argv[:1] != ["-m"] or not sys.path or sys.flags.safe_path:
+    if sys.argv[:1] != ["-m"] or not sys.path:
         return
     first = sys.path[0]
     try:
@@ -67,6 +67,22 @@ def drop_cwd_for_dash_m() -> None:
         same = os.path.realpath(first or ".") == here
     except OSError:
         return
-    if same:
+    if same and not sys.flags.safe_path:
         del sys.path[0]
         DROPPED.append(here)
+    # An entry further on may be the current folder too: Python turns an empty PYTHONPATH
+    # entry into it (``PYTHONPATH=$PYTHONPATH:/x`` with PYTHONPATH unset gives ":/x"), and
+    # that made ``cd docs && python -m tooldeck`` import a planted ``docs/pluggy.py``. Every
+    # entry that is the folder this process started in goes, as the first one did.
+    for index in range(len(sys.path) - 1, -1, -1):
+        entry = sys.path[index]
+        if not isinstance(entry, str):
+            continue
+        try:
+            is_here = os.path.realpath(entry or ".") == here
+        except OSError:
+            continue
+        if is_here:
+            del sys.path[index]
+            if here not in DROPPED:
+                DROPPED.append(here)

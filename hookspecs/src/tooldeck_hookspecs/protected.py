@@ -299,7 +299,9 @@ REPOSITORY_MARKER_FILES: tuple[str, ...] = ("HEAD",)
 #: console scripts (``bin/tooldeck``), conda's ``etc/conda/activate.d/*.sh``, Jupyter's
 #: ``etc/jupyter/*.py`` and kernel specs under ``share/jupyter/``. ``.venv/``,
 #: ``site-packages/`` and ``pyvenv.cfg`` are rules of the list, but the folder's name is the
-#: user's choice (``venv/``, ``env/``, ``.tox/py311/``), so it is known by what it holds.
+#: user's choice (``venv/``, ``env/``, ``.tox/py311/``), so it is known by what it holds: a
+#: writer checks the folders of its target (:func:`find_environment`), and :func:`find_protected`
+#: reports the environment folder whole (the sandbox binds all of it read-only).
 ENVIRONMENT_MARKERS: tuple[str, ...] = ("pyvenv.cfg", "conda-meta")
 
 _GLOB = re.compile(r"[*?\[]")
@@ -392,8 +394,12 @@ class ProtectedMatch:
 
     #: The path, relative to the root it was checked against (``/``-separated).
     path: str
-    #: The rule, as written in the list (``"HEAD"`` for a repository marker file).
+    #: The rule, as written in the list (``"HEAD"`` for a repository marker file; the marker,
+    #: ``"pyvenv.cfg"`` or ``"conda-meta"``, for a Python environment).
     rule: str
+    #: The path is a folder that is a Python environment (it holds one of
+    #: :data:`ENVIRONMENT_MARKERS`), protected whole whatever its name.
+    environment: bool = False
 
 
 def normalise_rules(rules: Iterable[str] | None) -> tuple[str, ...]:
@@ -519,6 +525,9 @@ class ProtectedScan:
     complete: bool
     #: Entries below the top the walk counted against ``max_entries``.
     seen: int = 0
+    #: With ``record_folders``: ``inode -> relative path`` of every folder the walk saw that no
+    #: rule covers (the runner tells a folder a call made from one that was there before).
+    folders: dict[int, str] = attrs.field(factory=dict)
 
 
 def find_protected(
@@ -527,6 +536,8 @@ def find_protected(
     *,
     max_depth: int = 4,
     max_entries: int = 20_000,
+    environments: bool = True,
+    record_folders: bool = False,
 ) -> ProtectedScan:
     """List the protected paths that exist under ``root`` (symlinks are not followed).
 
@@ -539,26 +550,55 @@ def find_protected(
     matching folder is not descended into. Every entry that is not a folder (a symlink
     included: git reads a symlinked HEAD) is matched with ``is_file=True``, so a planted
     ``x/HEAD`` is found too.
+
+    With ``environments`` (the default), a folder below ``root`` that holds one of
+    :data:`ENVIRONMENT_MARKERS` (a virtual environment's ``pyvenv.cfg``, a conda environment's
+    ``conda-meta``; compared case-insensitively) is reported whole, with ``environment=True``
+    and the marker as its rule, whatever it is called: ``venv/bin/activate``, its console
+    scripts and ``etc/conda/activate.d/*.sh`` are code the host runs as surely as its
+    ``site-packages``. ``root`` itself is not checked (as :func:`find_environment`).
+
+    A folder that cannot be listed (its path longer than ``PATH_MAX``, a permission) makes the
+    scan incomplete: what lies in it was not seen. ``record_folders`` fills
+    :attr:`ProtectedScan.folders`.
     """
     from collections import deque
 
     compiled_rules = tuple(rules) if rules is not None else DEFAULT_PROTECTED_PATHS
+    markers = {m.casefold(): m for m in ENVIRONMENT_MARKERS} if environments else {}
     found: list[ProtectedMatch] = []
+    folders: dict[int, str] = {}
     seen = 0
     complete = True
-    queue: deque[tuple[str, int]] = deque([("", 0)])
+    # (relative path, depth, inode or -1)
+    queue: deque[tuple[str, int, int]] = deque([("", 0, -1)])
     while queue:
-        rel, depth = queue.popleft()
+        rel, depth, inode = queue.popleft()
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
                 entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone meanwhile: nothing in it can be read by anyone either
         except OSError:
+            # Unseen is not clean: a .envrc planted where the folder's path is longer than
+            # PATH_MAX was reported by no scan, and the call that left it was not withheld.
+            complete = False
             continue
+        if rel and markers:
+            marker = next(
+                (markers[e.name.casefold()] for e in entries if e.name.casefold() in markers),
+                None,
+            )
+            if marker is not None:
+                found.append(ProtectedMatch(rel, marker, environment=True))
+                if folders.get(inode) == rel:
+                    del folders[inode]  # a match after all, not a folder no rule covers
+                continue  # protected (and bound) as a whole: no need to look inside
         for entry in entries:
             if depth:
                 seen += 1
                 if seen > max_entries:
-                    return ProtectedScan(tuple(found), False, seen - 1)
+                    return ProtectedScan(tuple(found), False, seen - 1, folders)
             path = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
@@ -569,11 +609,18 @@ def find_protected(
                 found.append(ProtectedMatch(path, rule))
                 continue  # a protected folder is bound as a whole: no need to look inside
             if is_dir:
+                number = -1
+                if record_folders:
+                    try:
+                        number = entry.inode()
+                        folders[number] = path
+                    except OSError:
+                        pass
                 if depth + 1 < max_depth:
-                    queue.append((path, depth + 1))
+                    queue.append((path, depth + 1, number))
                 else:
                     complete = False
-    return ProtectedScan(tuple(found), complete, seen)
+    return ProtectedScan(tuple(found), complete, seen, folders)
 
 
 def find_environment(root: str, parts: Sequence[str]) -> ProtectedMatch | None:

@@ -165,11 +165,23 @@ async def test_many_empty_files_go_over_the_new_entries_budget(bwrap, tmp_path):
     assert result.metadata["limits"]["workdir_max_new_entries"] == 2000
 
 
-async def test_a_protected_path_planted_beyond_the_scans_depth_fails_the_call(bwrap, tmp_path):
+async def test_a_protected_path_planted_deep_down_is_found_and_removed(bwrap, tmp_path):
+    # The scan used to stop at 64 levels: this .git was reported as "incomplete" and stayed.
     deep = "/".join(["d"] * 70)
     result = await run(bwrap, tmp_path, ["/bin/sh", "-c", (
         f"mkdir -p {deep}/.git && echo '[core] fsmonitor = evil' > {deep}/.git/config"
     )])
+    assert not result.success and result.error.code == "PATH_NOT_ALLOWED", result
+    assert result.error.details["protected"] == [{"path": f"{deep}/.git", "rule": ".git/"}]
+    assert not (tmp_path / deep / ".git").exists()
+
+
+async def test_a_protected_path_planted_past_path_max_fails_the_call(bwrap, tmp_path):
+    # A folder whose path is longer than PATH_MAX cannot be listed by path: the scan skipped
+    # it silently and the call succeeded, the .envrc below it unseen.
+    name = "n" * 200
+    script = f"for i in $(seq 25); do mkdir {name} && cd {name}; done; echo evil > .envrc"
+    result = await run(bwrap, tmp_path, ["/bin/sh", "-c", script])
     assert not result.success and result.error.code == "PATH_NOT_ALLOWED", result
     assert result.error.details["protected_scan"] == "incomplete"
 

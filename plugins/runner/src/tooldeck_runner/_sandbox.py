@@ -38,9 +38,11 @@ done, the previous mapping (uid 0 inside as the deck's uid) is used and ``limits
 
 After a writing call (the sandbox is dead by then, nothing races with these):
 
-- protected paths the call created (:func:`tooldeck_hookspecs.find_protected` before and after)
-  are removed and the result becomes ``PATH_NOT_ALLOWED``; a protected folder that was moved
-  (same inode, new name) is moved back;
+- protected paths the call created (:func:`tooldeck_hookspecs.find_protected` before and after;
+  a Python environment counts whole, whatever its name) are removed and the result becomes
+  ``PATH_NOT_ALLOWED``; a protected folder that was moved (same inode, new name) is moved back,
+  and a folder of the user's that became protected is moved back or defused, never deleted
+  (:func:`_undo_protected`);
 - set-user-ID / set-group-ID bits on files changed during the call are cleared (a backstop of the
   seccomp filter) and reported in ``metadata["limits"]["setid_cleared"]``.
 """
@@ -84,6 +86,7 @@ from tooldeck_hookspecs import (
     protected_message,
 )
 from tooldeck_hookspecs import cgroups as _cgroup
+from tooldeck_hookspecs.protected import ENVIRONMENT_MARKERS
 
 from . import _idmap
 from ._config import RunnerSettings
@@ -191,7 +194,14 @@ _SWEEP_MAX_ENTRIES = 50_000
 _PRELOAD_KEYS = 256
 #: Answers bigger than this are decoded in a worker thread (a few ms of JSON on the loop at most).
 _INLINE_FRAME_BYTES = 256 * 1024
-_PROTECTED_DEPTH = 64
+#: Levels the protected-path walk descends: as deep as a path can be spelled (PATH_MAX is 4096,
+#: two characters a level). The entry budget bounds the walk's cost, not this: at 64 levels a
+#: call planted a .envrc 70 folders down that no scan saw (its result was withheld, the file
+#: stayed). Deeper than PATH_MAX a folder cannot be listed by path, which makes the scan
+#: incomplete (fail closed).
+_PROTECTED_DEPTH = 2048
+#: Rounds of fixing up and scanning again after a writing call (see ``_undo_protected``).
+_FIXUP_ROUNDS = 8
 #: Sessions whose zygote failed to start a call before the whole pool stops using zygotes.
 _ZYGOTE_BROKEN_AFTER_SESSIONS = 3
 _ZYGOTE_FAILED_SESSIONS_KEPT = 1024
@@ -251,6 +261,12 @@ class _Protected:
     rules: dict[str, str] = attrs.field(factory=dict)
     #: Entries the walk counted (below the top folder).
     seen: int = 0
+    #: Entries that are Python environments (protected whole, whatever their name).
+    environments: frozenset[str] = frozenset()
+    #: ``inode -> relative path`` of the folders no rule covers: after a call, a protected
+    #: folder whose inode is here was the user's (renamed, or made an environment by the call)
+    #: and is put back or defused, never deleted.
+    folders: dict[int, str] = attrs.field(factory=dict)
 
     @classmethod
     def scan(
@@ -260,10 +276,11 @@ class _Protected:
         # sub-folders must be seen too. After a call, with room for what it may have made.
         found = find_protected(
             workdir, rules, max_depth=_PROTECTED_DEPTH,
-            max_entries=max(max_entries, _PROTECTED_ENTRIES),
+            max_entries=max(max_entries, _PROTECTED_ENTRIES), record_folders=True,
         )
         entries: dict[str, tuple[int, int, str | None]] = {}
         matched: dict[str, str] = {}
+        environments: set[str] = set()
         for match in found.matches:
             path = os.path.join(workdir, match.path)
             try:
@@ -273,7 +290,11 @@ class _Protected:
                 continue
             entries[match.path] = (st.st_dev, st.st_ino, target)
             matched[match.path] = match.rule
-        return cls(entries, found.complete, matched, found.seen)
+            if match.environment:
+                environments.add(match.path)
+        return cls(
+            entries, found.complete, matched, found.seen, frozenset(environments), found.folders
+        )
 
     def same_paths(self, other: _Protected) -> bool:
         return set(self.entries) == set(other.entries)
@@ -1222,27 +1243,10 @@ class SandboxPool:
         # Room for every entry the call may have made (its budget of new files and folders,
         # which the write watch enforces): a call that made 50,001 files used to leave the
         # walk incomplete and what it planted after them unseen.
-        after = _Protected.scan(
-            key.workdir, key.protected,
-            max_entries=before.seen + self.settings.workdir_max_new_entries + 1024,
+        budget = before.seen + self.settings.workdir_max_new_entries + 1024
+        after, created, environments, defused = _undo_protected(
+            key.workdir, key.protected, before, budget
         )
-        identities = {(d, i): rel for rel, (d, i, _) in before.entries.items()}
-        created: list[tuple[str, str]] = []
-        for rel, (dev, ino, _) in after.entries.items():
-            previous = before.entries.get(rel)
-            if previous is not None:
-                if previous[2] is None and previous[:2] != (dev, ino):
-                    # Replaced (possible only without read-only binds, in degraded mode): the
-                    # user's original is gone already, so the new one is reported, not deleted.
-                    created.append((rel, after.rules.get(rel, "protected")))
-                continue
-            created.append((rel, after.rules.get(rel, "protected")))
-            original = identities.get((dev, ino))
-            if original is not None:
-                # A protected folder moved with its parent: put it back, never delete it.
-                _move_back_beneath(key.workdir, rel, original)
-                continue
-            _remove_beneath(key.workdir, rel)
         for rel, (_, _, target) in before.entries.items():
             if target is None:
                 continue
@@ -1252,8 +1256,7 @@ class SandboxPool:
                 continue
             _remove_beneath(key.workdir, rel)
             _symlink_beneath(key.workdir, rel, target)
-            if rel not in {r for r, _ in created}:
-                created.append((rel, before.rules.get(rel, "protected")))
+            created.setdefault(rel, before.rules.get(rel, "protected"))
         if not after.complete:
             applied["protected_scan"] = "incomplete (deep or very large workdir)"
             if before.complete and result is not None:
@@ -1278,22 +1281,52 @@ class SandboxPool:
         if result is None:
             logger.warning(
                 "tooldeck-runner: an interrupted call created protected paths; removed: %s",
-                [r for r, _ in created],
+                list(created),
             )
             return None
-        rel, rule = created[0]
-        applied["protected_removed"] = [r for r, _ in created]
+        rel, rule = next(iter(created.items()))
+        applied["protected_removed"] = list(created)
+        if defused:
+            applied["environments_defused"] = sorted(defused)
+        more = f" (and {len(created) - 1} more)" if len(created) > 1 else ""
+        suggestion = (
+            "Do not create or change protected files (tooldeck configuration, .git, shell "
+            "start-up files, ...); write your files elsewhere in the working directory."
+        )
+        if rel in defused:
+            message = (
+                f"the call made {rel!r} a Python environment (rule {rule!r}): an environment's "
+                "scripts and start-up files run on the host, so no tool makes one in the "
+                f"working directory{more}; its {rule} was removed, the folder's other files "
+                "were kept"
+            )
+        elif rel in environments:
+            message = (
+                f"{rel!r} is a Python environment (rule {rule!r}: a folder holding {rule} is "
+                "one, whatever its name): its scripts and start-up files run on the host, so "
+                f"no tool creates or changes one in the working directory{more}; what the call "
+                "created there was removed"
+            )
+        else:
+            message = (
+                protected_message(rel, rule) + more + "; what the call created there was removed"
+            )
+        if rel in environments:
+            suggestion = (
+                "Do not create virtual or conda environments in the working directory (nor "
+                "change one there: they are read-only); one made under /tmp (python -m venv "
+                "/tmp/env) lasts for this call."
+            )
         return ToolResult.fail(
             ErrorCode.PATH_NOT_ALLOWED,
-            protected_message(rel, rule)
-            + (f" (and {len(created) - 1} more)" if len(created) > 1 else "")
-            + "; what the call created there was removed",
-            suggestion=(
-                "Do not create or change protected files (tooldeck configuration, .git, shell "
-                "start-up files, ...); write your files elsewhere in the working directory."
-            ),
+            message,
+            suggestion=suggestion,
             details={
-                "protected": [{"path": r, "rule": ru} for r, ru in created],
+                "protected": [
+                    {"path": r, "rule": ru, **({"environment": True} if r in environments
+                                               else {})}
+                    for r, ru in created.items()
+                ],
                 "result": result.data if result.success else None,
                 # What the call answered otherwise (a failure of its own stays visible).
                 "error": attrs.asdict(result.error) if result.error is not None else None,
@@ -2030,6 +2063,168 @@ def _open_beneath(root: str, rel: str, *, create: bool = False) -> tuple[int, st
     return fd, parts[-1]
 
 
+def _undo_protected(
+    workdir: str, rules: Sequence[str], before: _Protected, budget: int
+) -> tuple[_Protected, dict[str, str], set[str], set[str]]:
+    """Undo what a writing call did to protected paths; the sandbox is dead by now.
+
+    Every protected path found after the call that was not there before is the call's doing:
+
+    - a protected folder of the user's that moved (with a folder it lies in) is moved back;
+    - one that now stands where such a folder was (``mv sub sub2; mkdir -p sub/.git/hooks``:
+      the read-only bind of ``sub/.git`` went along with ``sub``) is removed first. Only where
+      no folder on its way changed is a replaced path left and reported (no binds in degraded
+      mode; or the user's own editor saved the file under a new inode meanwhile);
+    - a folder that was there before the call under a name no rule covered, and is protected
+      now, is the user's: renamed (``mv src .vscode``), it is moved back; made a Python
+      environment where it stands (``cd proj && python -m venv .``), only its markers
+      (``pyvenv.cfg``, ``conda-meta``) are removed, so that it is an environment no more and
+      the user's files stay;
+    - anything else (what the call made: a file, a folder, a whole new environment) is removed.
+
+    Moving back and defusing can bring protected paths inside those folders to light (the
+    walk does not look inside a protected folder), so the workdir is scanned again, at most
+    ``_FIXUP_ROUNDS`` times; in the last round nothing is spared.
+
+    :returns: the last scan; ``relative path -> rule`` of what was reported; the paths of those
+        that were environments; and the environments defused in place.
+    """
+    identities = {(dev, ino): rel for rel, (dev, ino, _) in before.entries.items()}
+    folder_inodes = {rel: ino for ino, rel in before.folders.items()}
+    created: dict[str, str] = {}
+    moved: dict[str, str] = {}  # reported after what the call made: the user's, put back
+    environments: set[str] = set()
+    defused: set[str] = set()
+    after = _Protected.scan(workdir, rules, max_entries=budget)
+    for round_ in range(_FIXUP_ROUNDS):
+        last = round_ == _FIXUP_ROUNDS - 1
+        remove: list[str] = []
+        # (where it is, where it was): the user's protected paths; the user's other folders.
+        returns: list[tuple[str, str]] = []
+        folder_returns: list[tuple[str, str]] = []
+        defuse: list[str] = []
+        for rel, (dev, ino, target) in after.entries.items():
+            previous = before.entries.get(rel)
+            if previous is not None:
+                if previous[:2] == (dev, ino) or previous[2] is not None:
+                    continue  # unchanged; a protected symlink is restored by the caller
+                if not _moved_on_the_way(workdir, rel, folder_inodes):
+                    created.setdefault(rel, after.rules.get(rel, "protected"))
+                    continue
+            if rel in after.environments:
+                environments.add(rel)
+            original = identities.get((dev, ino))
+            if original is not None and original != rel:
+                moved.setdefault(rel, after.rules.get(rel, "protected"))
+                returns.append((rel, original))  # a protected path moved with its folder
+                continue
+            created.setdefault(rel, after.rules.get(rel, "protected"))
+            was = before.folders.get(ino) if target is None and not last else None
+            if was is not None and _is_folder(workdir, rel):
+                if was != rel:
+                    folder_returns.append((rel, was))
+                    continue
+                if rel in after.environments:
+                    defuse.append(rel)
+                    continue
+            remove.append(rel)
+        for rel in remove:
+            _remove_beneath(workdir, rel)
+        changed = False
+        for rel, original in returns:
+            # Left where it is when its name is taken: it is the user's own protected path.
+            changed |= _move_back_beneath(workdir, rel, original)
+        for rel, original in folder_returns:
+            if _move_back_beneath(workdir, rel, original):
+                changed = True
+            else:
+                # Its name is taken again: what it holds may have been planted, and it must
+                # not stay where the host reads it.
+                _remove_beneath(workdir, rel)
+        for rel in defuse:
+            if _defuse_environment(workdir, rel):
+                defused.add(rel)
+            else:
+                _remove_beneath(workdir, rel)
+            changed = True
+        if not changed or last:
+            break
+        after = _Protected.scan(workdir, rules, max_entries=budget)
+    for rel, rule in moved.items():
+        created.setdefault(rel, rule)
+    return after, created, environments, defused
+
+
+def _identity(root: str, rel: str) -> tuple[int, int] | None:
+    found = _open_beneath(root, rel)
+    if found is None:
+        return None
+    fd, name = found
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _is_folder(root: str, rel: str) -> bool:
+    found = _open_beneath(root, rel)
+    if found is None:
+        return False
+    fd, name = found
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _moved_on_the_way(root: str, rel: str, folder_inodes: Mapping[str, int]) -> bool:
+    """Whether a folder on the way to ``rel`` is not the one that was there before the call
+    (moved away, replaced, or not a folder any more)."""
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        inode = folder_inodes.get(prefix)
+        if inode is None:
+            return True  # not a folder no rule covers before the call: not the user's way
+        now = _identity(root, prefix)
+        if now is None or now[1] != inode:
+            return True
+    return False
+
+
+def _defuse_environment(root: str, rel: str) -> bool:
+    """Remove the markers that make the folder ``rel`` a Python environment (``pyvenv.cfg``,
+    ``conda-meta``, any spelling); True when none is left."""
+    markers = {m.casefold() for m in ENVIRONMENT_MARKERS}
+    found = _open_beneath(root, rel + "/x")
+    if found is None:
+        return False
+    fd, _ = found
+    try:
+        names = [n for n in os.listdir(fd) if n.casefold() in markers]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    for name in names:
+        _remove_beneath(root, f"{rel}/{name}")
+    found = _open_beneath(root, rel + "/x")
+    if found is None:
+        return False
+    fd, _ = found
+    try:
+        return not any(n.casefold() in markers for n in os.listdir(fd))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _remove_beneath(root: str, rel: str) -> None:
     """Remove a file, link or folder tree below ``root``, by descriptor: never through a link,
     wherever it lies on the path (:func:`_open_beneath`)."""
@@ -2067,27 +2262,30 @@ def _symlink_beneath(root: str, rel: str, target: str) -> None:
         os.close(fd)
 
 
-def _move_back_beneath(root: str, rel: str, original: str) -> None:
+def _move_back_beneath(root: str, rel: str, original: str) -> bool:
     """Rename ``rel`` back to ``original`` (both below ``root``), by descriptor, when the
     original's name is free (its folders are made again, as ``os.renames`` did) and no folder
-    on either way is a link; otherwise leave it, loudly."""
+    on either way is a link; otherwise leave it, loudly. True when it was moved."""
     source = _open_beneath(root, rel)
     if source is None:
         logger.warning("tooldeck-runner: could not move %s back: a folder on its way changed", rel)
-        return
+        return False
     target = _open_beneath(root, original, create=True)  # as os.renames made its folders
     try:
         if target is None:
             logger.warning("tooldeck-runner: could not move %s back to %s", rel, original)
-            return
+            return False
         try:
             os.stat(target[1], dir_fd=target[0], follow_symlinks=False)
-            return  # the name is taken again: nothing is overwritten
+            logger.warning("tooldeck-runner: could not move %s back: %s is taken", rel, original)
+            return False  # the name is taken again: nothing is overwritten
         except FileNotFoundError:
             pass
         os.rename(source[1], target[1], src_dir_fd=source[0], dst_dir_fd=target[0])
+        return True
     except OSError as exc:
         logger.warning("tooldeck-runner: could not move %s back: %s", rel, exc)
+        return False
     finally:
         os.close(source[0])
         if target is not None:
