@@ -24,9 +24,10 @@ import attrs
 from tooldeck_tools_process import (
     Completed,
     LineProgress,
-    default_timeout,
     describe,
+    requested_timeout,
     run_process,
+    whose_limit,
     within_call,
 )
 
@@ -152,14 +153,6 @@ def _stdin(value: Any) -> bytes | None:
     if len(data) > MAX_STDIN_BYTES:
         raise _too_large("stdin", len(data), MAX_STDIN_BYTES, "bytes")
     return data
-
-
-def _whose_limit(tool: str, noun: str, timeout_s: float, deployed: bool) -> str:
-    """Which time limit a call deadline stood for, in a TIMEOUT message."""
-    if deployed:
-        return f"{tool}'s execution.timeout_s of {timeout_s:g} s, set by the deployment,"
-    return (f"{tool}'s execution.timeout_s, which the deployment set below this {noun}'s "
-            f"timeout_s of {timeout_s:g} s")
 
 
 def _timeout(value: Any) -> float:
@@ -437,13 +430,10 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
     stdin = _stdin(arguments.get("stdin"))
     # No timeout_s from the model: the pack's default, or the deployment's own time for the
     # tool where it configured one (a limit raised for long builds must not end at 60 s).
-    given = arguments.get("timeout_s")
-    if given is None:
-        timeout_s, deployed = default_timeout(
-            DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S, getattr(context, "limits", None)
-        )
-    else:
-        timeout_s, deployed = _timeout(given), False
+    timeout_s, deployed = requested_timeout(
+        arguments.get("timeout_s"), _timeout, DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S,
+        getattr(context, "limits", None),
+    )
     call_left = context.seconds_left()
     limit_s, by_call = within_call(timeout_s, call_left)
     base = tempfile.mkdtemp(prefix="tooldeck-code-")
@@ -497,7 +487,7 @@ def code_execute(arguments: Mapping[str, Any], context: ToolContext) -> dict[str
                 # The call's limit also counts its time in the queue and the sandbox's start:
                 # blaming "the deployment" alone misled a snippet that had waited behind others.
                 f"the program was stopped after {limit_s:.3g} s, when this call's time limit was "
-                f"about to run out ({_whose_limit('code_execute', 'snippet', timeout_s, deployed)} "
+                f"about to run out ({whose_limit('code_execute', 'snippet', timeout_s, deployed)} "
                 "or which the call had partly spent waiting in its queue behind other calls and "
                 "for its sandbox: "
                 f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the program started), "

@@ -15,7 +15,9 @@ from ._run import (
     decode_output,
     default_timeout,
     describe,
+    requested_timeout,
     run_process,
+    whose_limit,
     within_call,
 )
 
@@ -28,6 +30,8 @@ __all__ = [
     "decode_output",
     "default_timeout",
     "describe",
+    "requested_timeout",
     "run_process",
+    "whose_limit",
     "within_call",
 ]

@@ -147,6 +147,25 @@ def default_timeout(default_s: float, own_s: float, limits: Any) -> tuple[float,
     return default_s, False
 
 
+def requested_timeout(
+    given: Any, check: Callable[[Any], float], default_s: float, own_s: float, limits: Any
+) -> tuple[float, bool]:
+    """A run's timeout and whether the deployment chose it: ``check(given)`` (the tool's own
+    validation of the model's ``timeout_s``) when the model gave one, else
+    :func:`default_timeout`."""
+    if given is None:
+        return default_timeout(default_s, own_s, limits)
+    return check(given), False
+
+
+def whose_limit(tool: str, noun: str, timeout_s: float, deployed: bool) -> str:
+    """Which time limit a call's deadline stood for, in a TIMEOUT message of ``tool``."""
+    if deployed:
+        return f"{tool}'s execution.timeout_s of {timeout_s:g} s, set by the deployment,"
+    return (f"{tool}'s execution.timeout_s, which the deployment set below this {noun}'s "
+            f"timeout_s of {timeout_s:g} s")
+
+
 def within_call(timeout_s: float, seconds_left: float | None) -> tuple[float, bool]:
     """The deadline to run a program with: ``timeout_s`` (the tool's own, from its arguments),
     or less when the call's own deadline comes first (``ToolContext.seconds_left()``: the

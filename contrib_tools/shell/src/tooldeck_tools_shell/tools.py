@@ -18,9 +18,10 @@ from typing import Any
 from tooldeck_tools_process import (
     Completed,
     LineProgress,
-    default_timeout,
     describe,
+    requested_timeout,
     run_process,
+    whose_limit,
     within_call,
 )
 
@@ -172,14 +173,6 @@ def _command(value: Any) -> list[str] | str:
         f"command must be a list of strings (program and arguments) or a command line "
         f"string, got {type(value).__name__}"
     )
-
-
-def _whose_limit(tool: str, noun: str, timeout_s: float, deployed: bool) -> str:
-    """Which time limit a call deadline stood for, in a TIMEOUT message."""
-    if deployed:
-        return f"{tool}'s execution.timeout_s of {timeout_s:g} s, set by the deployment,"
-    return (f"{tool}'s execution.timeout_s, which the deployment set below this {noun}'s "
-            f"timeout_s of {timeout_s:g} s")
 
 
 def _timeout(value: Any) -> float:
@@ -404,13 +397,10 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
     command = _command(arguments.get("command"))
     # No timeout_s from the model: the pack's default, or the deployment's own time for the
     # tool where it configured one (a limit raised for long builds must not end at 60 s).
-    given = arguments.get("timeout_s")
-    if given is None:
-        timeout_s, deployed = default_timeout(
-            DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S, getattr(context, "limits", None)
-        )
-    else:
-        timeout_s, deployed = _timeout(given), False
+    timeout_s, deployed = requested_timeout(
+        arguments.get("timeout_s"), _timeout, DEFAULT_TIMEOUT_S, EXECUTION_TIMEOUT_S,
+        getattr(context, "limits", None),
+    )
     stdin = _stdin(arguments.get("stdin"))
     env = command_environment(arguments.get("env"))
     encoding = _output_encoding(arguments.get("output_encoding"))
@@ -444,7 +434,7 @@ def shell_exec(arguments: Mapping[str, Any], context: ToolContext) -> dict[str, 
             # start: blaming "the deployment" alone misled a command that had waited 5 s of an
             # 8 s limit behind another one and was told it had been given 2.3 s.
             f"the command was stopped after {limit_s:.3g} s, when this call's time limit was "
-            f"about to run out ({_whose_limit('shell_exec', 'command', timeout_s, deployed)} "
+            f"about to run out ({whose_limit('shell_exec', 'command', timeout_s, deployed)} "
             "or which the call had partly spent waiting in its queue behind other calls and for "
             "its sandbox: "
             f"{max(call_left or 0.0, 0.0):.3g} s of it were left when the command started); it "
