@@ -379,13 +379,14 @@ async def test_long_arguments_are_cut_before_they_are_redacted_off_the_loop(
         ),
     )
     async with deck:
-        redact = deck.redact
+        chain = deck._redact_chain
 
-        def spying(value: Any) -> Any:
+        def spying(value: Any, *args: Any) -> Any:
+            # Every redaction, Deck.redact's and Deck.aredact's, runs the hooks through here.
             redacted.append((len(json.dumps(value, default=str)), threading.current_thread()))
-            return redact(value)
+            return chain(value, *args)
 
-        deck.redact = spying  # type: ignore[method-assign]
+        deck._redact_chain = spying  # type: ignore[method-assign]
         server = DeckMcpServer(deck, workdir=str(workdir), settings=McpServerSettings(
             confirm="elicit"))
         text = f"token {secret} " + "a" * 3_000_000 + " the end"

@@ -51,6 +51,7 @@ from tooldeck_hookspecs import (
     ToolResult,
     cache_key,
     canonical_json,
+    canonical_json_sha256,
     is_nonblocking,
     never_suspends,
     normalise_rules,
@@ -75,6 +76,7 @@ from ._imports import shadow_rules
 from ._introspect import apply_override, definition_from_function
 from ._normalise import (
     MAX_ARGUMENT_DEPTH,
+    MAX_ARGUMENT_ITEMS,
     json_safe,
     json_safe_sized,
     json_size,
@@ -723,11 +725,10 @@ _PLAIN_LEAVES = frozenset({str, int, float, bool, type(None), bytes, bytearray})
 
 
 #: Arguments are refused with INVALID_ARGUMENTS beyond these totals, counted over every nested
-#: dict and list (items) and over every string, keys included (characters). Everything that
-#: runs before the tool (schema validation, the policy's guards, the cache key and approval
-#: hashes) is linear in them, and no model writes that much in one call: 16 MiB of text leaves
-#: room for the fs pack's 10 MiB ``file_write`` sent as base64.
-MAX_ARGUMENT_ITEMS = 100_000
+#: dict and list (items: ``MAX_ARGUMENT_ITEMS``, 100,000) and over every string, keys included
+#: (characters). Everything that runs before the tool (schema validation, the policy's guards,
+#: the cache key and approval hashes) is linear in them, and no model writes that much in one
+#: call: 16 MiB of text leaves room for the fs pack's 10 MiB ``file_write`` sent as base64.
 MAX_ARGUMENT_CHARS = 16 * 1024 * 1024
 #: Wider integers are refused: Python cannot write them as JSON (``str()`` stops at 4,300
 #: digits by default), so the cache key, the approval hash and the sandbox's wire format would
@@ -834,7 +835,9 @@ def _approval_hash(call: ToolCall, tool: ToolDefinition, workdir: str) -> str:
     that relative paths resolve against. The same name registered again with another
     definition, or the same session id opened on another directory, needs a new approval."""
     seen = {"arguments": call.arguments, "workdir": workdir, **_tool_identity(tool)}
-    return hashlib.sha256(canonical_json(seen).encode("utf-8")).hexdigest()
+    # The digest of canonical_json(seen) as UTF-8, hashed piece by piece (megabytes of
+    # arguments with a lone surrogate are written in pieces that let go of the GIL).
+    return canonical_json_sha256(seen)
 
 
 def _runtime_definition(tool: ToolDefinition | Callable[..., Any], plugin: str) -> ToolDefinition:
@@ -2737,7 +2740,10 @@ class Session:
         """
         from .adapters import parse_tool_calls, result_messages
 
-        parsed = parse_tool_calls(format, response)
+        # In a worker thread: the response's size is the model's (megabytes of argument JSON
+        # to parse, an SDK object to dump), and one session's response must not stall the
+        # loop. The argument texts are bounded before they are parsed (see _parse_arguments).
+        parsed = await trio.to_thread.run_sync(parse_tool_calls, format, response)
         runnable = [p.call for p in parsed if p.error is None]
         ran = iter(await self.call_many(runnable))
         pairs = []

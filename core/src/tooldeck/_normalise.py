@@ -23,12 +23,17 @@ from tooldeck_hookspecs import printable_int, shorten
 from tooldeck_hookspecs.content import Content
 
 __all__ = [
-    "MAX_ARGUMENT_DEPTH", "json_safe", "json_safe_sized", "json_size", "shorten", "too_deep",
+    "MAX_ARGUMENT_DEPTH", "MAX_ARGUMENT_ITEMS", "json_safe", "json_safe_sized", "json_size",
+    "shorten", "too_deep",
 ]
 
 #: Deeper arguments are refused with INVALID_ARGUMENTS. JSON Schemas of real tools nest a few
 #: levels; 64 leaves room for generous ones and stays far below every recursion limit.
 MAX_ARGUMENT_DEPTH = 64
+#: Arguments are refused with INVALID_ARGUMENTS beyond this many items, counted over every
+#: nested dict and list (the deck's ``_argument_excess``); a model's argument text with more JSON
+#: values than this is refused before it is parsed (:func:`tooldeck_hookspecs.json_values`).
+MAX_ARGUMENT_ITEMS = 100_000
 #: Beyond this depth a return value is cut (with a marker) rather than walked further.
 _MAX_RESULT_DEPTH = 200
 

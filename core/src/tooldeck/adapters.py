@@ -24,12 +24,13 @@ from tooldeck_hookspecs import (
     ToolDefinition,
     ToolError,
     ToolResult,
+    json_values,
     local_ref_target,
 )
 from tooldeck_hookspecs.content import CONTENT_KEY
 
 from ._content import anthropic_block, gemini_part, mcp_block, openai_part, split_blocks
-from ._normalise import MAX_ARGUMENT_DEPTH, shorten, too_deep
+from ._normalise import MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_ITEMS, shorten, too_deep
 
 __all__ = [
     "FORMATS",
@@ -555,6 +556,23 @@ def _parse_arguments(call_id: str, name: str, raw: Any) -> ParsedCall:
         if too_deep(raw):
             return _too_deep_call(call_id, name)
         return ParsedCall(call=ToolCall(id=call_id, name=name, arguments=dict(raw)))
+    if isinstance(raw, str | bytes | bytearray) and (
+        json_values(raw, MAX_ARGUMENT_ITEMS) > MAX_ARGUMENT_ITEMS
+    ):
+        # Refused unparsed: json.loads of a million tiny values is one C call of ~1 s (it
+        # holds the GIL, and with it every session on the deck's loop) and ~100x the text's
+        # size in memory; no argument the deck accepts holds that many items.
+        return ParsedCall(
+            call=ToolCall(id=call_id, name=name, arguments={}),
+            error=ToolError.of(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"the arguments of {shorten(name, 80)!r} hold more than "
+                f"{MAX_ARGUMENT_ITEMS:,} JSON values (objects, arrays and their items); "
+                "they were not read",
+                suggestion="Send smaller arguments matching the tool's schema.",
+                details={"errors": [{"path": "$", "message": "too many values"}]},
+            ),
+        )
     try:
         arguments = json.loads(raw)
     except RecursionError:

@@ -11,6 +11,7 @@ from ._deadline import CALL_DEADLINE, call_deadline, seconds_left
 from ._decorator import TOOL_OPTIONS_ATTR, tool
 from ._dropped import dropped_but_ran
 from ._futures import wait_future
+from ._jsontext import json_values
 from ._lazy import lazy_exports
 from ._markers import EVENT_KINDS_ATTR, PROJECT_NAME, hookimpl, hookspec, observes
 from ._pointer import local_ref_target
@@ -50,6 +51,7 @@ from .model import (
     call_tool_function,
     canonical_json,
     canonical_json_bytes,
+    canonical_json_sha256,
     printable_int,
     resolve_entrypoint,
 )
@@ -107,6 +109,7 @@ __all__ = [
     "wait_future",
     "dropped_but_ran",
     "lazy_exports",
+    "json_values",
     "EVENT_KINDS_ATTR",
     "tool",
     "TOOL_OPTIONS_ATTR",
@@ -144,6 +147,7 @@ __all__ = [
     "call_tool_function",
     "canonical_json",
     "canonical_json_bytes",
+    "canonical_json_sha256",
     "printable_int",
     "resolve_entrypoint",
     "ApprovalStore",

@@ -53,6 +53,7 @@ __all__ = [
     "RateLimitOutcome",
     "canonical_json",
     "canonical_json_bytes",
+    "canonical_json_sha256",
     "cache_key",
     "call_tool_function",
     "resolve_entrypoint",
@@ -477,6 +478,22 @@ def canonical_json_bytes(value: Any) -> bytes:
     raises. Values JSON cannot hold count as
     their ``str()``.
     """
+    chunks = _canonical_chunks(value)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def canonical_json_sha256(value: Any) -> str:
+    """The SHA-256 hex digest of :func:`canonical_json_bytes` of ``value`` (cache keys, approval
+    hashes), without joining long output into one buffer: each piece is hashed as it comes, and
+    hashing a piece lets go of the GIL."""
+    digest = hashlib.sha256()
+    for chunk in _canonical_chunks(value):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _canonical_chunks(value: Any) -> list[bytes]:
+    """:func:`canonical_json_bytes` of ``value``, in one or more pieces."""
     try:
         out = orjson.dumps(value, option=_CANONICAL, default=str)
     except (orjson.JSONEncodeError, TypeError):
@@ -484,7 +501,7 @@ def canonical_json_bytes(value: Any) -> bytes:
     # orjson writes NaN and Infinity as null: a cache key must not equate them with None. Only
     # output holding a null pays for the look (the validator refuses such arguments anyway).
     if out is not None and (b"null" not in out or not _has_non_finite(value)):
-        return out
+        return [out]
     try:
         return _ascii_json(value)
     except ValueError:
@@ -501,10 +518,165 @@ def canonical_json_bytes(value: Any) -> bytes:
         return _ascii_json(_text_keys(_printable_ints(value)))
 
 
-def _ascii_json(value: Any) -> bytes:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-    ).encode("ascii")
+#: Values within these budgets (characters of text, items of lists and dicts) are written by
+#: ``json.dumps`` in one C call of at most a few milliseconds; bigger ones piece by piece
+#: (:func:`_ascii_pieces`), so that the thread writing them lets go of the GIL between pieces.
+_ONE_CALL_CHARS = 64 * 1024
+_ONE_CALL_ITEMS = 4096
+#: Characters of a string escaped in one C call by the piecewise writer (16 MB of lone
+#: surrogates were one call of ~0.3 s: 96 MB of ``\\udXXX`` escapes, every session stalled).
+_PIECE_CHARS = 16_384
+#: Output characters gathered into one bytes chunk of the piecewise writer.
+_CHUNK_CHARS = 256 * 1024
+#: Below this nesting the piecewise writer hands a subtree to ``json.dumps`` whole: the same
+#: output, and the same RecursionError for a structure nested past the interpreter's limit.
+_PIECE_DEPTH = 200
+_escape_ascii = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) uses
+
+
+def _dumps_ascii(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def _ascii_json(value: Any) -> list[bytes]:
+    """``json.dumps`` of ``value`` with sorted keys, no spaces, ASCII escapes and ``str()`` of
+    what JSON cannot hold, as ASCII bytes in one or more chunks: the same bytes and the same
+    exceptions, piece by piece for big values."""
+    if _fits_one_call(value):
+        return [_dumps_ascii(value).encode("ascii")]
+    chunks: list[bytes] = []
+    pending: list[str] = []
+    size = 0
+    for piece in _ascii_pieces(value, 0, set()):
+        pending.append(piece)
+        size += len(piece)
+        if size >= _CHUNK_CHARS:
+            chunks.append("".join(pending).encode("ascii"))
+            pending.clear()
+            size = 0
+    if pending or not chunks:
+        chunks.append("".join(pending).encode("ascii"))
+    return chunks
+
+
+def _fits_one_call(value: Any) -> bool:
+    """Whether ``value`` is within :data:`_ONE_CALL_CHARS` and :data:`_ONE_CALL_ITEMS` (a
+    bounded look: it stops at the first budget passed)."""
+    chars = items = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, dict):
+            items += len(item)
+            for key in item:
+                if isinstance(key, str):
+                    chars += len(key)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            items += len(item)
+            stack.extend(item)
+        elif not isinstance(item, int | float) and item is not None:
+            chars += 64  # its str(): usually short; a long one is found when written
+        if chars > _ONE_CALL_CHARS or items > _ONE_CALL_ITEMS:
+            return False
+    return True
+
+
+def _float_text(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _string_pieces(value: str) -> Iterable[str]:
+    n = str.__len__(value)
+    if n <= _PIECE_CHARS:
+        yield _escape_ascii(value)
+        return
+    yield '"'
+    for at in range(0, n, _PIECE_CHARS):
+        # Escapes are per character: the pieces of a string escape as the whole string does.
+        yield _escape_ascii(value[at:at + _PIECE_CHARS])[1:-1]
+    yield '"'
+
+
+def _ascii_pieces(value: Any, depth: int, markers: set[int]) -> Iterable[str]:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+    default=str)`` piece by piece: the C encoder's cases in its order (``_json.c``
+    ``encoder_listencode_obj``), strings escaped in slices."""
+    if value is None:
+        yield "null"
+    elif value is True:
+        yield "true"
+    elif value is False:
+        yield "false"
+    elif isinstance(value, str):
+        yield from _string_pieces(value)
+    elif isinstance(value, int):
+        yield int.__repr__(value)  # ValueError past 4,300 digits, as json.dumps
+    elif isinstance(value, float):
+        yield _float_text(value)
+    elif isinstance(value, list | tuple):
+        # As the C encoder's PySequence_Fast: a subclass is read through its own __iter__.
+        items = value if type(value) is list or type(value) is tuple else list(value)
+        if not items:
+            yield "[]"
+        elif depth >= _PIECE_DEPTH:
+            yield _dumps_ascii(value)
+        else:
+            ident = id(value)
+            if ident in markers:
+                raise ValueError("Circular reference detected")
+            markers.add(ident)
+            yield "["
+            for n, item in enumerate(items):
+                if n:
+                    yield ","
+                yield from _ascii_pieces(item, depth + 1, markers)
+            yield "]"
+            markers.discard(ident)
+    elif isinstance(value, dict):
+        if not dict.__len__(value):
+            yield "{}"
+        elif depth >= _PIECE_DEPTH:
+            yield _dumps_ascii(value)
+        else:
+            ident = id(value)
+            if ident in markers:
+                raise ValueError("Circular reference detected")
+            markers.add(ident)
+            yield "{"
+            for n, (key, item) in enumerate(sorted(value.items())):
+                if isinstance(key, str):
+                    pass
+                elif isinstance(key, float):
+                    key = _float_text(key)
+                elif key is True or key is False or key is None:
+                    key = "true" if key is True else "false" if key is False else "null"
+                elif isinstance(key, int):
+                    key = int.__repr__(key)
+                else:
+                    raise TypeError(
+                        f"keys must be str, int, float, bool or None, not {type(key).__name__}"
+                    )
+                if n:
+                    yield ","
+                yield from _string_pieces(key)
+                yield ":"
+                yield from _ascii_pieces(item, depth + 1, markers)
+            yield "}"
+            markers.discard(ident)
+    else:
+        ident = id(value)
+        if ident in markers:
+            raise ValueError("Circular reference detected")
+        markers.add(ident)
+        yield from _ascii_pieces(str(value), depth + 1, markers)
+        markers.discard(ident)
 
 
 def _printable_ints(value: Any, depth: int = 0) -> Any:
@@ -622,7 +794,7 @@ def cache_key(tool: ToolDefinition, arguments: Mapping[str, Any], session: Sessi
         field: CONTEXT_EXTRAS[field]() if field in CONTEXT_EXTRAS else getattr(session, field, None)
         for field in fields
     } if fields else {}
-    digest = hashlib.sha256(canonical_json_bytes({"a": arguments, "c": context})).hexdigest()
+    digest = canonical_json_sha256({"a": arguments, "c": context})
     return f"{tool.name}@{tool.version}:{digest}"
 
 

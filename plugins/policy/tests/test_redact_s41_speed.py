@@ -583,11 +583,12 @@ def test_escape_windows_are_the_former_views() -> None:
               "\u200b", "\u00ad", "\ufe0f", "\n", " ", "ghp_", "abc", "x" * 700, "%", "\\", "&"]
     for _ in range(1500):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40)))
-        spans, windows = redact._unescaped_windows(text)
+        spans, views, bounds = redact._unescaped_windows(text)
         former = _former_views(text)
-        assert [view for view, _ in windows] == [f[0] for f in former]
-        for (_, window), (_, vstarts, ostarts, olens) in zip(windows, former, strict=True):
-            made = redact._View(text, spans, window)
+        assert views == [f[0] for f in former]
+        windows = [tuple(bounds[w:w + 4]) for w in range(0, len(bounds), 4)]
+        for window, (_, vstarts, ostarts, olens) in zip(windows, former, strict=True):
+            made = redact._View(text, spans, window)  # type: ignore[arg-type]
             assert (made.vstarts, made.ostarts, made.olens) == (vstarts, ostarts, olens)
 
 

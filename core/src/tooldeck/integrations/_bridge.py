@@ -29,7 +29,14 @@ from tooldeck_hookspecs import (
     canonical_json_bytes,
 )
 
-from .._deck import Hand, Session, _tool_fingerprint
+from .._deck import (
+    _INLINE_ARGUMENT_CHARS,
+    _INLINE_ARGUMENT_ITEMS,
+    Hand,
+    Session,
+    _argument_excess,
+    _tool_fingerprint,
+)
 from ..adapters import result_payload
 from ..portal import DeckPortal, PortalSession
 
@@ -284,15 +291,29 @@ async def pending_flow(session: Session, book: ApprovalBook, call: ToolCall) -> 
     approval_id = book.get(call.id)
     if approval_id is not None:
         found = pending.get(approval_id)
-        if found is not None and _same_call(found, call):
+        if found is not None and await _same_call_off_loop(found, call):
             return approval_id
         book.forget(call.id)
     if not call.id:
         return None
     for approval_id, found in pending.items():
-        if found.id == call.id and _same_call(found, call):
+        if found.id == call.id and await _same_call_off_loop(found, call):
             return approval_id
     return None
+
+
+async def _same_call_off_loop(pending: ToolCall, call: ToolCall) -> bool:
+    """:func:`_same_call`, in a worker thread for arguments over the deck's inline budget
+    (writing megabytes of arguments as canonical JSON is linear work, and this runs on the
+    deck's loop)."""
+    if pending.name != call.name:
+        return False
+    if all(
+        _argument_excess(c.arguments, _INLINE_ARGUMENT_ITEMS, _INLINE_ARGUMENT_CHARS) is None
+        for c in (pending, call)
+    ):
+        return _same_call(pending, call)
+    return await trio.to_thread.run_sync(_same_call, pending, call)
 
 
 def _changed_since_shown(

@@ -54,6 +54,8 @@ from typing import Any
 import attrs
 import trio
 
+from tooldeck_hookspecs import json_values as _json_values
+
 log = logging.getLogger("tooldeck.mcp")
 
 #: ``mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS`` of the SDK (oldest to newest); a test keeps
@@ -100,9 +102,6 @@ MAX_QUEUED_OUT_BYTES = 8 * 1024 * 1024
 #: once an answer came.
 SERVER_BUSY = -32005
 
-#: A JSON string (escapes included), to leave out of the count of values.
-_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-
 _ID_RE = re.compile(r'"id"\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -126,26 +125,10 @@ def negotiate(requested: object) -> str:
 
 
 def json_values(raw: bytes | bytearray, limit: int = MAX_MESSAGE_VALUES) -> int:
-    """About how many JSON values the raw message ``raw`` holds (``{``, ``[`` and ``,``
-    outside strings), without parsing it; the count is exact up to ``limit``, and anything
-    over it is some number over ``limit``.
-
-    A count of the three bytes anywhere is an upper bound found at C speed; only a message
-    whose bound is over ``limit`` is scanned again, string by string, until the count passes
-    ``limit`` (run it off the event loop for long messages). Nothing is copied."""
-    bound = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
-    if bound <= limit:
-        return bound
-    count = 0
-    position = 0
-    for string in _STRING_RE.finditer(raw):
-        start = string.start()
-        count += (raw.count(b"{", position, start) + raw.count(b"[", position, start)
-                  + raw.count(b",", position, start))
-        if count > limit:
-            return count
-        position = string.end()
-    return count + raw.count(b"{", position) + raw.count(b"[", position) + raw.count(b",", position)
+    """About how many JSON values the raw message ``raw`` holds, exact up to ``limit``
+    (:func:`tooldeck_hookspecs.json_values`, which the core uses for a model's arguments too).
+    Run it off the event loop for long messages."""
+    return _json_values(raw, limit)
 
 
 def _id_in_text(text: str) -> str | int | None:

@@ -89,9 +89,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -158,6 +158,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("tooldeck.mcp")
+_T = TypeVar("_T")
 
 #: Name of the tool that deals a hand for a task.
 SEARCH_TOOL = "search_tools"
@@ -472,7 +473,7 @@ async def _call_reporting_progress(
             nursery.start_soon(_forward_logs, ctx, log_receive)
             sink = _log_sink(log_send, log_level)
         log_token = _call_log.set(sink)
-        client_token = _current_client.set(McpClient(ctx, session.deck.redact))
+        client_token = _current_client.set(McpClient(ctx, _outward_text(session.deck)))
         try:
             result = await session.call(
                 call.name, call.arguments, call_id=call.id or None, on_progress=on_progress
@@ -550,25 +551,56 @@ def _cut_view(text: str, tail: str, total: int | None) -> str:
 _REDACT_MARGIN = 8192
 
 
-def _approval_view(
-    arguments: Mapping[str, Any], redact: Callable[[Any], Any]
-) -> tuple[str, bool]:
+def _outward_text(deck: Deck) -> Callable[[str], Awaitable[str]]:
+    """What a tool sends its client itself, through the deck's redaction without blocking the
+    loop (:meth:`Deck.aredact`: a redactor that may block runs in a worker thread under a
+    deadline; a long text goes to a worker thread whole)."""
+
+    async def outward(text: str) -> str:
+        return await deck.aredact(text, offload=len(text) > _INLINE_REDACT_CHARS)
+
+    return outward
+
+
+async def _approval_view(arguments: Mapping[str, Any], deck: Deck) -> tuple[str, bool]:
     """What an approval question shows of a call's arguments (see :func:`_shown_arguments`),
-    redacted, and whether the redaction hid anything in it.
+    redacted (:meth:`Deck.aredact`, which never blocks the loop), and whether the redaction
+    hid anything in it.
 
     Short arguments are redacted whole (as a structure); of long ones only what can be shown
     (its start and end, with a margin) is redacted and escaped: linear work on megabytes of
-    arguments is what the user never sees. Run long ones in a worker thread.
+    arguments is what the user never sees. What is linear in long arguments (writing them as
+    JSON, comparing them) runs in a worker thread.
     """
-    text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    long = _rough_size(arguments) > _INLINE_REDACT_CHARS
+    text = await _maybe_in_thread(long, _arguments_json, arguments)
     if len(text) <= _SHOWN_HEAD + _SHOWN_TAIL + 2 * _REDACT_MARGIN:
-        shown = redact(arguments)
-        return _shown_arguments(shown), shown != arguments
+        shown = await deck.aredact(arguments, offload=long)
+        return await _maybe_in_thread(long, _shown_and_changed, shown, arguments)
     head = text[: _SHOWN_HEAD + _REDACT_MARGIN]
     tail = text[-(_SHOWN_TAIL + _REDACT_MARGIN):]
-    shown_head, shown_tail = redact(head), redact(tail)
+    # ~10,000 characters each, with a margin: redacted in a worker thread (the policy's
+    # redaction of hostile text costs up to ~1.5 ms per thousand characters).
+    shown_head = await deck.aredact(head, offload=True)
+    shown_tail = await deck.aredact(tail, offload=True)
     hid = shown_head != head or shown_tail != tail
     return _cut_view(_visible(shown_head), _visible(shown_tail), len(text)), hid
+
+
+def _arguments_json(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(dict(arguments), ensure_ascii=False, default=str)
+
+
+def _shown_and_changed(shown: Mapping[str, Any], arguments: Mapping[str, Any]) -> tuple[str, bool]:
+    return _shown_arguments(shown), shown != arguments
+
+
+async def _maybe_in_thread(offload: bool, function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)``: in a worker thread when ``offload`` (its work grows with the
+    arguments), else here."""
+    if offload:
+        return await trio.to_thread.run_sync(function, *args, abandon_on_cancel=True)
+    return function(*args)
 
 
 def _rough_size(value: Any, budget: int = _INLINE_REDACT_CHARS) -> int:
@@ -759,19 +791,18 @@ class McpClient:
     def __init__(
         self,
         ctx: ServerRequestContext[Any, Any],
-        redact: Callable[[str], str] | None = None,
+        redact: Callable[[str], Awaitable[str]] | None = None,
     ) -> None:
         self._ctx = ctx
         # What a tool sends the client itself (a prompt quoting a file, a question) leaves
-        # the deck like its result does: through the deck's redaction (Deck.redact).
+        # the deck like its result does: through the deck's redaction, awaited so that it
+        # never blocks the loop (the server passes Deck.aredact).
         self._redact = redact
 
     async def _outward(self, text: str) -> str:
         if self._redact is None:
             return text
-        if len(text) > _INLINE_REDACT_CHARS:  # linear in the text: off the loop when long
-            return await trio.to_thread.run_sync(self._redact, text, abandon_on_cancel=True)
-        return self._redact(text)
+        return await self._redact(text)
 
     def _capabilities(self) -> Any:
         return getattr(self._ctx.session, "client_capabilities", None)
@@ -1352,12 +1383,14 @@ class DeckMcpServer:
                 found = await self._search(session, call.arguments)
                 if found.success and self._hand_mode and ctx is not None:
                     await _notify_tools_changed(ctx)
-                return _call_result(call, self.deck.redact(found))
+                return _call_result(call, await self.deck.aredact(
+                    found, offload=_rough_size(found.data) > _INLINE_REDACT_CHARS
+                ))
         if name == APPROVE_TOOL and APPROVE_TOOL not in self.deck.catalog:
             if self.settings.allow_approvals:
                 # The answer may quote the model's approval id: outward text.
                 approved = await self._approve(session, call.arguments)
-                return _call_result(call, self.deck.redact(approved))
+                return _call_result(call, await self.deck.aredact(approved))
         if ctx is None:
             result = await session.call(call.name, call.arguments, call_id=call.id or None)
         else:
@@ -1396,12 +1429,7 @@ class DeckMcpServer:
         # Redacted before they are cut to what is shown (a cut secret is harder to find; long
         # arguments keep a margin around what is shown), off the loop when long; the reasons
         # passed the result processors with the rest of the answer.
-        if _rough_size(call.arguments) > _INLINE_REDACT_CHARS:
-            shown_text, redacted = await trio.to_thread.run_sync(
-                _approval_view, call.arguments, self.deck.redact, abandon_on_cancel=True
-            )
-        else:
-            shown_text, redacted = _approval_view(call.arguments, self.deck.redact)
+        shown_text, redacted = await _approval_view(call.arguments, self.deck)
         hidden = ""
         if redacted:
             # Redaction hides what looks like a secret, and a payload can be dressed as one

@@ -94,11 +94,13 @@ looks like. :func:`install_log_redaction` (run when the plugin loads) redacts ev
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import bisect
 import contextvars
 import functools
+import itertools
 import json
 import logging
 import math
@@ -190,6 +192,22 @@ _MATCH_START = re.Match.start
 #: 8 MB output in one call held it, and with it every other session, for up to 8.6 s (zero-width
 #: spaces: 8 million escape matches in one ``list(map(...))``). A slice costs ~1-16 ms at most.
 _SLICE_CHARS = 16_384
+
+
+def _lowered(text: str) -> str:
+    """``text`` lower-cased for the keyword search, with the length of ``text`` (``str.lower``
+    keeps lengths except for U+0130, which becomes two code points: it is written ``i``).
+
+    Slice by slice for long texts (see :data:`_SLICE_CHARS`): one ``lower()`` of 2.7 million
+    zero-width spaces held the GIL ~50 ms. The same text: ``str.lower`` maps each character
+    on its own but for a capital sigma (``Σ`` becomes ``ς`` at the end of a word, which it
+    finds by looking past the slice's edge), so a text holding one is lowered whole."""
+    if len(text) <= 4 * _SLICE_CHARS or "\u03a3" in text:
+        return text.replace("\u0130", "i").lower()
+    return "".join([
+        text[at:at + _SLICE_CHARS].replace("\u0130", "i").lower()
+        for at in range(0, len(text), _SLICE_CHARS)
+    ])
 
 
 def _automaton_matches(automaton: Any, text: str, reach: int) -> Iterator[tuple[int, Any]]:
@@ -3174,16 +3192,17 @@ class _View:
 
     __slots__ = ("olens", "ostarts", "vstarts")
 
-    def __init__(self, text: str, spans: list[tuple[int, int]], window: tuple[int, int, int, int]
+    def __init__(self, text: str, spans: array.array[int], window: tuple[int, int, int, int]
                  ) -> None:
-        first, last, lo, hi = window  # the escapes spans[first:last], in text[lo:hi]
+        # the escapes first..last-1 (spans[2 * k], spans[2 * k + 1]), in text[lo:hi]
+        first, last, lo, hi = window
         self.vstarts: list[int] = []
         self.ostarts: list[int] = []
         self.olens: list[int] = []
         vstarts, ostarts, olens = self.vstarts, self.ostarts, self.olens
         cursor, vpos = lo, 0
-        for k in range(first, last):
-            s, e = spans[k]
+        for k in range(2 * first, 2 * last, 2):
+            s, e = spans[k], spans[k + 1]
             if s > cursor:
                 vstarts.append(vpos)
                 ostarts.append(cursor)
@@ -3215,82 +3234,119 @@ class _View:
 #: The longest match of _ESCAPE_RE (``&#1234567;``, ``&#x10ffff;``), with room to spare.
 _ESCAPE_MAX_CHARS = 16
 
+_FLATTEN = itertools.chain.from_iterable
+#: Offsets of flat spans (two per escape) whose pieces one join in a window puts together.
+_JOIN_ESCAPES = 8192
 
-def _escape_spans(text: str) -> list[tuple[int, int]]:
-    """The spans of ``_ESCAPE_RE.finditer(text)``, read slice by slice (see
-    :data:`_SLICE_CHARS`): 8 million zero-width spaces were 8 million matches in one C call.
+
+def _escape_spans(text: str) -> array.array[int]:
+    """The spans of ``_ESCAPE_RE.finditer(text)`` as one flat array of offsets (``start0, end0,
+    start1, end1, ...``), read slice by slice (see :data:`_SLICE_CHARS`): 8 million zero-width
+    spaces were 8 million matches in one C call.
+
+    Flat machine integers, not a tuple per escape: a tuple is a container the garbage collector
+    tracks, and with 8 million of them alive each of its full passes walked them all, holding
+    the GIL (and every other session) ~0.15-0.6 s a pass; and a list of millions of int objects
+    is freed in one C call too (~100 ms for a 5 MB output), an array in one ``free``.
 
     The same spans: each slice is searched up to :data:`_ESCAPE_MAX_CHARS` past its end, so a
     match that starts in it is whole, and the next slice starts where the whole text's search
     would go on (the slice's end, or the end of a match that crosses it)."""
-    spans: list[tuple[int, int]] = []
+    spans = array.array("q")
     n = len(text)
     pos = 0
+    # A quarter of a slice: a slice of nothing but zero-width spaces is a match per character,
+    # and each costs ~1-3 us in the one C call that collects them.
+    step = max(1, _SLICE_CHARS // 4)
     while pos < n:
-        end = min(n, pos + _SLICE_CHARS)
+        end = min(n, pos + step)
         stop = min(n, end + _ESCAPE_MAX_CHARS)
-        found = list(map(_MATCH_SPAN, _ESCAPE_RE.finditer(text, pos, stop)))
-        while found and found[-1][0] >= end:
-            found.pop()  # starts in the next slice: found again there
+        # Each span's tuple dies at once (freed, never collected): only the offsets stay.
+        found = array.array("q", _FLATTEN(map(_MATCH_SPAN, _ESCAPE_RE.finditer(text, pos, stop))))
+        while found and found[-2] >= end:
+            del found[-2:]  # starts in the next slice: found again there
         spans += found
-        pos = max(end, found[-1][1]) if found else end
+        pos = max(end, found[-1]) if found else end
     return spans
 
 
-def _unescaped_windows(
-    text: str,
-) -> tuple[list[tuple[int, int]], list[tuple[str, tuple[int, int, int, int]]]]:
-    """The escapes of ``text`` (spans) and the windows around them, each as its decoded text
-    and ``(first, last, lo, hi)``: the escapes ``spans[first:last]`` in ``text[lo:hi]`` (a
-    :class:`_View` maps the decoded text back).
+def _unescaped_windows(text: str) -> tuple[array.array[int], list[str], array.array[int]]:
+    """The escapes of ``text`` (flat spans, see :func:`_escape_spans`) and the windows around
+    them: each window's decoded text (``views``) and, four offsets a window in the flat
+    ``bounds``, ``first, last, lo, hi``: the escapes ``first`` to ``last - 1`` in
+    ``text[lo:hi]`` (a :class:`_View` maps the decoded text back).
 
     One pass of the escape pattern; every character is in at most one window, so the windows
     together are no longer than the text. An escape joins the window of the one before it when
     it is on the same line (as the window's first escape) and at most ``2 * _ESCAPE_CONTEXT``
     characters after it. A window is the lines its escapes are on, at most ``_ESCAPE_CONTEXT``
     characters on either side: escapes hold no line break, so what they hide is on their line
-    (and the plain scan saw the rest). Windows are plain tuples, spans not match objects: a
-    line per escape (``\u200b\n`` repeated) makes 500,000 windows per MB, and an object with
-    lists per window cost 3-5 us each (most of it in the garbage collector's passes).
+    (and the plain scan saw the rest). No object per window but its text: a line per escape
+    (``\u200b\n`` repeated) makes 500,000 windows per MB, and an object with lists per window
+    cost 3-5 us each, tuples ~1 us each and ~0.5 s of GIL per full pass of the garbage
+    collector over them (see :func:`_escape_spans`).
     """
     spans = _escape_spans(text)
-    windows: list[tuple[str, tuple[int, int, int, int]]] = []
+    views: list[str] = []
+    bounds = array.array("q")
     count, gap, context = len(spans), 2 * _ESCAPE_CONTEXT, _ESCAPE_CONTEXT
     unescape = _unescape_cached
-    i = 0
+    find, rfind = text.find, text.rfind
+    size = len(text)
+    add_view, add_bounds = views.append, bounds.extend
+    i = 0  # offset of a span's start in the flat list (two per escape)
     while i < count:
-        if not i & 1023:
+        if not i & 2047:
             _check_deadline()
-        start, end = spans[i]
-        line_end = text.find("\n", end)
+        start = spans[i]
+        end = spans[i + 1]
+        line_end = find("\n", end)
         if line_end == -1:
-            line_end = len(text)
-        j = i + 1
+            line_end = size
+        j = i + 2
         while j < count:
-            s, e = spans[j]
+            s = spans[j]
             if s - end > gap or s > line_end:
                 break
-            end = e
-            j += 1
+            end = spans[j + 1]
+            j += 2
         floor = start - context if start > context else 0
-        lo = text.rfind("\n", floor, start) + 1 or floor
-        hi = min(line_end, end + context)
-        if j - i == 1:
-            view = text[lo:start] + unescape(text[start:end]) + text[end:hi]
+        lo = rfind("\n", floor, start) + 1 or floor
+        hi = end + context
+        if hi > line_end:
+            hi = line_end
+        if j - i == 2:
+            add_view(text[lo:start] + unescape(text[start:end]) + text[end:hi])
         else:
-            pieces: list[str] = []
+            # Joined a few thousand pieces at a time: one join of a line of 8 million escapes
+            # was one C call holding the GIL ~60 ms.
+            chunks: list[str] = []
             cursor = lo
-            for k in range(i, j):
-                s, e = spans[k]
-                pieces.append(text[cursor:s])
-                pieces.append(unescape(text[s:e]))
-                cursor = e
-            pieces.append(text[cursor:hi])
-            view = "".join(pieces)
-        windows.append((view, (i, j, lo, hi)))
+            for at in range(i, j, _JOIN_ESCAPES):
+                pieces: list[str] = []
+                add = pieces.append
+                for k in range(at, min(j, at + _JOIN_ESCAPES), 2):
+                    s = spans[k]
+                    e = spans[k + 1]
+                    add(text[cursor:s])
+                    add(unescape(text[s:e]))
+                    cursor = e
+                chunks.append("".join(pieces))
+            chunks.append(text[cursor:hi])
+            add_view(chunks[0] + chunks[1] if len(chunks) == 2 else "".join(chunks))
+        add_bounds((i >> 1, j >> 1, lo, hi))
         i = j
-    return spans, windows
+    return spans, views, bounds
 
+
+def _release(items: list[Any]) -> None:
+    """Empty ``items`` a slice at a time: a list of a million texts (a window per line) freed
+    when it goes out of scope is one C call of ~40 ms that never lets go of the GIL."""
+    while items:
+        del items[-_RELEASE_ITEMS:]
+
+
+_RELEASE_ITEMS = 65_536
 
 _UNESCAPED: dict[str, str] = {}
 
@@ -3362,8 +3418,7 @@ class _Redactor:
     def find(self, text: str, depth: int = 0) -> list[Finding]:
         if not text:
             return []
-        # str.lower keeps lengths except for U+0130, which becomes two code points.
-        lowered = text.replace("\u0130", "i").lower()
+        lowered = _lowered(text)
         occurrences = self._occurrences(lowered)
         findings: list[tuple[float, Finding]] = []
         # gitleaks' prefilter: a rule runs only when one of its keywords is in the text.
@@ -3397,11 +3452,12 @@ class _Redactor:
         decoded again themselves down to ``_DECODE_DEPTH``.
         """
         parts: list[str] = []
-        offsets: list[int] = []
-        # an encoded run: (start, end, kind); an escapes' window: (first, last, lo, hi)
-        sources: list[tuple[int, int, str] | tuple[int, int, int, int]] = []
+        offsets = array.array("q")
+        # The encoded runs' (start, end, kind), parts[:len(runs)]; the escapes' windows follow.
+        runs: list[tuple[int, int, str]] = []
         found: list[tuple[float, Finding]] = []
         at = 0
+        separator = len(_PART_SEPARATOR)
         for start, end, kind, data in _encoded_runs(text):
             decoded = _text_like(data)
             if decoded is None:
@@ -3413,15 +3469,15 @@ class _Redactor:
                 continue
             parts.append(decoded)
             offsets.append(at)
-            sources.append((start, end, kind))
-            at += len(decoded) + len(_PART_SEPARATOR)
-        spans, windows = _unescaped_windows(text)
-        separator = len(_PART_SEPARATOR)
-        for view, window in windows:
-            parts.append(view)
-            offsets.append(at)
-            sources.append(window)
-            at += len(view) + separator
+            runs.append((start, end, kind))
+            at += len(decoded) + separator
+        spans, windows, bounds = _unescaped_windows(text)
+        first_window = len(parts)
+        add_offset = offsets.append
+        for window_text in windows:
+            add_offset(at)
+            at += len(window_text) + separator
+        parts += windows
         if not parts:
             return found
         joined = _PART_SEPARATOR.join(parts)
@@ -3431,8 +3487,7 @@ class _Redactor:
             first = bisect.bisect_right(offsets, f.start) - 1
             last = bisect.bisect_right(offsets, f.end - 1) - 1
             for k in range(first, last + 1):  # (a finding across parts counts in each)
-                source = sources[k]
-                if len(source) == 4:  # an escapes' window
+                if k >= first_window:  # an escapes' window
                     size = len(parts[k])
                     lo = max(0, f.start - offsets[k])
                     hi = min(size, f.end - offsets[k])
@@ -3440,7 +3495,9 @@ class _Redactor:
                         continue
                     view = views.get(k)
                     if view is None:
-                        view = views[k] = _View(text, spans, source)  # type: ignore[arg-type]
+                        w = 4 * (k - first_window)
+                        window = (bounds[w], bounds[w + 1], bounds[w + 2], bounds[w + 3])
+                        view = views[k] = _View(text, spans, window)
                     start, end = view.span(lo, hi)
                     found.append(
                         (self.priority(f.rule_id), attrs.evolve(f, start=start, end=end))
@@ -3448,8 +3505,10 @@ class _Redactor:
                 else:
                     inner.setdefault(k, []).append(f)
         for k, findings in inner.items():
-            start, end, kind = sources[k]  # type: ignore[misc]
+            start, end, kind = runs[k]
             found.append(self._whole(start, end, kind, findings))
+        _release(parts)
+        _release(windows)
         return found
 
     def _whole(
