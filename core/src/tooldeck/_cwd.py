@@ -70,10 +70,14 @@ def drop_cwd_for_dash_m() -> None:
     if same and not sys.flags.safe_path:
         del sys.path[0]
         DROPPED.append(here)
-    # An entry further on may be the current folder too: Python turns an empty PYTHONPATH
-    # entry into it (``PYTHONPATH=$PYTHONPATH:/x`` with PYTHONPATH unset gives ":/x"), and
-    # that made ``cd docs && python -m tooldeck`` import a planted ``docs/pluggy.py``. Every
-    # entry that is the folder this process started in goes, as the first one did.
+    # An entry further on may be the current folder too: Python turns an empty or relative
+    # PYTHONPATH entry into it (``PYTHONPATH=$PYTHONPATH:/x`` with PYTHONPATH unset gives
+    # ":/x"), and that made ``cd docs && python -m tooldeck`` import a planted
+    # ``docs/pluggy.py``. Such entries go, as the first one did, unless PYTHONPATH names the
+    # folder by its absolute path: that is the user's explicit choice (a plugin developed
+    # there), and tooldeck._imports protects what it holds like any import root.
+    if _named_outright(here):
+        return
     for index in range(len(sys.path) - 1, -1, -1):
         entry = sys.path[index]
         if not isinstance(entry, str):
@@ -86,3 +90,16 @@ def drop_cwd_for_dash_m() -> None:
             del sys.path[index]
             if here not in DROPPED:
                 DROPPED.append(here)
+
+
+def _named_outright(here: str) -> bool:
+    """Whether PYTHONPATH names ``here`` by an absolute path (ignored under ``python -E``)."""
+    if sys.flags.ignore_environment:
+        return False
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        try:
+            if os.path.isabs(entry) and os.path.realpath(entry) == here:
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
