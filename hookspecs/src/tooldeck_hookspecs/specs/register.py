@@ -42,7 +42,9 @@ def tooldeck_validate_tool(tool: ToolDefinition, catalog: Catalog) -> list[str] 
     """Check one tool definition before it enters the catalog.
 
     Called for every implementation; all results are collected and every problem is reported
-    together (a :class:`~tooldeck_hookspecs.RegistrationError` at start-up).
+    together (a :class:`~tooldeck_hookspecs.RegistrationError` at start-up). At run time
+    (``Deck.add_tools``) it runs in a worker thread within ``register_timeout_s``: past the
+    deadline nothing of the batch is added.
 
     :param tool: the definition, with ``plugin`` filled in.
     :param catalog: the tools registered so far (for uniqueness checks).
@@ -55,7 +57,8 @@ def tooldeck_argument_validator(tool: ToolDefinition) -> ArgumentValidator | Non
     """Compile the call-time argument validator of one tool.
 
     Called once per tool when it is registered; stops at the first non-None result. The core
-    keeps the validator and calls it on every call of the tool.
+    keeps the validator and calls it on every call of the tool. At run time
+    (``Deck.add_tools``) it runs in a worker thread, as ``tooldeck_validate_tool`` does.
 
     :param tool: the definition whose ``parameters`` schema is compiled.
     :return: a callable ``validator(arguments) -> list[ArgumentProblem]``.
@@ -67,7 +70,10 @@ def tooldeck_catalog_ready(catalog: Catalog) -> None:
     """Observe the catalog once every tool is registered and validated.
 
     Called once at start-up for every implementation, and again after tools are added or removed at
-    run time; return values are ignored.
+    run time; return values are ignored. At run time (``Deck.add_tools`` / ``remove_tools``) it
+    is called in a worker thread within ``register_timeout_s``, so that a slow observer stalls
+    no session: it must not use the deck's trio loop, and one still running past the deadline
+    is logged and left behind.
 
     :param catalog: read-only view of all registered tools.
     """
