@@ -128,6 +128,20 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(200, _page("Slow", "<p>finally</p>").encode())
             elif path == "/binary":
                 self._send(200, os.urandom(4096), "application/octet-stream")
+            elif path == "/js-redirect":
+                # Sends itself to the form page by script, ``d`` ms after its load event: the
+                # new document can replace this one while the tool reads it.
+                delay = int(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["d"][0])
+                body = _page("Before", "<main>BEFORE-TEXT</main><script>window.addEventListener("
+                             f"'load',()=>setTimeout(()=>{{location.href='/form'}},{delay}))"
+                             "</script>")
+                self._send(200, body.encode())
+            elif path == "/js-redirect-loop":
+                # Sends itself to itself again at each load event, without end.
+                body = _page("Loop", "<main>LOOP-TEXT</main><script>window.addEventListener("
+                             "'load',()=>setTimeout(()=>{location.replace('/js-redirect-loop?n='"
+                             "+Date.now())},0))</script>")
+                self._send(200, body.encode())
             elif path in HOSTILE_PAGES:
                 self._send(200, HOSTILE_PAGES[path].encode())
             elif path == "/huge":

@@ -441,7 +441,7 @@ async def test_a_page_over_the_memory_cap_is_killed_and_the_browser_goes_on(
                          load_entry_points=ENTRY_POINTS) as deck:
         session = _session(deck, tmp_path)
         plain = await session.call("browser_navigate", {"url": site.url("/")})
-        assert plain.success, plain.error
+        assert plain.success, plain.error and plain.error.message  # the whole message
         assert plain.metadata["browser_sandbox"]["memory_mb"] == cap
         group = engine().sandbox.cgroup  # type: ignore[union-attr]
         assert group is not None and group.pids_max == PIDS_MAX

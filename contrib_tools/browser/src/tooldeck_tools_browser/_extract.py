@@ -13,7 +13,10 @@ import json
 import re
 from typing import Any
 
-__all__ = ["EXTRACT_JS", "MAX_LINKS", "MAX_TEXT_CHARS", "clean_text", "page_snapshot"]
+__all__ = [
+    "EXTRACT_JS", "MAX_LINKS", "MAX_TEXT_CHARS", "NAVIGATION_REREADS", "PageBusy",
+    "PageKeptNavigating", "clean_text", "page_snapshot",
+]
 
 #: Cap on the readable text returned, in characters (about 50 kB of text).
 MAX_TEXT_CHARS = 50_000
@@ -58,7 +61,9 @@ EXTRACT_JS = r"""
       links.push({ text: label, href: href });
     }
   }
-  return { text: text, text_chars: total, links: links, link_count: count };
+  // Title and address of the document read, not of whatever the page shows a moment later.
+  return { text: text, text_chars: total, links: links, link_count: count,
+           title: doc.title, url: location.href, ready: doc.readyState };
 }
 """
 
@@ -76,6 +81,23 @@ class PageBusy(Exception):
     """The page's own script kept it busy past the time given to read it."""
 
 
+class PageKeptNavigating(Exception):
+    """The page went on to another document every time it was read (a script redirecting
+    without end)."""
+
+
+#: How many times a page that navigates while it is read is read again (each time once its new
+#: document has loaded): a script's redirect after the load event is common (consent pages,
+#: client-side routing); a chain longer than this is a loop.
+NAVIGATION_REREADS = 5
+#: What Playwright says when the document being read was replaced by another.
+_NAVIGATED = ("Execution context was destroyed", "navigation")
+#: ``document.readyState`` in order, and the state each ``wait_until`` of a navigation stands
+#: for: a document read before it got there is one a script's redirect just started.
+_READY = {"loading": 0, "interactive": 1, "complete": 2}
+_WANTED = {"commit": 0, "domcontentloaded": 1, "load": 2, "networkidle": 2}
+
+
 #: A title or URL longer than this is cut (and ``title_truncated`` / ``url_truncated`` say so):
 #: a 600 kB title lost the whole result to the output cap.
 MAX_TITLE_CHARS = 1_000
@@ -83,26 +105,58 @@ MAX_URL_CHARS = 4_000
 
 
 async def page_snapshot(
-    page: Any, *, max_chars: int = MAX_TEXT_CHARS, timeout_s: float = 10.0
+    page: Any, *, max_chars: int = MAX_TEXT_CHARS, timeout_s: float = 10.0,
+    wait_until: str = "load",
 ) -> dict[str, Any]:
     """Title, URL, readable text (capped, with ``truncated``) and links of ``page``.
 
     Reading the page runs a script in it, which waits for the page's own scripts: a page that
     loops forever after its load event held the call until the tool's execution timeout (two
     minutes). Past ``timeout_s`` this raises :class:`PageBusy`.
+
+    A script may send the page to another document just after it loaded (consent pages,
+    client-side routing): the read then failed ("Execution context was destroyed") or caught
+    the new document before it was parsed (its address, an empty title, no text). Either way
+    the page is read again once the new document is as far as ``wait_until`` (the navigation's
+    own: ``commit`` reads whatever is there), at most :data:`NAVIGATION_REREADS` times (then
+    :class:`PageKeptNavigating`), all within ``timeout_s``.
     """
     import asyncio
 
-    try:
-        raw = await asyncio.wait_for(page.evaluate(EXTRACT_JS, [max_chars, MAX_LINKS]), timeout_s)
-        title = await asyncio.wait_for(page.title(), timeout_s)
-    except TimeoutError:
-        raise PageBusy(f"the page's scripts kept it busy for more than {timeout_s:g} s") from None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    wanted = _WANTED.get(wait_until, 2)
+    for reread in range(NAVIGATION_REREADS + 1):
+        try:
+            raw = await asyncio.wait_for(page.evaluate(EXTRACT_JS, [max_chars, MAX_LINKS]),
+                                         max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            raise PageBusy(f"the page's scripts kept it busy for more than {timeout_s:g} s"
+                           ) from None
+        except Exception as exc:
+            if not all(word in str(exc) for word in _NAVIGATED):
+                raise
+        else:
+            if _READY.get(str(raw.get("ready")), 2) >= wanted:
+                break
+        if reread == NAVIGATION_REREADS:
+            raise PageKeptNavigating(
+                f"the page went on to another document each of the {reread + 1} times it was "
+                f"read (last at {str(page.url)[:MAX_URL_CHARS]!r})")
+        if wanted:
+            try:
+                await asyncio.wait_for(
+                    page.wait_for_load_state("load" if wanted == 2 else "domcontentloaded"),
+                    max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise PageBusy(f"the document the page's script went on to did not load "
+                               f"within {timeout_s:g} s") from None
+    title = raw.get("title")
     text = clean_text(str(raw.get("text") or ""))
     truncated = len(text) > max_chars or int(raw.get("text_chars") or 0) > max_chars * 2
     if len(text) > max_chars:
         text = text[:max_chars]
-    title, url = str(title or ""), str(page.url or "")
+    title, url = str(title or ""), str(raw.get("url") or page.url or "")
     snapshot: dict[str, Any] = {
         "title": title[:MAX_TITLE_CHARS],
         "url": url[:MAX_URL_CHARS],

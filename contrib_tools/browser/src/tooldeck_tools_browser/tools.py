@@ -23,7 +23,7 @@ from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure, ToolResult
 from tooldeck_hookspecs.content import Image
 
 from ._engine import BrowserEngine, engine
-from ._extract import PageBusy, page_snapshot
+from ._extract import PageBusy, PageKeptNavigating, page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
 from ._limits import (
@@ -193,7 +193,7 @@ async def _navigate(
                               f"{_host(page.url)!r} for {url!r} (connection refused or "
                               "unreachable)", suggestion="Check the URL; the site may be down.")
         left_ms = timeout_ms - (time.monotonic() - started) * 1000.0
-        snapshot = await _snapshot(eng, session_id, entry.page_id, page, left_ms)
+        snapshot = await _snapshot(eng, session_id, entry.page_id, page, left_ms, wait_until)
     except BaseException:
         if fresh:  # a page the model never got an id for would leak
             await eng.close_page(session_id, entry.page_id)
@@ -213,21 +213,34 @@ async def _navigate(
 
 
 async def _snapshot(
-    eng: BrowserEngine, session_id: str, page_id: str, page: Any, timeout_ms: float
+    eng: BrowserEngine, session_id: str, page_id: str, page: Any, timeout_ms: float,
+    wait_until: str = "commit",
 ) -> dict[str, Any]:
     """The page as the model reads it, within the call's ``timeout_s``. A page whose scripts
     keep it busy past that is closed (its loop would run on, a core at 100%, for as long as it
-    stayed open) and the call fails with TIMEOUT."""
+    stayed open) and the call fails with TIMEOUT; one that redirects itself each time it is
+    read is closed too (EXECUTION_ERROR). ``wait_until`` is how far a document the page's
+    own script went on to must have loaded to be read (a navigation's own; after a click,
+    which waited for its load already, whatever is there)."""
     try:
-        return await page_snapshot(page, timeout_s=max(timeout_ms / 1000.0, 0.5))
+        return await page_snapshot(page, timeout_s=max(timeout_ms / 1000.0, 0.5),
+                                   wait_until=wait_until)
     except ToolFailure:
         raise
     except PageBusy as exc:
-        await eng.close_page(session_id, page_id)
+        await eng.close_page(session_id, page_id, stop_first=False)
         raise ToolFailure(
             ErrorCode.TIMEOUT,
             f"{exc}; the page {page_id!r} was closed",
             suggestion="The page runs a script that never ends; try another page or site.",
+        ) from None
+    except PageKeptNavigating as exc:  # closed too: its redirects would go on without end
+        await eng.close_page(session_id, page_id)
+        raise ToolFailure(
+            ErrorCode.EXECUTION_ERROR,
+            f"could not read the page {page_id!r}: {exc}; the page was closed",
+            suggestion="The page redirects itself without end; try another page or site.",
+            details={"page_id": page_id},
         ) from None
     except Exception as exc:  # the page crashed or closed while it was read
         crashed = await eng.failure_if_crashed(session_id, page_id, exc)
@@ -468,8 +481,16 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
 
 
 async def _close(eng: BrowserEngine, session_id: str, page_id: str) -> dict[str, Any]:
+    before = eng.open_pages(session_id)
     closed = await eng.close_page(session_id, page_id)
-    return {"page_id": page_id, "closed": closed, "open_pages": eng.open_pages(session_id)}
+    result: dict[str, Any] = {"page_id": page_id, "closed": closed,
+                              "open_pages": eng.open_pages(session_id)}
+    gone = [other for other in before if other != page_id and other not in result["open_pages"]]
+    if gone:  # the page would not close alone: its session's context went (close_page)
+        result["closed_pages"] = gone
+        result["note_pages"] = ("The browser would not close the page alone; the session's "
+                                f"other pages closed with it: {', '.join(gone)}.")
+    return result
 
 
 async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
