@@ -26,6 +26,9 @@ HUGE_WORDS = 30_000  # about 180 kB of text: well over the 50 k characters cap
 HOSTILE_PAGES = {
     "/loop": "<title>loop</title><p>x</p>"
              "<script>window.onload=()=>setTimeout(()=>{while(true){}},0)</script>",
+    # Loops a second and a half after its load event: read at once, busy at the next call.
+    "/loop-later": "<title>later</title><p>x</p>"
+                   "<script>window.onload=()=>setTimeout(()=>{while(true){}},1500)</script>",
     "/popups": "<title>pop</title><p>x</p>"
                "<script>for(let i=0;i<30;i++){window.open('/form?'+i)}</script>",
     "/bigtitle": "<title>" + "t" * 600_000 + "</title><p>hello</p>",

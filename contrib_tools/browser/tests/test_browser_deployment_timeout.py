@@ -64,3 +64,29 @@ async def test_a_lowered_limit_gets_the_tools_timeout_and_closes_the_page(
     assert looped.error is not None and looped.error.code == "TIMEOUT", looped
     # The tool's answer (the page it gave up on, closed), not the executor's generic one.
     assert "closed" in looped.error.message, looped.error
+
+
+@pytest.mark.chromium
+async def test_a_screenshot_keeps_to_the_deployments_limit_and_says_so(
+    site: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Measuring and capturing had 30 s each, fixed: under a lowered limit the executor cut
+    the call with its own TIMEOUT, which knows nothing of the page; under a raised one a
+    busy page still failed at 30 s. They now share the call's time, the deployment's."""
+    monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
+    limit_s = 6.0
+    async with make_deck(
+        load_entry_points=["schema", "runner", "policy", "browser"],
+        config={"tools": {"browser_screenshot": {"execution": {"timeout_s": limit_s}}}},
+    ) as deck:
+        session = deck.session(max_level="moderate", grants={"browser"},
+                               workdir=str(tmp_path))
+        ok = await session.call("browser_navigate", {"url": site.url("/loop-later")})
+        assert ok.success, ok.error
+        await trio.sleep(2.0)  # its script now holds the page
+        with trio.fail_after(60):  # a hang guard
+            shot = await session.call("browser_screenshot", {"page_id": ok.data["page_id"],
+                                                             "full_page": True})
+    assert shot.error is not None and shot.error.code == "TIMEOUT", shot
+    assert "screenshot of" in shot.error.message and ok.data["page_id"] in shot.error.message
+    assert not (tmp_path / "screenshot.png").exists()

@@ -19,6 +19,9 @@ SANDBOX_MODES = ("auto", "bwrap", "user", "none")
 
 DEFAULT_NAVIGATE_TIMEOUT_S = 30.0
 DEFAULT_ACTION_TIMEOUT_S = 10.0
+#: A screenshot's time (measuring the page and capturing it), unless the deployment set the
+#: tool's ``execution.timeout_s``.
+DEFAULT_SCREENSHOT_TIMEOUT_S = 30.0
 #: Upper bound of the ``timeout_s`` arguments (the tools' own execution timeout is above it).
 MAX_TIMEOUT_S = 90.0
 #: The page tools' own ``execution.timeout_s``: above the largest ``timeout_s`` a model may ask

@@ -29,6 +29,7 @@ from ._guard import remember_session_allow, scheme_problem
 from ._limits import (
     DEFAULT_ACTION_TIMEOUT_S,
     DEFAULT_NAVIGATE_TIMEOUT_S,
+    DEFAULT_SCREENSHOT_TIMEOUT_S,
     EXECUTION_TIMEOUT_S,
     IMAGE_MAX_BYTES,
     MAX_TIMEOUT_S,
@@ -405,17 +406,23 @@ def screenshot_clip(width: int, height: int) -> dict[str, int] | None:
 
 
 async def _screenshot(
-    eng: BrowserEngine, session_id: str, page_id: str, full_page: bool
+    eng: BrowserEngine, session_id: str, page_id: str, full_page: bool, timeout_ms: float
 ) -> dict[str, Any]:
     import asyncio
+
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
 
     page = eng.get_page(session_id, page_id).page
     out: dict[str, Any] = {}
     clip = None
+    # Measuring and capturing share the call's one timeout (they had 30 s each, whatever the
+    # deployment's limit for the tool said).
+    started = time.monotonic()
     try:
         if full_page:
             # Measured in the page, whose scripts may keep it busy: bounded like the capture.
-            width, height = await asyncio.wait_for(page.evaluate(_PAGE_SIZE_JS), 30)
+            width, height = await asyncio.wait_for(page.evaluate(_PAGE_SIZE_JS),
+                                                   timeout_ms / 1000.0)
             clip = screenshot_clip(int(width), int(height))
             if clip is not None:
                 out.update(clipped=True, page_width=int(width), page_height=int(height),
@@ -423,8 +430,14 @@ async def _screenshot(
                            f"screenshot keeps its top left {clip['width']} x {clip['height']} "
                            f"(at most {MAX_SCREENSHOT_WIDTH} x {MAX_SCREENSHOT_HEIGHT} and "
                            f"{MAX_SCREENSHOT_PIXELS:,} pixels).")
+        left_ms = max(timeout_ms - (time.monotonic() - started) * 1000.0, 500.0)
         data: bytes = await page.screenshot(type="png", full_page=full_page, clip=clip,
-                                            timeout=30_000)
+                                            timeout=left_ms)
+    except (TimeoutError, PlaywrightTimeout):
+        raise ToolFailure(ErrorCode.TIMEOUT, f"the screenshot of {page_id!r} was not taken "
+                          f"within {timeout_ms / 1000.0:g} s: the page's scripts kept it busy",
+                          suggestion="Try again later or take a screenshot of another page."
+                          ) from None
     except Exception as exc:  # mapped to a structured error
         raise await eng.failure_if_crashed(session_id, page_id, exc) or ToolFailure(
             ErrorCode.EXECUTION_ERROR, f"the screenshot failed: {_first_line(exc)}") from None
@@ -454,9 +467,10 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     rules, allowed = context.protected_paths, context.allowed_paths
     # Refuse before taking the picture: a FIFO, a protected or a disallowed path answers at once.
     await trio.to_thread.run_sync(check_target, context.workdir, path, rules, allowed)
+    timeout_ms = _timeout_ms({}, DEFAULT_SCREENSHOT_TIMEOUT_S, context)
     eng = _engine_for(context)
     shot, sandbox = await eng.run(_in_sandbox, eng, _screenshot, context.session_id, page_id,
-                                  full_page)
+                                  full_page, timeout_ms)
     data: bytes = shot.pop("png")
     # context.commit just before the rename: a screenshot whose call timed out or was cancelled
     # meanwhile is not saved (the wait for this thread cannot be cancelled, so once the rename
