@@ -6,9 +6,12 @@ per test session) and the core's confirmation baseline for the dangerous tool.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -101,3 +104,74 @@ def markers() -> list[str]:
 @pytest.fixture
 def session(portal: DeckPortal, tmp_path: Path, markers: list[str]) -> PortalSession:
     return portal.session(workdir=tmp_path)
+
+
+def _agents_run(tools: list[Any], name: str, arguments: str) -> dict[str, Any]:
+    """One Runner run: the model calls ``name``, then encodes what it was sent as httpx does
+    for the real API (strict UTF-8), and reads the call's output."""
+    agents = pytest.importorskip("agents")
+    from httpx._content import encode_json
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    agents.set_tracing_disabled(True)
+    seen: list[Any] = []
+
+    class ScriptedModel(agents.Model):
+        async def get_response(self, system_instructions, input, *args, **kwargs):
+            encode_json({"input": input})  # what the OpenAI client sends: must encode
+            seen.append(input)
+            if len(seen) == 1:
+                output: list[Any] = [ResponseFunctionToolCall(
+                    type="function_call", name=name, arguments=arguments, call_id="call_1",
+                )]
+            else:
+                output = [ResponseOutputMessage(
+                    id="msg_1", type="message", role="assistant", status="completed",
+                    content=[ResponseOutputText(type="output_text", text="done", annotations=[])],
+                )]
+            return agents.ModelResponse(output=output, usage=agents.Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    agent = agents.Agent(name="worker", tools=tools, model=ScriptedModel())
+    asyncio.run(agents.Runner.run(agent, "go"))
+    (output,) = [i["output"] for i in seen[-1] if isinstance(i, dict)
+                 and i.get("type") == "function_call_output"]
+    return json.loads(output)
+
+
+@pytest.fixture
+def agents_run() -> Any:
+    """:func:`_agents_run`: one scripted OpenAI Agents SDK run calling a tool."""
+    return _agents_run
+
+
+def _llm_model(name: str, arguments: dict[str, Any]) -> Any:
+    llm = pytest.importorskip("llm")
+
+    class ScriptedModel(llm.Model):
+        model_id = "tooldeck-hostile-scripted"
+        supports_tools = True
+        can_stream = False
+
+        def execute(self, prompt: Any, stream: bool, response: Any, conversation: Any) -> Any:
+            if prompt.tool_results:
+                yield " | ".join(r.output for r in prompt.tool_results)
+                return
+            response.add_tool_call(
+                llm.ToolCall(name=name, arguments=arguments, tool_call_id="tc_1")
+            )
+            yield ""
+
+    return ScriptedModel()
+
+
+@pytest.fixture
+def llm_model() -> Any:
+    """:func:`_llm_model`: an llm model scripted to call one tool, then echo its output."""
+    return _llm_model

@@ -69,94 +69,43 @@ def _plain_top(schema: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------- llm
 
 
-def _llm_model(name: str, arguments: dict[str, Any]) -> Any:
-    llm = pytest.importorskip("llm")
-
-    class ScriptedModel(llm.Model):
-        model_id = "tooldeck-hostile-scripted"
-        supports_tools = True
-        can_stream = False
-
-        def execute(self, prompt: Any, stream: bool, response: Any, conversation: Any) -> Any:
-            if prompt.tool_results:
-                yield " | ".join(r.output for r in prompt.tool_results)
-                return
-            response.add_tool_call(
-                llm.ToolCall(name=name, arguments=arguments, tool_call_id="tc_1")
-            )
-            yield ""
-
-    return ScriptedModel()
-
-
-def test_llm_parameter_named_like_its_injected_keyword_reaches_the_tool(deck_session):
+def test_llm_parameter_named_like_its_injected_keyword_reaches_the_tool(
+    deck_session, llm_model
+):
     pytest.importorskip("llm")
     from tooldeck.integrations.llm import to_llm_tools
 
     tools = to_llm_tools(deck_session, ["odd_names"])
-    out = _llm_model("odd_names", ARGUMENTS).chain("echo", tools=tools).text()
+    out = llm_model("odd_names", ARGUMENTS).chain("echo", tools=tools).text()
     assert json.loads(out) == {"ok": True, "data": ARGUMENTS}
 
 
-def test_llm_gets_a_plain_object_schema_and_the_deck_enforces_the_rest(deck_session):
+def test_llm_gets_a_plain_object_schema_and_the_deck_enforces_the_rest(
+    deck_session, llm_model
+):
     pytest.importorskip("llm")
     from tooldeck.integrations.llm import to_llm_tools
 
     (tool,) = to_llm_tools(deck_session, ["open_source"])
     _plain_top(tool.input_schema)
     assert "(path) or (url)" in tool.description
-    out = _llm_model("open_source", {}).chain("open", tools=[tool]).text()
+    out = llm_model("open_source", {}).chain("open", tools=[tool]).text()
     assert json.loads(out)["error"]["code"] == "INVALID_ARGUMENTS"
 
 
 # ------------------------------------------------------------------------ OpenAI Agents SDK
 
 
-def _agents_run(tools: list[Any], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    agents = pytest.importorskip("agents")
-    from openai.types.responses import (
-        ResponseFunctionToolCall,
-        ResponseOutputMessage,
-        ResponseOutputText,
-    )
-
-    agents.set_tracing_disabled(True)
-    seen: list[Any] = []
-
-    class ScriptedModel(agents.Model):
-        async def get_response(self, system_instructions, input, *args, **kwargs):
-            seen.append(input)
-            if len(seen) == 1:
-                output: list[Any] = [ResponseFunctionToolCall(
-                    type="function_call", name=name, arguments=json.dumps(arguments),
-                    call_id="call_1",
-                )]
-            else:
-                output = [ResponseOutputMessage(
-                    id="msg_1", type="message", role="assistant", status="completed",
-                    content=[ResponseOutputText(type="output_text", text="done", annotations=[])],
-                )]
-            return agents.ModelResponse(output=output, usage=agents.Usage(), response_id=None)
-
-        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError
-
-    agent = agents.Agent(name="worker", tools=tools, model=ScriptedModel())
-    asyncio.run(agents.Runner.run(agent, "go"))
-    (output,) = [i["output"] for i in seen[-1] if isinstance(i, dict)
-                 and i.get("type") == "function_call_output"]
-    return json.loads(output)
-
-
-def test_agents_sdk_odd_names_and_a_plain_object_schema(deck_session):
+def test_agents_sdk_odd_names_and_a_plain_object_schema(deck_session, agents_run):
     pytest.importorskip("agents")
     from tooldeck.integrations.openai_agents import to_function_tools
 
     odd, source = to_function_tools(deck_session, ["odd_names", "open_source"])
-    assert _agents_run([odd], "odd_names", ARGUMENTS) == {"ok": True, "data": ARGUMENTS}
+    assert agents_run([odd], "odd_names", json.dumps(ARGUMENTS)) == {"ok": True,
+                                                                     "data": ARGUMENTS}
     _plain_top(source.params_json_schema)
     assert "(path) or (url)" in source.description
-    refused = _agents_run([source], "open_source", {})
+    refused = agents_run([source], "open_source", "{}")
     assert refused["error"]["code"] == "INVALID_ARGUMENTS"
 
 

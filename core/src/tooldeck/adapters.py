@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "result_payload",
     "gemini_schema",
     "converter",
+    "utf8_json",
 ]
 
 FORMATS = ("openai", "openai-responses", "anthropic", "mcp", "gemini")
@@ -716,12 +718,34 @@ def result_payload(result: ToolResult) -> dict[str, Any]:
     return payload
 
 
+#: A lone UTF-16 surrogate: a Python ``str`` may hold one (a file name read with
+#: ``surrogateescape``, a ``"\\ud800"`` escape in the model's own JSON), UTF-8 cannot.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def utf8_json(text: str) -> str:
+    """JSON text (written with ``ensure_ascii=False``) that encodes as UTF-8.
+
+    A lone surrogate in a result made the text every provider SDK sends (httpx and pydantic
+    encode the request body as strict UTF-8) raise ``UnicodeEncodeError``, ending the agent's
+    run. Outside JSON's string literals every character is ASCII, so each surrogate is written
+    as its ``\\uXXXX`` escape: the same JSON value, now encodable.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
+
+
 def _text(result: ToolResult) -> str:
-    return json.dumps(result_payload(result), ensure_ascii=False, default=str)
+    return _dumps(result_payload(result))
 
 
 def _dumps(payload: Any) -> str:
-    return json.dumps(payload, ensure_ascii=False, default=str)
+    return utf8_json(json.dumps(payload, ensure_ascii=False, default=str))
 
 
 def _split(result: ToolResult) -> tuple[dict[str, Any], list[Mapping[str, Any]], str]:

@@ -37,8 +37,9 @@ from .._deck import (
     _argument_excess,
     _tool_fingerprint,
 )
-from ..adapters import result_payload
-from ..portal import DeckPortal, PortalSession
+from .._normalise import shorten
+from ..adapters import _SURROGATE, result_payload, utf8_json
+from ..portal import DeckPortal, PortalClosedError, PortalSession
 
 __all__ = [
     "ApprovalBook",
@@ -52,9 +53,12 @@ __all__ = [
     "may_ask",
     "needs_approval",
     "pending_flow",
+    "portal_closed",
+    "PortalClosedError",
     "rejected",
     "require",
     "result_text",
+    "result_value",
 ]
 
 T = TypeVar("T")
@@ -119,14 +123,42 @@ class SessionBridge:
         if _in_trio():
             if self.portal is None:
                 return await function(*args)
-            # A portal's loop is another trio run: wait for it in a worker thread.
-            return await trio.to_thread.run_sync(self.portal.run, function, *args)
+            return await _trio_wait(self.portal, function, *args)
         if self.portal is None:
             raise TypeError(
                 "a trio Session can only be awaited from trio code; from asyncio open the session "
                 "through tooldeck.portal.DeckPortal(deck).session(...)"
             )
         return await self.portal.arun(function, *args)
+
+
+async def _trio_wait(portal: DeckPortal, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Await ``function(*args)`` on a portal's loop (another trio run) from trio code.
+
+    Cancelling the caller cancels the work on the deck's loop, as :meth:`DeckPortal.arun` does
+    for asyncio. (It was waited for in a worker thread that trio could not abandon: a
+    ``move_on_after(1)`` around a call of an 8 s tool returned after 8 s, the tool having run
+    to its end.)
+    """
+    future, scope = portal._start(function, *args)
+    token = trio.lowlevel.current_trio_token()
+    finished = trio.Event()
+
+    def wake(_: object) -> None:
+        # Called in the deck's thread (or here, if already done): hand over to our loop.
+        try:
+            token.run_sync_soon(finished.set)
+        except trio.RunFinishedError:
+            pass  # the caller's loop is gone: nobody waits any more
+
+    future.add_done_callback(wake)
+    try:
+        await finished.wait()
+    except BaseException:
+        if not future.done():
+            portal._cancel_soon(scope)
+        raise
+    return future.result()
 
 
 def definitions(
@@ -170,8 +202,37 @@ def needs_approval(result: ToolResult) -> bool:
 
 
 def result_text(result: ToolResult) -> str:
-    """What the model reads: the JSON the provider adapters send (data, or the error)."""
-    return json.dumps(result_payload(result), ensure_ascii=False, default=str)
+    """What the model reads: the JSON the provider adapters send (data, or the error), as
+    text that encodes as UTF-8 (lone surrogates escaped: :func:`tooldeck.adapters.utf8_json`)."""
+    return utf8_json(json.dumps(result_payload(result), ensure_ascii=False, default=str))
+
+
+def result_value(result: ToolResult) -> dict[str, Any]:
+    """:func:`result_payload` for a framework that serialises the value itself (Pydantic AI).
+
+    Its serialiser (pydantic-core, strict UTF-8) raised on a lone surrogate in a result and
+    ended the run; such text has each surrogate replaced by U+FFFD (a value cannot carry the
+    escape the JSON text of :func:`result_text` does).
+    """
+    payload = result_payload(result)
+    text = json.dumps(payload, ensure_ascii=False, default=str)
+    if utf8_json(text) is text:
+        return payload
+    return json.loads(_SURROGATE.sub("\ufffd", text))  # type: ignore[no-any-return]
+
+
+def portal_closed(name: str) -> ToolResult:
+    """The answer to a call made after the session's portal closed.
+
+    ``PortalClosedError`` went out of the framework's tool (LangChain's ``invoke``, the Agents
+    SDK's ``on_invoke_tool``, Pydantic AI's ``call_tool``) and ended the agent's run; the
+    model now reads ``CANCELLED``, as for a call of a closed deck's session.
+    """
+    return ToolResult.fail(
+        ErrorCode.CANCELLED,
+        f"the tool deck is closed; the call of {shorten(name, 80)!r} did not run",
+        suggestion="Do not call the deck's tools again in this run; tell the user.",
+    )
 
 
 def rejected(call: ToolCall, message: str | None = None) -> ToolResult:

@@ -38,23 +38,26 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tooldeck_hookspecs import ErrorCode, ToolCall, ToolDefinition, ToolResult
 
-from .._deck import Hand, Session
+from .._deck import _EXCESS_MESSAGES, MAX_ARGUMENT_CHARS, Hand, Session, _argument_excess
+from .._normalise import MAX_ARGUMENT_ITEMS
 from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     Conversation,
     Conversations,
+    PortalClosedError,
     SessionBridge,
     answer_flow,
     call_flow,
     definitions,
     needs_approval,
     pending_flow,
+    portal_closed,
     result_text,
 )
 
@@ -87,9 +90,19 @@ def _tool_class() -> type:
     tools = _require("langchain_core.tools")
 
     class DeckStructuredTool(tools.StructuredTool):  # type: ignore[misc,name-defined]
+        def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+            """LangChain's ``run``, on input it can show its callbacks (see :func:`_screened`)."""
+            return super().run(_screened(tool_input), *args, **kwargs)
+
+        async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+            """LangChain's ``arun``, on input it can show its callbacks (see :func:`_screened`)."""
+            return await super().arun(_screened(tool_input), *args, **kwargs)
+
         def _to_args_and_kwargs(
             self, tool_input: str | dict[str, Any], tool_call_id: str | None
         ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if isinstance(tool_input, _Refused):
+                raise tools.ToolException(tool_input.text)
             if not isinstance(tool_input, dict):
                 # handle_tool_error turns this into the deck's structured error.
                 raise tools.ToolException(result_text(ToolResult.fail(
@@ -103,6 +116,40 @@ def _tool_class() -> type:
     return DeckStructuredTool
 
 
+class _Refused(str):
+    """Tool input refused before LangChain touched it: what its callbacks show instead
+    (``str``), and the deck's error the model reads (``text``)."""
+
+    text: str
+
+
+def _screened(tool_input: Any) -> Any:
+    """The tool input as given, or a :class:`_Refused` for arguments the deck would refuse
+    for their size (nested past its depth limit, too many items or characters).
+
+    LangChain's ``run`` writes the input with ``str()`` for its callbacks before the tool
+    sees it: arguments nested 100,000 deep (``[[[...]]]`` from the model) raised
+    ``RecursionError`` out of ``invoke``, ending the agent's step instead of answering the
+    model; a million items held the caller's loop while being written out. The check is the
+    deck's own (iterative, and it stops after ~``MAX_ARGUMENT_ITEMS`` values).
+    """
+    if not isinstance(tool_input, Mapping):
+        return tool_input
+    excess = _argument_excess(tool_input, MAX_ARGUMENT_ITEMS, MAX_ARGUMENT_CHARS)
+    if excess is None:
+        return tool_input
+    refused = _Refused(f"<arguments not shown: {_EXCESS_MESSAGES[excess]}>")
+    refused.text = result_text(ToolResult.fail(
+        ErrorCode.INVALID_ARGUMENTS,
+        f"the arguments were not read: {_EXCESS_MESSAGES[excess]}",
+        suggestion="Send smaller, flatter arguments matching the tool's schema.",
+        details={"errors": [{"path": "$", "message": _EXCESS_MESSAGES[excess]}]},
+    ))
+    # ``run`` gets the call's arguments (``invoke`` took them out of a ToolCall): the
+    # ToolException from ``_to_args_and_kwargs`` becomes a ToolMessage with status "error".
+    return refused
+
+
 def _make_tool(bridge: SessionBridge, definition: ToolDefinition) -> Any:
     tools = _require("langchain_core.tools")
     name = definition.name
@@ -114,10 +161,16 @@ def _make_tool(bridge: SessionBridge, definition: ToolDefinition) -> Any:
         raise tools.ToolException(result_text(result))
 
     def run(arguments: dict[str, Any]) -> str:
-        return finish(bridge.run(bridge.session.call, name, arguments))
+        try:
+            return finish(bridge.run(bridge.session.call, name, arguments))
+        except PortalClosedError:
+            return finish(portal_closed(name))
 
     async def arun(arguments: dict[str, Any]) -> str:
-        return finish(await bridge.arun(bridge.session.call, name, arguments))
+        try:
+            return finish(await bridge.arun(bridge.session.call, name, arguments))
+        except PortalClosedError:
+            return finish(portal_closed(name))
 
     description, parameters = provider_schema(definition)
     return _tool_class()(
@@ -296,6 +349,12 @@ def _build_middleware() -> type:
             if not self._ours(request):
                 return handler(request)
             call = self._call(request)
+            try:
+                return self._run_call(call)
+            except PortalClosedError:
+                return self._message(call, portal_closed(call.name))
+
+        def _run_call(self, call: ToolCall) -> Any:
             conversation = self._conversation()
             session, book, run = conversation.bridge.session, conversation.book, (
                 conversation.bridge.run
@@ -321,6 +380,12 @@ def _build_middleware() -> type:
             if not self._ours(request):
                 return await handler(request)
             call = self._call(request)
+            try:
+                return await self._arun_call(call)
+            except PortalClosedError:
+                return self._message(call, portal_closed(call.name))
+
+        async def _arun_call(self, call: ToolCall) -> Any:
             conversation = self._conversation()
             session, book, arun = conversation.bridge.session, conversation.book, (
                 conversation.bridge.arun

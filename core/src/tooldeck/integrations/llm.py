@@ -44,6 +44,7 @@ from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
+    PortalClosedError,
     SessionBridge,
     answer_flow,
     call_flow,
@@ -51,6 +52,7 @@ from ._bridge import (
     keep_newest,
     needs_approval,
     pending_flow,
+    portal_closed,
     require,
     result_text,
 )
@@ -175,6 +177,13 @@ def _llm_tool(
         done = decisions.answered(call)
         if done is not None:
             return done
+        try:
+            return run(call, arguments)
+        except PortalClosedError:
+            return result_text(portal_closed(name))
+
+    def run(call: ToolCall, arguments: Mapping[str, Any]) -> str:
+        call_id = call.id
         approval_id = bridge.run(pending_flow, session, book, call) if call_id else None
         first = None
         if approval_id is None:

@@ -41,11 +41,13 @@ from ..adapters import _parse_arguments, provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
+    PortalClosedError,
     SessionBridge,
     answer_flow,
     call_flow,
     definitions,
     may_ask,
+    portal_closed,
     require,
     result_text,
 )
@@ -79,16 +81,21 @@ def _function_tool(
             return result_text(arguments)
         call_id = str(getattr(context, "tool_call_id", "") or "")
         call = ToolCall(name=name, arguments=arguments, id=call_id)
+        try:
+            return result_text(await run(context, call))
+        except PortalClosedError:
+            return result_text(portal_closed(name))
+
+    async def run(context: Any, call: ToolCall) -> ToolResult:
+        call_id = call.id
         if confirms and call_id and context.is_tool_approved(name, call_id) is True:
             # The user approved this call in the RunState: answer the deck's approval for it,
             # for the definition this FunctionTool showed (a tool registered again since then
             # is refused, not run on the strength of an answer about the old one).
-            result = await bridge.arun(
+            return await bridge.arun(
                 functools.partial(answer_flow, shown=definition), session, book, call, True
             )
-        else:
-            result = await bridge.arun(call_flow, session, book, call)
-        return result_text(result)
+        return await bridge.arun(call_flow, session, book, call)
 
     async def always_allowed() -> bool:
         # Bound to the definition the user allowed: a tool registered again differently asks.
@@ -97,7 +104,10 @@ def _function_tool(
     async def needs_approval(context: Any, arguments: dict[str, Any], call_id: str) -> bool:
         # "Always allow this tool" granted in the session makes the deck stop asking (read on the
         # deck's loop, which owns the session).
-        return not await bridge.arun(always_allowed)
+        try:
+            return not await bridge.arun(always_allowed)
+        except PortalClosedError:
+            return False  # nothing can run: the call answers CANCELLED without asking anyone
 
     description, parameters = provider_schema(definition)
     return agents.FunctionTool(

@@ -39,17 +39,20 @@ from typing import TYPE_CHECKING, Any
 from tooldeck_hookspecs import ToolCall, ToolDefinition
 
 from .._deck import Hand, Session
-from ..adapters import provider_schema, result_payload
+from ..adapters import provider_schema
 from ..portal import PortalSession
 from ._bridge import (
     ApprovalBook,
     Conversation,
     Conversations,
+    PortalClosedError,
     answer_flow,
     call_flow,
     definitions,
     needs_approval,
+    portal_closed,
     require,
+    result_value,
 )
 
 __all__ = ["TooldeckToolset"]
@@ -237,20 +240,23 @@ def _build_toolset() -> type:
             conversation = self._conversation(ctx)
             bridge, book = conversation.bridge, conversation.book
             session = bridge.session
-            if ctx.tool_call_approved:
-                result = await bridge.arun(answer_flow, session, book, call, True)
-            else:
-                result = await bridge.arun(call_flow, session, book, call)
-                if needs_approval(result):
-                    assert result.error is not None
-                    raise pydantic_ai.ApprovalRequired(
-                        metadata={
-                            "approval_id": result.error.details.get("approval_id"),
-                            "reasons": result.error.details.get("reasons", []),
-                            "message": result.error.message,
-                        }
-                    )
-            return result_payload(result)
+            try:
+                if ctx.tool_call_approved:
+                    result = await bridge.arun(answer_flow, session, book, call, True)
+                else:
+                    result = await bridge.arun(call_flow, session, book, call)
+            except PortalClosedError:
+                return result_value(portal_closed(name))
+            if not ctx.tool_call_approved and needs_approval(result):
+                assert result.error is not None
+                raise pydantic_ai.ApprovalRequired(
+                    metadata={
+                        "approval_id": result.error.details.get("approval_id"),
+                        "reasons": result.error.details.get("reasons", []),
+                        "message": result.error.message,
+                    }
+                )
+            return result_value(result)
 
     TooldeckToolset.__module__ = __name__
     return TooldeckToolset
