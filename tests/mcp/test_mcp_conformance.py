@@ -291,3 +291,29 @@ def test_official_conformance_suite_fails_only_the_baseline(tmp_path: Path) -> N
     assert cache is not None
     # Exit 0: every failing scenario is in baseline.yml and every baseline entry still fails.
     assert run_suite.run(cache, workdir=tmp_path) == 0
+
+
+async def test_every_record_a_sync_tool_logs_reaches_the_client_call_after_call(
+    workdir: Path,
+) -> None:
+    """A sync tool's records were handed from its thread to the loop after the call could
+    already have returned (the executor's quick path waits for the thread directly), and were
+    dropped against the call's closed log channel: after some other tests in the same
+    process, the logging tests here saw no record at all. Every call's records arrive now."""
+    received: list[tuple[str, Any]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        received.append((params.level, params.data))
+
+    calls = 30
+    async with _deck(chatty) as deck:
+        async with (
+            _server(deck, workdir) as server,
+            Client(server.server, mode="legacy", logging_callback=on_log) as client,
+        ):
+            await client.set_logging_level("warning")
+            for _ in range(calls):
+                done = await client.call_tool("chatty", {})
+                assert not done.is_error
+            await _until(lambda: received.count(("error", "an error line")) == calls)
+    assert received == [("warning", "a warning line"), ("error", "an error line")] * calls

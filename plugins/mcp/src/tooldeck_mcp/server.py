@@ -78,6 +78,7 @@ and no running call is ever cancelled.
 
 from __future__ import annotations
 
+import collections
 import hmac
 import json
 import logging
@@ -465,13 +466,13 @@ async def _call_reporting_progress(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(forward)
         log_send: trio.MemorySendChannel[tuple[str, str, str]] | None = None
-        sink: Callable[[logging.LogRecord], None] | None = None
+        sink: _LogSink | None = None
         if log_level is not None:
             log_send, log_receive = trio.open_memory_channel[tuple[str, str, str]](
                 _PROGRESS_BACKLOG
             )
             nursery.start_soon(_forward_logs, ctx, log_receive)
-            sink = _log_sink(log_send, log_level)
+            sink = _LogSink(log_send, log_level)
         log_token = _call_log.set(sink)
         client_token = _current_client.set(McpClient(ctx, _outward_text(session.deck)))
         try:
@@ -482,6 +483,8 @@ async def _call_reporting_progress(
             _current_client.reset(client_token)
             _call_log.reset(log_token)
             send.close()
+            if sink is not None:
+                sink.flush()  # what the tool's threads logged, before the channel closes
             if log_send is not None:
                 log_send.close()
     return result
@@ -660,38 +663,53 @@ def _mcp_level(levelno: int) -> str:
     return "debug"
 
 
-def _log_sink(
-    send: trio.MemorySendChannel[tuple[str, str, str]], level: str
-) -> Callable[[logging.LogRecord], None]:
-    """A record sink feeding one call's log channel, callable from any thread."""
-    floor = _MCP_LEVELS.index(level)
-    token = trio.lowlevel.current_trio_token()
-    loop_thread = threading.get_ident()
+class _LogSink:
+    """A record sink feeding one call's log channel, callable from any thread.
 
-    def put(item: tuple[str, str, str]) -> None:
+    A worker thread's records wait in a thread-safe queue for the loop, which :meth:`flush`
+    empties into the channel. The call flushes before it closes the channel: a sync tool on
+    the executor's quick path (the loop waits for its thread directly) returned before the
+    loop had run the hand-overs, and the call's records were dropped against the closed
+    channel, after another test had left the quick path taken (the conformance test saw no
+    log at all).
+    """
+
+    def __init__(self, send: trio.MemorySendChannel[tuple[str, str, str]], level: str) -> None:
+        self._send = send
+        self._floor = _MCP_LEVELS.index(level)
+        self._token = trio.lowlevel.current_trio_token()
+        self._loop_thread = threading.get_ident()
+        self._pending: collections.deque[tuple[str, str, str]] = collections.deque()
+
+    def _put(self, item: tuple[str, str, str]) -> None:
         try:
-            send.send_nowait(item)
+            self._send.send_nowait(item)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the client is slower than the tool (or the call ended): record skipped
 
-    def sink(record: logging.LogRecord) -> None:
+    def flush(self) -> None:
+        """On the loop's thread: hand the worker threads' records to the channel, in order."""
+        while self._pending:
+            self._put(self._pending.popleft())
+
+    def __call__(self, record: logging.LogRecord) -> None:
         mcp_level = _mcp_level(record.levelno)
-        if _MCP_LEVELS.index(mcp_level) < floor:
+        if _MCP_LEVELS.index(mcp_level) < self._floor:
             return
         try:
             text = record.getMessage()
         except Exception:  # a bad format string must not break the tool
             text = str(record.msg)
         item = (mcp_level, record.name, text)
-        if threading.get_ident() == loop_thread:
-            put(item)
+        if threading.get_ident() == self._loop_thread:
+            self.flush()  # after what a thread logged before
+            self._put(item)
         else:  # a worker thread: trio channels are not thread-safe, the loop puts it
+            self._pending.append(item)
             try:
-                token.run_sync_soon(put, item)
+                self._token.run_sync_soon(self.flush)
             except trio.RunFinishedError:
                 pass
-
-    return sink
 
 
 async def _forward_logs(
