@@ -36,6 +36,45 @@ HOSTILE_PAGES = {
                "<script>history.replaceState(null,'','/bigurl?'+'q'.repeat(1500000))</script>",
     # Takes memory 256 MiB at a time, touched, after its load event: 8 GiB if nothing stops it
     # (only served to a browser under a memory cap, test_browser_sandbox.py).
+    # s43: pages that navigate, block on dialogs or loop while a call uses them.
+    "/reload-loop": "<title>reload</title><p>RELOAD-TEXT</p><script>window.onload=()=>"
+                    "location.reload()</script>",
+    "/meta-refresh": "<title>meta</title><meta http-equiv='refresh' content='0'>"
+                     "<p>META-TEXT</p>",
+    "/redirect-now": "<title>now</title><script>location.replace('/form')</script><p>x</p>",
+    "/pushstate": "<title>push</title><p>PUSH-TEXT</p><script>for(let i=0;i<5000;i++)"
+                  "{history.pushState(null,'','/pushstate?'+i)}</script>",
+    "/pushstate-loop": "<title>pushloop</title><p>PUSHLOOP-TEXT</p><script>setInterval(()=>"
+                       "{for(let i=0;i<200;i++)history.pushState(null,'','/pushstate-loop?'+"
+                       "Math.random())},0)</script>",
+    "/alert-load": "<title>alert</title><p>ALERT-TEXT</p><script>alert('hi')</script>",
+    "/alert-loop": "<title>alerts</title><p>ALERTS-TEXT</p><script>window.onload=()=>"
+                   "setInterval(()=>alert('again'),0)</script>",
+    "/confirm-load": "<title>confirm</title><p>CONFIRM-TEXT</p><script>confirm('ok?');"
+                     "prompt('name?')</script>",
+    "/print": "<title>print</title><p>PRINT-TEXT</p><script>window.onload=()=>window.print()"
+              "</script>",
+    "/print-loop": "<title>prints</title><p>PRINTS-TEXT</p><script>window.onload=()=>"
+                   "setInterval(()=>window.print(),0)</script>",
+    "/beforeunload": "<title>stay</title><p>STAY-TEXT</p><button id=b>touch</button><input id=i>"
+                     "<script>window.onbeforeunload=e=>{e.preventDefault();e.returnValue='';"
+                     "return ''}</script>",
+    "/click-redirect": "<title>cr</title><button id=b onclick=\"location.href='/js-redirect-loop'"
+                       "\">go</button>",
+    "/click-busy": "<title>cb</title><button id=b onclick='while(true){}'>spin</button>",
+    "/click-popups-nav": "<title>cpn</title><button id=b onclick=\"for(let i=0;i<20;i++)"
+                         "window.open('/popups?'+i);location.href='/popups'\">go</button>",
+    "/type-redirect": "<title>tr</title><input id=i oninput=\"location.href='/type-redirect?'+"
+                      "Math.random()\">",
+    "/type-busy": "<title>tb</title><input id=i onkeydown='while(true){}'>",
+    "/click-reload": "<title>crl</title><button id=b onclick='location.reload()'>r</button>"
+                     "<script>window.onload=()=>{if(sessionStorage.n>0)location.reload();"
+                     "sessionStorage.n=1}</script>",
+    # A click sends it to a page that never finishes loading (an image that never comes) and
+    # whose script then holds its thread.
+    "/click-stall": "<title>cs</title><button id=b onclick=\"location.href='/stall'\">go</button>",
+    "/stall": "<title>stall</title><p>STALL-TEXT</p><img src='/hang'>"
+              "<script>setTimeout(()=>{while(true){}},300)</script>",
     "/memory-hog": "<title>hog</title><p>x</p><script>window.kept = []; window.onload = () => "
                    "{ const grow = () => { if (kept.length < 32) { const b = new Uint8Array("
                    "256 << 20); b.fill(7); kept.push(b); setTimeout(grow, 20) } }; grow() }"
@@ -145,6 +184,9 @@ def _handler(site: dict[str, Any]) -> type[http.server.BaseHTTPRequestHandler]:
                              "'load',()=>setTimeout(()=>{location.replace('/js-redirect-loop?n='"
                              "+Date.now())},0))</script>")
                 self._send(200, body.encode())
+            elif path == "/hang":
+                time.sleep(30.0)  # a subresource that keeps its page from loading
+                self._send(404, b"")
             elif path in HOSTILE_PAGES:
                 self._send(200, HOSTILE_PAGES[path].encode())
             elif path == "/huge":

@@ -309,6 +309,42 @@ def _action_error(what: str, target: str, exc: Exception) -> ToolFailure:
                        suggestion="Check the selector; it must be a valid CSS selector.")
 
 
+#: How long a page that did not let an action finish is given to answer a trivial script: one
+#: that does not is held by its own script (and is closed, as a read of it would be).
+BUSY_PROBE_S = 1.0
+
+
+async def _failure_if_busy(
+    eng: BrowserEngine, session_id: str, page_id: str, page: Any, what: str
+) -> ToolFailure | None:
+    """After an action timed out: when the page's own script holds its thread, close the page
+    and return the TIMEOUT to raise; None when the page answers (the element was the issue).
+
+    A button whose handler looped forever made browser_click answer "no matching element
+    became ready in time" (a wrong lead for the model) and left the renderer at 100% of a
+    core for as long as the session lasted.
+    """
+    import asyncio
+
+    try:
+        await asyncio.wait_for(page.evaluate("1"), BUSY_PROBE_S)
+    except TimeoutError:
+        await eng.close_page(session_id, page_id, stop_first=False)
+        return ToolFailure(
+            ErrorCode.TIMEOUT,
+            f"could not {what}: the page's scripts kept it busy; the page {page_id!r} was "
+            "closed",
+            suggestion="The page runs a script that never ends; try another page or site.",
+        )
+    except Exception:  # the page navigated or closed meanwhile: not a busy page
+        return None
+    return None
+
+
+#: The part of a click's time kept for reading the page afterwards (at most a third of it).
+READ_RESERVE_MS = 2_000.0
+
+
 async def _click(
     eng: BrowserEngine, session_id: str, page_id: str, selector: str | None, text: str | None,
     timeout_ms: float,
@@ -318,17 +354,32 @@ async def _click(
     target = f"selector {selector!r}" if selector else f"the element with text {text!r}"
     locator = page.locator(selector).first if selector else page.get_by_text(text).first
     before = _block_count(eng, session_id)
+    # Clicking, waiting for the load and reading share the call's one timeout (as in
+    # _navigate): with a fresh one each, a click that led to a page that never finished
+    # loading and then kept its thread took twice its time, past the deployment's limit,
+    # which then answered with a TIMEOUT that knew nothing of the page (left open, spinning).
+    started = time.monotonic()
+    # Playwright's click waits on for a navigation it started, up to its whole timeout, and
+    # then returns without a word: the read (and closing a page it finds busy) keeps a part.
+    reserve_ms = min(READ_RESERVE_MS, timeout_ms / 3)
+
+    def left_ms(reserved: float = 0.0) -> float:
+        # Never 0: Playwright reads a timeout of 0 as "no timeout".
+        return max(timeout_ms - reserved - (time.monotonic() - started) * 1000.0, 1.0)
+
     try:
-        await locator.click(timeout=timeout_ms)
+        await locator.click(timeout=left_ms(reserve_ms))
     except Exception as exc:  # mapped to a structured error
         crashed = await eng.failure_if_crashed(session_id, page_id, exc)
-        raise crashed or _action_error("click", target, exc) from None
+        busy = None if crashed else await _failure_if_busy(eng, session_id, page_id, page,
+                                                           f"click {target}")
+        raise crashed or busy or _action_error("click", target, exc) from None
     try:
         # A click may start a navigation: let it load (or give up quietly, the click happened).
-        await page.wait_for_load_state("load", timeout=timeout_ms)
+        await page.wait_for_load_state("load", timeout=left_ms(reserve_ms))
     except Exception:  # a slow load is reported through the snapshot's state
         pass
-    snapshot = await _snapshot(eng, session_id, page_id, page, timeout_ms)
+    snapshot = await _snapshot(eng, session_id, page_id, page, left_ms())
     result: dict[str, Any] = {"page_id": page_id, "clicked": target, **snapshot,
                               **entry.take_downloads()}
     blocked = _blocked_since(eng, session_id, before)
@@ -362,7 +413,9 @@ async def _fill(
         await page.locator(selector).first.fill(value, timeout=timeout_ms)
     except Exception as exc:  # mapped to a structured error
         crashed = await eng.failure_if_crashed(session_id, page_id, exc)
-        raise crashed or _action_error("fill", f"selector {selector!r}", exc) from None
+        busy = None if crashed else await _failure_if_busy(eng, session_id, page_id, page,
+                                                           f"fill selector {selector!r}")
+        raise crashed or busy or _action_error("fill", f"selector {selector!r}", exc) from None
     return {"page_id": page_id, "selector": selector, "filled": True, "url": page.url,
             **entry.take_downloads()}
 
