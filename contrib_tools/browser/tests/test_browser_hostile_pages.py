@@ -251,3 +251,41 @@ async def test_an_action_on_a_page_its_script_holds_says_so_and_closes_the_page(
         with trio.fail_after(60):
             plain = await session.call("browser_navigate", {"url": site.url("/form")})
         assert plain.success and plain.data["title"] == "Form page", plain.error
+
+
+async def test_a_page_flooding_its_history_is_held_to_the_limit_and_the_session_goes_on(
+    site: Any,
+) -> None:
+    """5000 ``pushState`` calls while loading kept the page from loading within 3 s, and 200
+    a timer tick kept Chromium from closing it (the close waited 20 s and more; a call with
+    ``timeout_s`` 3 took 19-21 s and the session's next plain page 30-36 s). A document may
+    now add or replace 50 history entries a second; past that the calls throw (as in Firefox
+    and Safari), which ends such a loop's turn."""
+    from tooldeck_tools_browser._engine import HISTORY_LIMIT_PER_S
+
+    async with make_deck(load_entry_points=ENTRY_POINTS) as deck:
+        session = _session(deck)
+        for path in ("/pushstate", "/pushstate-loop"):
+            with trio.fail_after(60):  # a hang guard
+                flooded = await session.call("browser_navigate",
+                                             {"url": site.url(path), "timeout_s": 3})
+            assert flooded.success, flooded.error and flooded.error.message
+            page_id = flooded.data["page_id"]
+            await trio.sleep(1.0)  # the loop's timer runs on meanwhile
+            eng = engine()
+
+            async def entries(eng: Any = eng, page_id: str = page_id) -> Any:
+                page = eng._sessions[session.id].pages[page_id].page
+                return await page.evaluate("[history.length, (performance.now() / 1000)]")
+
+            length, alive_s = await eng.run(entries)
+            # One entry for the load, then at most the limit in each second the page lived.
+            assert length <= 1 + HISTORY_LIMIT_PER_S * (int(alive_s) + 2), (path, length)
+            with trio.fail_after(60):
+                closed = await session.call("browser_close", {"page_id": page_id})
+            assert closed.success and closed.data["closed"] is True, closed
+            assert "closed_pages" not in closed.data  # Chromium closed it alone
+            plain = await session.call("browser_navigate", {"url": site.url("/form")})
+            assert plain.success, plain.error
+            await session.call("browser_close", {"page_id": plain.data["page_id"]})
+        assert await _pages(session.id) == (0, 0)

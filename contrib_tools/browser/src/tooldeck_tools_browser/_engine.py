@@ -421,6 +421,12 @@ class BrowserEngine:
             self._opening[allow] -= 1
             if not self._opening[allow]:
                 del self._opening[allow]
+        try:
+            await _within(context.add_init_script(HISTORY_LIMIT_JS), CONTEXT_CLOSE_TIMEOUT_S)
+        except BaseException:
+            await _quietly(_within(context.close(), CONTEXT_CLOSE_TIMEOUT_S))
+            door.proxy.close_door(door)
+            raise
         state = _SessionState(context=context, proxy=proxy, door=door)
         # Pages the site opens (window.open, a target=_blank link) are not the model's: they
         # got no id, escaped the page limit, kept running their scripts through the proxy and
@@ -628,6 +634,29 @@ def crashed_failure(page_id: str, memory_limit_mb: int | None = None) -> ToolFai
     )
 
 
+#: History entries a document may add or replace per second; past it ``pushState`` and
+#: ``replaceState`` throw, as Firefox and Safari do past their own limits. A page pushing 200
+#: entries a timer tick kept Chromium from closing it (page.close waited 20 s and more) and a
+#: call with timeout_s 3 took 19-21 s, the next plain page of its session 30-36 s.
+HISTORY_LIMIT_PER_S = 50
+HISTORY_LIMIT_JS = """(() => {
+  let start = 0, count = 0;
+  for (const name of ['pushState', 'replaceState']) {
+    const original = History.prototype[name];
+    Object.defineProperty(History.prototype, name, {
+      configurable: false, writable: false, enumerable: true,
+      value: function (...args) {
+        const now = Date.now();
+        if (now - start >= 1000) { start = now; count = 0; }
+        if (++count > LIMIT) {
+          throw new DOMException('history.' + name + ' called more than LIMIT times a second',
+                                 'SecurityError');
+        }
+        return original.apply(this, args);
+      },
+    });
+  }
+})();""".replace("LIMIT", str(HISTORY_LIMIT_PER_S))
 #: How long a page is given to close. Chromium answered Playwright's close of a page that sent
 #: itself to another document at that moment only once in two tries: the close waited
 #: without end (one browser_navigate held for the tool's two minutes, whatever its timeout_s).
