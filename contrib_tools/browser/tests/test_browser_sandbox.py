@@ -347,6 +347,7 @@ async def test_none_is_explicit_and_reported(
             assert meta["memory_mb"] is None and "no memory cap" in meta["memory_note"]
     async with make_deck(load_entry_points=ENTRY_POINTS) as deck:  # no setting: auto again
         result = await _session(deck, tmp_path).call("browser_navigate", {"url": site.url("/")})
+        assert result.success, result.error and result.error.message
         assert result.metadata["browser_sandbox"]["mode"] in ("bwrap", "user")
         _assert_sandboxed(chromium_processes())
 
