@@ -604,6 +604,16 @@ def _string_pieces(value: str) -> Iterable[str]:
     yield '"'
 
 
+def _mark(value: Any, markers: set[int]) -> int:
+    """Add ``value`` to the containers being written (its id, returned for the caller to
+    discard when done); ValueError when it is already one of them, as the C encoder says."""
+    ident = id(value)
+    if ident in markers:
+        raise ValueError("Circular reference detected")
+    markers.add(ident)
+    return ident
+
+
 def _ascii_pieces(value: Any, depth: int, markers: set[int]) -> Iterable[str]:
     """``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
     default=str)`` piece by piece: the C encoder's cases in its order (``_json.c``
@@ -628,10 +638,7 @@ def _ascii_pieces(value: Any, depth: int, markers: set[int]) -> Iterable[str]:
         elif depth >= _PIECE_DEPTH:
             yield _dumps_ascii(value)
         else:
-            ident = id(value)
-            if ident in markers:
-                raise ValueError("Circular reference detected")
-            markers.add(ident)
+            ident = _mark(value, markers)
             yield "["
             for n, item in enumerate(items):
                 if n:
@@ -645,10 +652,7 @@ def _ascii_pieces(value: Any, depth: int, markers: set[int]) -> Iterable[str]:
         elif depth >= _PIECE_DEPTH:
             yield _dumps_ascii(value)
         else:
-            ident = id(value)
-            if ident in markers:
-                raise ValueError("Circular reference detected")
-            markers.add(ident)
+            ident = _mark(value, markers)
             yield "{"
             for n, (key, item) in enumerate(sorted(value.items())):
                 if isinstance(key, str):
@@ -671,10 +675,7 @@ def _ascii_pieces(value: Any, depth: int, markers: set[int]) -> Iterable[str]:
             yield "}"
             markers.discard(ident)
     else:
-        ident = id(value)
-        if ident in markers:
-            raise ValueError("Circular reference detected")
-        markers.add(ident)
+        ident = _mark(value, markers)
         yield from _ascii_pieces(str(value), depth + 1, markers)
         markers.discard(ident)
 
