@@ -155,17 +155,25 @@ def test_the_openai_agents_integration_shares_the_bound(loads_calls: list[int]) 
     assert not loads_calls
 
 
+def _threads_running(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str
+) -> list[threading.Thread]:
+    """The threads ``module.name`` runs in from now on (one entry a call)."""
+    threads: list[threading.Thread] = []
+    real = getattr(module, name)
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(module, name, recording)
+    return threads
+
+
 async def test_run_tool_calls_refuses_one_call_runs_the_others_and_parses_off_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    threads: list[threading.Thread] = []
-    real = adapters.parse_tool_calls
-
-    def recording(format: str, response: Any) -> Any:
-        threads.append(threading.current_thread())
-        return real(format, response)
-
-    monkeypatch.setattr(adapters, "parse_tool_calls", recording)
+    threads = _threads_running(monkeypatch, adapters, "parse_tool_calls")
     deck = make_deck(load_entry_points=["schema", "runner"], tools=[echo])
     async with deck:
         session = deck.session()
@@ -200,14 +208,7 @@ async def test_an_integration_finds_a_pending_approval_comparing_big_arguments_o
     from tooldeck.integrations import _bridge
     from tooldeck_hookspecs import ToolCall
 
-    threads: list[threading.Thread] = []
-    real = _bridge._same_call
-
-    def recording(pending: ToolCall, call: ToolCall) -> bool:
-        threads.append(threading.current_thread())
-        return real(pending, call)
-
-    monkeypatch.setattr(_bridge, "_same_call", recording)
+    threads = _threads_running(monkeypatch, _bridge, "_same_call")
     deck = make_deck(load_entry_points=["schema", "runner"], tools=[launch])
     async with deck:
         session = deck.session()
