@@ -10,6 +10,7 @@ answers one JSON command per stdin line with one JSON line on stdout:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -71,7 +72,17 @@ def summary(result: Any) -> dict[str, Any]:
 async def main(config: dict[str, Any], workdir: str | None) -> None:
     deck = make_deck(load_entry_points=["schema", "runner", "redis"], tools=TOOLS, config=config)
     # Processes of one deployment serve one working directory; an approval is bound to it.
-    workdir = workdir or tempfile.mkdtemp(prefix="tooldeck-redis-worker-")
+    # A directory made here goes with the worker, or every run leaves some in /tmp.
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="tooldeck-redis-worker-")
+            )
+        await serve(deck, workdir)
+
+
+async def serve(deck: Any, workdir: str) -> None:
+    """Answer the commands on stdin, one JSON line each, until stdin closes."""
     sessions: dict[str, Any] = {}
     async with deck:
 
