@@ -26,6 +26,7 @@ from ._dense2 import SecondChannel, channel_weight, hybrid_margin, mix_rankings
 from ._faiss_index import faiss_threads, ivf_index
 from ._fusion import FusionParams, fuse, spread_over_intents, spread_scores
 from ._history import SelectionHistory, default_history_path, open_history_store
+from ._spelling import Speller, load_known_words
 from ._store import EmbeddingStore, text_key
 from ._text import (
     REQUEST_VERBS,
@@ -221,6 +222,10 @@ class RetrieverSettings:
     #: 1.0 98.51 / 96.59 and 96.19 / 96.15; 2.0 lost on both.
     second_diversity_share: float = 0.25
     second_depth: int = 100
+    #: Correct misspelt request words to the catalog's own words before either channel reads
+    #: the request (see ``_spelling``): "seacrh" -> "search". Needs the model folder's
+    #: ``vocab.txt`` to know real words from misspellings; without one nothing is corrected.
+    correct_spelling: bool = True
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> RetrieverSettings:
@@ -248,6 +253,8 @@ class RetrieverStatistics:
     cache_hits: int
     index_kind: str
     tombstones: int
+    #: Requests in which at least one misspelt word was corrected.
+    spelling_corrections: int = 0
 
 
 def _model_id(path: str) -> str:
@@ -438,6 +445,10 @@ class FaissRetriever:
         )
         self._history: SelectionHistory | None = None
         self._verbs: frozenset[str] = REQUEST_VERBS
+        # Made with the index, off the event loop: its word lists take 0.5 s to load.
+        self._speller: Speller | None = None
+        # Each slot's words as the speller counted them, to uncount them when it goes.
+        self._words_of: dict[int, frozenset[str]] = {}
         self._dense2: SecondChannel | None = (
             SecondChannel(
                 self.settings.cache_dir,
@@ -582,10 +593,21 @@ class FaissRetriever:
             return faiss.IndexIDMap(hnsw)
         return ivf_index(vectors, self.settings.ivf_nprobe)
 
-    def _lexical_terms(self, tool: ToolDefinition) -> dict[str, float]:
+    def _index_text(self, slot: int, tool: ToolDefinition) -> None:
+        """Index one tool's text under ``slot``: its BM25 terms, and its words for the speller."""
+        fields = lexical_fields(tool)
+        self._bm25.add(slot, self._lexical_terms(fields))
+        if self._speller is None and self.settings.correct_spelling:
+            self._speller = Speller(load_known_words(str(self.settings.model)))
+        if self._speller is not None and self._speller.enabled:
+            words = frozenset(Speller.words(" ".join(fields.values())))
+            self._words_of[slot] = words
+            self._speller.add(words)
+
+    def _lexical_terms(self, fields: Mapping[str, str]) -> dict[str, float]:
         weights = {**DEFAULT_FIELD_WEIGHTS, **self.settings.field_weights}
         terms: dict[str, float] = {}
-        for field, text in lexical_fields(tool).items():
+        for field, text in fields.items():
             weight = float(weights.get(field, 1.0))
             if weight <= 0:
                 continue
@@ -616,8 +638,11 @@ class FaissRetriever:
             self._vectors = np.array(vectors, dtype=np.float32).reshape(len(tools), dim)
             self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
             self._tombstones = set()
+            if self._speller is not None:
+                self._speller = Speller(self._speller.known)
+                self._words_of = {}
             for slot, tool in enumerate(tools):
-                self._bm25.add(slot, self._lexical_terms(tool))
+                self._index_text(slot, tool)
             self._verbs = REQUEST_VERBS | self._name_verbs(tools)
 
     @staticmethod
@@ -641,6 +666,9 @@ class FaissRetriever:
                 self._slot_of.pop(name, None)
             self._names[slot] = None
             self._bm25.remove(slot)
+            words = self._words_of.pop(slot, None)
+            if words is not None and self._speller is not None:
+                self._speller.remove(words)
         if self._approx and self.settings.approx_kind == "hnsw":
             # HNSW cannot delete: the slots become tombstones filtered at search time.
             self._tombstones.update(slots)
@@ -679,6 +707,12 @@ class FaissRetriever:
         self._vectors = vectors
         self._bm25 = bm25
         self._tombstones = set()
+        words_of = self._words_of
+        self._words_of = {
+            new_slot: words_of[old_slot]
+            for new_slot, old_slot in enumerate(slots)
+            if old_slot in words_of
+        }
 
     def _add(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
         with self._lock:
@@ -702,7 +736,7 @@ class FaissRetriever:
                     self._remove_slots([old])
                 self._names.append(tool.name)
                 self._slot_of[tool.name] = slot
-                self._bm25.add(slot, self._lexical_terms(tool))
+                self._index_text(slot, tool)
             self._index.add_with_ids(new, np.arange(start, start + len(tools), dtype=np.int64))
 
     # ------------------------------------------------------------------ history
@@ -957,7 +991,10 @@ class FaissRetriever:
     def _search_sync(self, query: str, k: int) -> list[ScoredTool]:
         if not isinstance(query, str) or not self._slot_of or k <= 0:
             return []
-        segments = self._query_segments(self._clean(query))
+        whole = self._clean(query)
+        if self._speller is not None:
+            whole, _ = self._speller.correct(whole)
+        segments = self._query_segments(whole)
         if not segments:
             return []
         if self._history is not None:
@@ -969,7 +1006,6 @@ class FaissRetriever:
         if dense2 is None or not dense2.active:
             return self._rank(segments, self._embed_query(segments), k)
         depth = max(k, self.settings.second_depth)
-        whole = self._clean(query)
         prefetched = dense2.prefetch(whole)  # overlaps with the MiniLM encoding below
         hits, best_intent = self._rank_intents(segments, self._embed_query(segments), depth)
         intents = len(segments) - 1 if len(segments) > 1 else 1  # the whole-query row
@@ -1087,4 +1123,5 @@ class FaissRetriever:
             cache_hits=self._cache_hits,
             index_kind=self.settings.approx_kind if self._approx else "flat",
             tombstones=len(self._tombstones),
+            spelling_corrections=self._speller.corrections if self._speller else 0,
         )

@@ -66,6 +66,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "second_margin_scale",
     "second_diversity_share",
     "second_depth",
+    "correct_spelling",
 )
 
 
