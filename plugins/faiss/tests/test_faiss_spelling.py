@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from tooldeck_faiss._retriever import default_model_path
-from tooldeck_faiss._spelling import Speller, load_known_words
+from tooldeck_faiss._spelling import MAX_LOOKUPS, Speller, load_known_words
 
 # A small stand-in for the English word list: the unit tests must not depend on which words
 # pyspellchecker's list happens to hold.
@@ -26,11 +28,17 @@ CATALOG_TEXTS = [
 ]
 
 
-def speller(texts: list[str] = CATALOG_TEXTS, known: frozenset[str] = KNOWN) -> Speller:
-    spell = Speller(known)
+def uses_of(texts: list[str]) -> Counter[str]:
+    """Tools per word of their texts (the retriever counts a word's BM25 term)."""
+    counts: Counter[str] = Counter()
     for text in texts:
-        spell.add(Speller.words(text))
-    return spell
+        counts.update(Speller.words(text))
+    return counts
+
+
+def speller(texts: list[str] = CATALOG_TEXTS, known: frozenset[str] = KNOWN) -> Speller:
+    counts = uses_of(texts)
+    return Speller(known, counts.__getitem__)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +78,7 @@ def test_a_misspelt_word_is_read_as_the_catalog_word_it_misses(typed: str, meant
         "scheme vs chemes",  # no catalog word within reach
         "temperatüre",  # non-ASCII: another language's word
         "xearch the web",  # the first letter differs
+        "searchs the web",  # an inflection of a catalog word: BM25 reads it, so does MiniLM
         "can't won't",
     ],
 )
@@ -81,24 +90,21 @@ def test_what_is_not_a_misspelling_of_a_catalog_word_is_left_alone(typed: str) -
 
 
 def test_two_equally_likely_readings_correct_nothing() -> None:
-    spell = speller(["alpha: the cable", "beta: the table"], frozenset({"cable", "table"}))
-    assert spell.correct("xable") == ("xable", {})  # first letter differs from both anyway
-    spell = speller(["alpha: the cable", "beta: the canle"], frozenset({"cable", "canle"}))
+    known = frozenset({"cable", "canle"})
+    counts = uses_of(["alpha: the cable", "beta: the canle"])
+    spell = Speller(known, counts.__getitem__)
     assert spell.correct("canble") == ("canble", {})  # one edit from both, each used once
-    spell.add(Speller.words("gamma: another cable"))
+    counts.update(uses_of(["gamma: another cable"]))
     assert spell.correct("canble") == ("cable", {"canble": "cable"})  # now the more used one
 
 
-def test_the_speller_follows_tools_added_and_removed() -> None:
-    spell = speller(["list files: list the files"])
+def test_the_speller_reads_the_catalog_as_it_is_now() -> None:
+    counts = uses_of(["list files: list the files"])
+    spell = Speller(KNOWN, counts.__getitem__)
     assert spell.correct("seacrh") == ("seacrh", {})
-    words = Speller.words("web search: search the web")
-    spell.add(words)
+    counts.update(uses_of(["web search: search the web"]))
     assert spell.correct("seacrh")[0] == "search"
-    spell.add(words)  # a second tool with the same words
-    spell.remove(words)
-    assert spell.correct("seacrh")[0] == "search"
-    spell.remove(words)
+    counts.subtract(uses_of(["web search: search the web"]))
     assert spell.correct("seacrh") == ("seacrh", {})
 
 
@@ -124,6 +130,27 @@ def test_a_long_line_is_corrected_in_one_pass() -> None:
     text, changes = spell.correct(line)
     assert text == "search the web " * 20_000
     assert changes == {"seacrh": "search"}
+
+
+def test_a_request_of_made_up_words_is_looked_up_within_a_bound(monkeypatch) -> None:
+    spell = speller()
+    looked_up: list[str] = []
+    candidate = spell._candidate
+
+    def counted(word: str) -> str | None:
+        looked_up.append(word)
+        return candidate(word)
+
+    monkeypatch.setattr(spell, "_candidate", counted)
+    # 5,000 distinct made-up words of letters only (words glued to digits are not looked at).
+    made_up = " ".join("zq" + "".join(chr(97 + int(d)) for d in str(i)) + "xw"
+                       for i in range(5000))
+    text, changes = spell.correct(made_up + " seacrh")
+    assert (text, changes) == (made_up + " seacrh", {})  # past the bound: left as typed
+    assert len(looked_up) == MAX_LOOKUPS
+    looked_up.clear()
+    assert spell.correct("seacrh " + made_up)[1] == {"seacrh": "search"}
+    assert looked_up[0] == "seacrh" and len(looked_up) == MAX_LOOKUPS
 
 
 # ---------------------------------------------------------------- through the real retriever

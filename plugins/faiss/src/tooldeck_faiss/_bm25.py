@@ -65,6 +65,11 @@ class BM25Index:
                     del self._postings[term]
             self._arrays.pop(term, None)
 
+    def document_frequency(self, term: str) -> int:
+        """How many documents contain ``term``."""
+        posting = self._postings.get(term)
+        return len(posting) if posting else 0
+
     def document(self, slot: int) -> Mapping[str, float]:
         """The weighted term counts indexed under ``slot`` (empty when none)."""
         return self._doc_terms.get(slot, {})

@@ -447,8 +447,9 @@ class FaissRetriever:
         self._verbs: frozenset[str] = REQUEST_VERBS
         # Made with the index, off the event loop: its word lists take 0.5 s to load.
         self._speller: Speller | None = None
-        # Each slot's words as the speller counted them, to uncount them when it goes.
-        self._words_of: dict[int, frozenset[str]] = {}
+        # The words of the catalog's texts as written: what a misspelt word may become. Only
+        # grows between rebuilds: a word whose tools are all gone has no BM25 uses left.
+        self._words: set[str] = set()
         self._dense2: SecondChannel | None = (
             SecondChannel(
                 self.settings.cache_dir,
@@ -594,15 +595,19 @@ class FaissRetriever:
         return ivf_index(vectors, self.settings.ivf_nprobe)
 
     def _index_text(self, slot: int, tool: ToolDefinition) -> None:
-        """Index one tool's text under ``slot``: its BM25 terms, and its words for the speller."""
+        """Index one tool's text under ``slot``: BM25, and its words for the speller."""
         fields = lexical_fields(tool)
         self._bm25.add(slot, self._lexical_terms(fields))
-        if self._speller is None and self.settings.correct_spelling:
-            self._speller = Speller(load_known_words(str(self.settings.model)))
-        if self._speller is not None and self._speller.enabled:
-            words = frozenset(Speller.words(" ".join(fields.values())))
-            self._words_of[slot] = words
-            self._speller.add(words)
+        if not self.settings.correct_spelling:
+            return
+        if self._speller is None:
+            self._speller = Speller(load_known_words(str(self.settings.model)), self._tool_uses)
+        if self._speller.enabled:
+            self._words.update(Speller.words(" ".join(fields.values())))
+
+    def _tool_uses(self, word: str) -> int:
+        # How many tools have this word of the catalog's (or an inflection) in their text.
+        return self._bm25.document_frequency(stem(word)) if word in self._words else 0
 
     def _lexical_terms(self, fields: Mapping[str, str]) -> dict[str, float]:
         weights = {**DEFAULT_FIELD_WEIGHTS, **self.settings.field_weights}
@@ -638,9 +643,7 @@ class FaissRetriever:
             self._vectors = np.array(vectors, dtype=np.float32).reshape(len(tools), dim)
             self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
             self._tombstones = set()
-            if self._speller is not None:
-                self._speller = Speller(self._speller.known)
-                self._words_of = {}
+            self._words = set()
             for slot, tool in enumerate(tools):
                 self._index_text(slot, tool)
             self._verbs = REQUEST_VERBS | self._name_verbs(tools)
@@ -666,9 +669,6 @@ class FaissRetriever:
                 self._slot_of.pop(name, None)
             self._names[slot] = None
             self._bm25.remove(slot)
-            words = self._words_of.pop(slot, None)
-            if words is not None and self._speller is not None:
-                self._speller.remove(words)
         if self._approx and self.settings.approx_kind == "hnsw":
             # HNSW cannot delete: the slots become tombstones filtered at search time.
             self._tombstones.update(slots)
@@ -707,12 +707,6 @@ class FaissRetriever:
         self._vectors = vectors
         self._bm25 = bm25
         self._tombstones = set()
-        words_of = self._words_of
-        self._words_of = {
-            new_slot: words_of[old_slot]
-            for new_slot, old_slot in enumerate(slots)
-            if old_slot in words_of
-        }
 
     def _add(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
         with self._lock:
@@ -993,7 +987,8 @@ class FaissRetriever:
             return []
         whole = self._clean(query)
         if self._speller is not None:
-            whole, _ = self._speller.correct(whole)
+            with self._lock:  # it reads the BM25 index, which add() and remove() change
+                whole, _ = self._speller.correct(whole)
         segments = self._query_segments(whole)
         if not segments:
             return []

@@ -15,8 +15,8 @@ Conservative on purpose, since a wrong correction costs more than a missed one:
   list, 128k words, and the embedding model's ``vocab.txt``), with plain endings taken off,
   or a word the catalog uses;
 - a candidate is a catalog word that starts with the same letter and is one edit away (an
-  insertion, a deletion, a substitution or two letters swapped), two for words of 8 letters
-  or more; below 8 letters it must be an English word too (so "openai" stays, rather than
+  insertion, a deletion, a substitution or two letters swapped); below 8 letters it must be
+  an English word too (so "openai" stays, rather than
   becoming the catalog's "openapi"), and a last letter is only dropped when it repeats the
   one before ("searchh", not "warna" -> "warn"). The candidate used by the most tools wins; a
   tie corrects nothing.
@@ -34,8 +34,9 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
+
+from ._text import stem
 
 __all__ = ["Speller", "load_known_words"]
 
@@ -44,12 +45,16 @@ _ASCII_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 #: before it, as in "...\nThe") makes it part of something else.
 _JOINED = frozenset("_\\")
 _TOKEN = re.compile(r"[^\W_]+")  # the words a tool text is made of, in any script
-_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*$")
 #: Endings taken off before a word is looked up as known ("kites" -> "kite", "parsed" -> "parse").
 _ENDINGS = ("ing", "ed", "es", "s", "er", "ers", "ly", "est")
 _MIN_LENGTH = 5
 _MIN_TARGET = 4
+#: From this length a candidate need not be an English word ("kubernets" -> "kubernetes").
 _LONG = 8
+#: Unknown words looked up per request, at most: each costs about 54 x its length lookups
+#: (0.1 ms), and a request of nothing but made-up words must not hold selection (a megabyte
+#: of them took 11 s). Real requests have a handful.
+MAX_LOOKUPS = 256
 
 _ENGLISH: frozenset[str] | None = None
 _ENGLISH_LOCK = threading.Lock()
@@ -70,6 +75,16 @@ def _english_words() -> frozenset[str]:
         return _ENGLISH
 
 
+def _opens_sentence(text: str, start: int) -> bool:
+    """Whether the word at ``start`` opens the text, a line or a sentence."""
+    i = start - 1
+    while i >= 0 and text[i].isspace():
+        if text[i] == "\n":
+            return True
+        i -= 1
+    return i < 0 or (text[i] in ".!?;:" and i < start - 1)
+
+
 def load_known_words(model_path: str | None) -> frozenset[str]:
     """English words: pyspellchecker's list and the whole words of a BERT ``vocab.txt`` in
     ``model_path``. Empty when neither is there (the speller then corrects nothing)."""
@@ -87,43 +102,33 @@ def load_known_words(model_path: str | None) -> frozenset[str]:
     return vocabulary | _english_words()
 
 
-def _deletes(word: str) -> set[str]:
-    return {word[:i] + word[i + 1 :] for i in range(len(word))}
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _edit_distance(a: str, b: str, limit: int) -> int:
-    """Optimal-string-alignment distance (adjacent swaps count one), ``limit + 1`` past it."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    previous2: list[int] = []
-    previous = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        current = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = 0 if a[i - 1] == b[j - 1] else 1
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                current[j] = min(current[j], previous2[j - 2] + 1)
-        if min(current) > limit:
-            return limit + 1
-        previous2, previous = previous, current
-    return previous[-1]
+def _one_edit(word: str) -> set[str]:
+    """Every string one edit from ``word``: a letter deleted, inserted or replaced, or two
+    neighbours swapped (about 54 x its length; generated per unknown word, so the speller keeps
+    no index of its own)."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    deletes = [a + b[1:] for a, b in splits if b]
+    swaps = [a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1]
+    replaces = [a + c + b[1:] for a, b in splits if b for c in _LETTERS]
+    inserts = [a + c + b for a, b in splits for c in _LETTERS]
+    return set(deletes + swaps + replaces + inserts)
 
 
 class Speller:
     """Corrects misspelt request words to words of the catalog (see the module's docstring).
 
-    ``known`` are words that are never corrected (the embedding model's vocabulary). Catalog
-    words are counted per tool through :meth:`add` and :meth:`remove`, so the speller follows
-    tools registered and removed at run time. Thread-safe.
+    ``known`` are words that are never corrected (English). ``uses`` gives, for a lower-case
+    word, how many of the catalog's tools use it (0 for none): the retriever answers from its
+    BM25 index, so the speller follows tools registered and removed at run time without a
+    copy of its own. Thread-safe as long as ``uses`` is.
     """
 
-    def __init__(self, known: frozenset[str]) -> None:
+    def __init__(self, known: frozenset[str], uses: Callable[[str], int]) -> None:
         self._known = known
-        self._count: Counter[str] = Counter()
-        # A word with one letter deleted -> the catalog words it comes from (symmetric-delete
-        # lookup: a query word's own deletes meet these for every word one or two edits away).
-        self._by_delete: dict[str, set[str]] = {}
+        self._uses = uses
         self._lock = threading.Lock()
         self.corrections = 0
 
@@ -145,42 +150,13 @@ class Speller:
             if len(w := raw.lower()) >= _MIN_TARGET and w.isascii() and w.isalpha()
         }
 
-    def add(self, words: Iterable[str]) -> None:
-        """Count one tool's words (as :meth:`words` gives them)."""
-        if not self.enabled:
-            return
-        with self._lock:
-            for word in words:
-                self._count[word] += 1
-                if self._count[word] == 1:
-                    for variant in _deletes(word) | {word}:
-                        self._by_delete.setdefault(variant, set()).add(word)
-
-    def remove(self, words: Iterable[str]) -> None:
-        """Forget one removed tool's words."""
-        if not self.enabled:
-            return
-        with self._lock:
-            for word in words:
-                left = self._count[word] - 1
-                if left > 0:
-                    self._count[word] = left
-                    continue
-                self._count.pop(word, None)
-                for variant in _deletes(word) | {word}:
-                    owners = self._by_delete.get(variant)
-                    if owners is not None:
-                        owners.discard(word)
-                        if not owners:
-                            del self._by_delete[variant]
-
     def _is_known(self, word: str) -> bool:
-        if word in self._known or word in self._count:
+        if word in self._known or self._uses(word):
             return True
         for ending in _ENDINGS:
             if word.endswith(ending) and len(word) - len(ending) >= 3:
                 base = word[: -len(ending)]
-                if base in self._known or base + "e" in self._known or base in self._count:
+                if base in self._known or base + "e" in self._known or self._uses(base):
                     return True
                 # "running" -> "runn" -> "run"
                 if len(base) > 3 and base[-1] == base[-2] and base[:-1] in self._known:
@@ -188,63 +164,72 @@ class Speller:
         return False
 
     def _candidate(self, word: str) -> str | None:
-        limit = 2 if len(word) >= _LONG else 1
-        near: set[str] = set()
-        for variant in _deletes(word) | {word}:
-            near |= self._by_delete.get(variant, set())
+        long_word = len(word) >= _LONG
         scored = [
-            (self._count[w], w) for w in near
-            if w[0] == word[0]
-            and (limit > 1 or w in self._known)
-            and _edit_distance(word, w, limit) <= limit
+            (uses, w) for w in _one_edit(word)
+            if len(w) >= _MIN_TARGET and w[0] == word[0]
+            and (long_word or w in self._known)
+            and (uses := self._uses(w))
         ]
         # A trailing letter more is a typo when it repeats the one before ("searchh"); else
         # it is more often another word or language ("warna" is not "warn").
-        if limit == 1 and word[-1] != word[-2]:
+        if not long_word and word[-1] != word[-2]:
             scored = [(n, w) for n, w in scored if w != word[:-1]]
         if not scored:
             return None
-        scored.sort(reverse=True)
-        if len(scored) > 1 and scored[0][0] == scored[1][0]:
+        # Spellings of one catalog word ("university", "universitys") are one reading: its
+        # English spelling, else the shortest, stands for it.
+        readings: dict[str, tuple[int, str]] = {}
+        for uses, w in sorted(scored, key=lambda c: (c[1] not in self._known, len(c[1]), c[1])):
+            readings.setdefault(stem(w), (uses, w))
+        ranked = sorted(readings.values(), reverse=True)
+        if len(ranked) > 1 and ranked[0][0] == ranked[1][0]:
             return None  # two equally likely readings: leave the word as it was typed
-        return scored[0][1]
+        return ranked[0][1]
 
     def correct(self, text: str) -> tuple[str, dict[str, str]]:
         """``text`` with its misspelt words replaced, and what was replaced by what."""
-        if not self.enabled or not self._count:
+        if not self.enabled:
             return text, {}
         changes: dict[str, str] = {}
         pieces: list[str] = []
         last = 0
-        with self._lock:
-            for match in _ASCII_WORD.finditer(text):
-                raw = match.group()
-                word = raw.lower()
-                if len(word) < _MIN_LENGTH or "'" in word:
-                    continue
-                # Touching a digit, "_" or a non-ASCII letter: an identifier or foreign word.
-                start, end = match.span()
-                before = text[start - 1] if start else " "
-                after = text[end] if end < len(text) else " "
-                if before.isalnum() or before in _JOINED or after.isalnum() or after in _JOINED:
-                    continue
-                if not (raw.islower() or raw.isupper()):
-                    if raw[1:] != raw[1:].lower():
-                        continue  # camelCase: an identifier ("pointA", "eStatements")
-                    if not _SENTENCE_START.search(text[:start]):
-                        continue  # a name inside a sentence ("Shishir", "Petaluma")
+        seen: dict[str, str | None] = {}  # a long request repeats its words
+        looked_up = 0
+        for match in _ASCII_WORD.finditer(text):
+            raw = match.group()
+            word = raw.lower()
+            if len(word) < _MIN_LENGTH or "'" in word:
+                continue
+            # Touching a digit, "_" or a non-ASCII letter: an identifier or foreign word.
+            start, end = match.span()
+            before = text[start - 1] if start else " "
+            after = text[end] if end < len(text) else " "
+            if before.isalnum() or before in _JOINED or after.isalnum() or after in _JOINED:
+                continue
+            if not (raw.islower() or raw.isupper()):
+                if raw[1:] != raw[1:].lower():
+                    continue  # camelCase: an identifier ("pointA", "eStatements")
+                if not _opens_sentence(text, start):
+                    continue  # a name inside a sentence ("Shishir", "Petaluma")
+            if word not in seen:
                 if self._is_known(word):
+                    seen[word] = None
+                elif looked_up < MAX_LOOKUPS:
+                    looked_up += 1
+                    seen[word] = self._candidate(word)
+                else:
                     continue
-                fixed = self._candidate(word)
-                if fixed is None:
-                    continue
-                changes[raw] = fixed
-                pieces.append(text[last:start])
-                pieces.append(fixed)
-                last = end
-            if changes:
-                self.corrections += 1
+            fixed = seen[word]
+            if fixed is None:
+                continue
+            changes[raw] = fixed
+            pieces.append(text[last:start])
+            pieces.append(fixed)
+            last = end
         if not changes:
             return text, {}
+        with self._lock:
+            self.corrections += 1
         pieces.append(text[last:])
         return "".join(pieces), changes
