@@ -62,6 +62,14 @@ log = logging.getLogger("tooldeck.browser")
 #: Environment variable naming the Chromium (or Chrome) executable.
 ENV_EXECUTABLE = "TOOLDECK_CHROMIUM"
 #: Tried in order when neither :func:`configure` nor ``TOOLDECK_CHROMIUM`` names one.
+#: How long the browser process has to answer a trivial command (``Browser.getVersion``) when
+#: a call timed out or a page would not close, before it is taken for frozen and stopped. It
+#: answers from its own thread whatever its pages do (a page's script holding its renderer
+#: does not delay it): measured in milliseconds on a loaded machine.
+BROWSER_PROBE_TIMEOUT_S = 2.0
+#: The longest the browser may take to open a context or a page (less when the call has less).
+BROWSER_STEP_TIMEOUT_S = 10.0
+
 DEFAULT_EXECUTABLES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 #: Headless flags. The background-networking, component-update and sync switches stop Chromium
 #: from calling Google on its own; QUIC is off because UDP would not go through the proxy, and
@@ -245,6 +253,9 @@ class BrowserEngine:
         # though no session holds it yet.
         self._opening: collections.Counter[tuple[str, ...]] = collections.Counter()
         self.launches = 0
+        #: Browsers stopped because they no longer answered (see :meth:`restart_if_frozen`).
+        self.restarts = 0
+        self._checks: set[asyncio.Future[bool]] = set()
         #: The boundary of the running browser (see :mod:`._sandbox`); None before a launch.
         self.sandbox: BrowserSandbox | None = None
         self._wanted: tuple[str, int, int] = ("auto", DEFAULT_UID, DEFAULT_MEMORY_MB)
@@ -380,8 +391,11 @@ class BrowserEngine:
             self._proxies[allow] = proxy
         return proxy
 
-    async def session_state(self, session_id: str) -> _SessionState:
-        """The session's context, created (with its proxy) on first use."""
+    async def session_state(
+        self, session_id: str, timeout_s: float = BROWSER_STEP_TIMEOUT_S
+    ) -> _SessionState:
+        """The session's context, created (with its proxy) on first use; ``timeout_s`` bounds
+        the browser's answer (``ToolFailure`` TIMEOUT past it)."""
         now = time.monotonic()
         for other_id, other in list(self._sessions.items()):
             if other_id != session_id and now - other.last_used > self.idle_close_s:
@@ -406,13 +420,13 @@ class BrowserEngine:
         try:
             proxy = await self._proxy_for(allow)
             door = await proxy.open_door()
-            context = await browser.new_context(
+            context = await _browser_step(browser.new_context(
                 proxy={"server": f"http://127.0.0.1:{door.port}", "bypass": "<-loopback>"},
                 service_workers="block",  # their requests would escape the page's view
                 accept_downloads=False,
                 java_script_enabled=True,
                 viewport={"width": 1280, "height": 900},
-            )
+            ), "open a browsing context", timeout_s)
         except BaseException:
             if door is not None:
                 door.proxy.close_door(door)
@@ -438,9 +452,12 @@ class BrowserEngine:
             await self._close_session(oldest)
         return state
 
-    async def new_page(self, session_id: str) -> tuple[PageEntry, list[str]]:
-        """Open a page for the session; returns it and the ids of pages closed to make room."""
-        state = await self.session_state(session_id)
+    async def new_page(
+        self, session_id: str, timeout_s: float = BROWSER_STEP_TIMEOUT_S
+    ) -> tuple[PageEntry, list[str]]:
+        """Open a page for the session; returns it and the ids of pages closed to make room.
+        ``timeout_s`` bounds each of the browser's answers (``ToolFailure`` TIMEOUT past it)."""
+        state = await self.session_state(session_id, timeout_s)
         closed: list[str] = []
         while len(state.pages) >= self.max_pages_per_session:
             old_id, old = state.pages.popitem(last=False)
@@ -449,10 +466,10 @@ class BrowserEngine:
         if state.stuck:  # Chromium kept one open: the context goes, with the other pages
             closed += list(state.pages)
             await self._close_session(session_id)
-            state = await self.session_state(session_id)
+            state = await self.session_state(session_id, timeout_s)
         state.opening += 1
         try:
-            page = await state.context.new_page()
+            page = await _browser_step(state.context.new_page(), "open a page", timeout_s)
         finally:
             state.opening -= 1
         entry = PageEntry(page_id="pg_" + secrets.token_hex(4), page=page)
@@ -537,7 +554,7 @@ class BrowserEngine:
             return False
         assert state is not None
         await _shut_page(entry.page, state, stop_first=stop_first)
-        if state.stuck:
+        if state.stuck and not await self.restart_if_frozen():
             # Chromium kept the page open (it was sending itself to another document as it
             # was closed): its scripts would go on through the proxy for as long as the
             # session lasted. Its context is closed, which Chromium does honour; the
@@ -584,6 +601,78 @@ class BrowserEngine:
         """Ids of the session's open pages, oldest first."""
         state = self._sessions.get(session_id)
         return list(state.pages) if state is not None else []
+
+    async def _answers(self) -> bool:
+        """Whether the browser process answers a trivial command within
+        :data:`BROWSER_PROBE_TIMEOUT_S` (True when there is no running browser to ask)."""
+
+        browser = self._browser
+        if browser is None or not browser.is_connected():
+            return True
+
+        async def probe() -> None:
+            cdp = await browser.new_browser_cdp_session()
+            try:
+                await cdp.send("Browser.getVersion")
+            finally:
+                await _quietly(cdp.detach())
+
+        try:
+            await _within(probe(), BROWSER_PROBE_TIMEOUT_S)
+        except TimeoutError:
+            return False
+        except Exception:  # closed or crashed meanwhile: relaunched at the next call anyway
+            return True
+        return True
+
+    async def restart_if_frozen(self) -> bool:
+        """When the browser process itself (not one page) no longer answers, stop it with
+        every process it runs and forget its sessions' pages: the next call launches a new
+        one. True when it was stopped.
+
+        A frozen Chromium (stopped, deadlocked, starved) held every later call of every session
+        until the executor's limit, with a TIMEOUT that named nothing, for as long as the
+        process lived (measured: 20 s a call under a 20 s limit, for every call, after a
+        ``timeout_s`` of 5). Asked after a call timed out and when a page would not close.
+        """
+        import asyncio
+
+        if self._launch_lock is None:
+            self._launch_lock = asyncio.Lock()
+        async with self._launch_lock:  # not while a launch is under way, not twice
+            if await self._answers():
+                return False
+            browser, sandbox = self._browser, self.sandbox
+            self._browser, self.sandbox = None, None
+            self.restarts += 1
+            log.warning("browser: Chromium did not answer within %.0f s; stopping it (%s) and "
+                        "closing its sessions' pages %s", BROWSER_PROBE_TIMEOUT_S,
+                        sandbox.mode if sandbox is not None else "?",
+                        {sid: list(st.pages) for sid, st in self._sessions.items()})
+            states = list(self._sessions.values())
+            self._sessions.clear()
+            for state in states:
+                state.proxy.close_door(state.door)
+            for state in states:
+                await self._close_unused_proxy(state.proxy)
+            loop = asyncio.get_running_loop()
+            stopped = await loop.run_in_executor(None, _kill_browser_processes, sandbox)
+            if not stopped:
+                log.warning("browser: could not find the frozen Chromium's processes to stop "
+                            "them (sandbox \"none\" without a memory cap); left as they are")
+            del browser  # Playwright marks it closed when its pipe ends with the process
+            return True
+
+    async def restart_if_frozen_shielded(self) -> bool:
+        """:meth:`restart_if_frozen`, carried through to its end even when the caller is
+        cancelled meanwhile: a call whose own timeout left less than the probe's time before
+        the executor's limit still gets its frozen browser replaced for the next call."""
+        import asyncio
+
+        task = asyncio.ensure_future(self.restart_if_frozen())
+        self._checks.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._checks.discard)
+        return await asyncio.shield(task)
 
     async def _aclose(self) -> None:
         await self._close_browser()
@@ -665,6 +754,57 @@ PAGE_CLOSE_TIMEOUT_S = 3.0
 _FREEZE_TIMEOUT_S = 0.5
 #: How long a session's whole context is given to close.
 CONTEXT_CLOSE_TIMEOUT_S = 10.0
+
+
+async def _browser_step(awaitable: Awaitable[T], what: str, timeout_s: float) -> T:
+    """``awaitable``, a step the browser process must answer, within ``timeout_s``; a
+    ``ToolFailure`` TIMEOUT past it (which the call's end turns into a restart when the browser
+    is frozen, see :meth:`BrowserEngine.restart_if_frozen`)."""
+    seconds = max(0.1, min(timeout_s, BROWSER_STEP_TIMEOUT_S))
+    try:
+        return await _within(awaitable, seconds)
+    except TimeoutError:
+        raise ToolFailure(
+            ErrorCode.TIMEOUT,
+            f"the browser did not {what} within {seconds:g}s",
+            suggestion="Try again in a moment; if it keeps failing, tell the user the browser "
+            "is not responding.",
+        ) from None
+
+
+def _kill_browser_processes(sandbox: BrowserSandbox | None) -> bool:
+    """Stop every process of a frozen browser (blocking); False when they cannot be found.
+
+    With a memory cap they are the cgroup's, killed until it is empty. Otherwise the process
+    whose command line names the launch's private folder (bubblewrap, or Chromium's profile
+    under the ``user`` sandbox) is killed with its process group: bubblewrap's PID namespace
+    takes everything inside with it. ``sandbox = "none"`` without a cap leaves nothing to know
+    the processes by.
+    """
+    if sandbox is None:
+        return False
+    found = sandbox.cgroup is not None
+    if not found and sandbox.root:
+        marker = sandbox.root.encode()
+        own_group = os.getpgrp()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    if marker not in handle.read():
+                        continue
+                pid = int(name)
+                group = os.getpgid(pid)
+                if group != own_group:
+                    os.killpg(group, 9)
+                else:
+                    os.kill(pid, 9)
+                found = True
+            except (OSError, ValueError):  # gone meanwhile, or not ours to read
+                continue
+    sandbox.cleanup()  # kills what is left in the cgroup, removes the folder
+    return found
 
 
 async def _within(awaitable: Awaitable[T], timeout_s: float) -> T:

@@ -163,7 +163,7 @@ async def _navigate(
     # take twice its time and pass its deadline, answered by the executor with nothing of it.
     started = time.monotonic()
     if page_id is None:
-        entry, closed = await eng.new_page(session_id)
+        entry, closed = await eng.new_page(session_id, timeout_ms / 1000.0)
         fresh = True
     else:
         entry, fresh = eng.get_page(session_id, page_id), False
@@ -171,7 +171,9 @@ async def _navigate(
     before = _block_count(eng, session_id)
     try:
         try:
-            response = await page.goto(url, wait_until=wait_until, timeout=timeout_ms)
+            # What opening the page left of the call's time (Playwright: 0 = no limit).
+            left_ms = max(1.0, timeout_ms - (time.monotonic() - started) * 1000.0)
+            response = await page.goto(url, wait_until=wait_until, timeout=left_ms)
         except ToolFailure:
             raise
         except Exception as exc:  # Playwright errors are mapped to codes
@@ -268,7 +270,21 @@ async def _in_sandbox(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     # Read on the engine's loop right after the work, so the report names the browser that
     # did it even if another call replaces the browser meanwhile.
-    data = await function(eng, *args)
+    try:
+        data = await function(eng, *args)
+    except ToolFailure as failure:
+        # A page that timed out may be the page's doing or the browser's: a frozen browser
+        # would hold every later call of every session. Asked once, within 2 s.
+        if failure.code is ErrorCode.TIMEOUT and await eng.restart_if_frozen_shielded():
+            raise ToolFailure(
+                ErrorCode.TIMEOUT,
+                f"{failure.message}: the browser itself had stopped answering, so it was "
+                "stopped with all its pages; the next call starts a new one",
+                suggestion="Open the page again with browser_navigate (without page_id); other "
+                "page ids of this session are gone.",
+                details={**failure.details, "browser_restarted": True},
+            ) from None
+        raise
     return data, eng.sandbox_metadata()
 
 
