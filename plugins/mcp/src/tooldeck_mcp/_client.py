@@ -751,11 +751,26 @@ class RemoteServer:
                     tool, arguments, progress_callback=_forward(progress) if progress else None
                 )
         except TimeoutError:
+            # A slow tool, or a server that stopped answering anything (stopped, deadlocked,
+            # its event loop held): the latter held every later call to its deadline for as
+            # long as it lived (measured: a SIGSTOPped server, 3 s a call under timeout_s 3,
+            # never restarted). Asked once; shielded, so that a caller cancelled at its own
+            # deadline right after does not leave the frozen server in place.
+            with anyio.CancelScope(shield=True):
+                frozen = not await self._answers(client)
+                if frozen:
+                    log.warning("MCP server %r answered nothing, not even tools/list, after "
+                                "%r timed out; restarting it at the next call", config.name,
+                                tool)
+                    await self._died(connection)
             raise ToolFailure(
                 ErrorCode.TIMEOUT,
-                f"MCP server {config.name!r} did not answer {tool!r} within {limit:.3g} s",
+                f"MCP server {config.name!r} did not answer {tool!r} within {limit:.3g} s"
+                + ("; it no longer answered at all, so it was stopped and is restarted on "
+                   "the next call" if frozen else ""),
                 retryable=True,
-                details={"server": config.name, "timeout_s": limit},
+                details={"server": config.name, "timeout_s": limit,
+                         **({"server_restarted": True} if frozen else {})},
             ) from None
         except MCPError as exc:
             # CONNECTION_CLOSED is -32000, also the code JSON-RPC leaves to servers for their
