@@ -143,6 +143,11 @@ async def page_snapshot(
             raise PageKeptNavigating(
                 f"the page went on to another document each of the {reread + 1} times it was "
                 f"read (last at {str(page.url)[:MAX_URL_CHARS]!r})")
+        # The new document may not have arrived yet: until it commits, Playwright still holds
+        # the old one's load state and answers the wait below at once, so on a loaded machine
+        # all the rereads went by before a slow server sent it (CI: six reads of a redirect
+        # 0 ms after load, all at the old address). A growing pause first, 1.55 s in all.
+        await asyncio.sleep(min(0.05 * 2**reread, max(deadline - loop.time(), 0.0)))
         if wanted:
             try:
                 await asyncio.wait_for(
