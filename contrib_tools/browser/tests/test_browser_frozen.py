@@ -156,3 +156,25 @@ async def test_a_frozen_browser_is_replaced_even_when_the_call_is_cut_first(
                 await trio.sleep(0.1)
             again = await session.call("browser_navigate", {"url": site.url("/form")})
         assert again.success, again.error
+
+
+async def test_a_frozen_browser_being_replaced_for_other_settings_is_stopped_not_waited_on(
+    site: Any, frozen: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another deck of the process asks for another memory cap: the browser is relaunched,
+    and the old one closed first. Frozen, its contexts took 10 s each to give up and its own
+    close never returned; it is now stopped after the 2 s question."""
+    monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
+    async with _deck(navigate_limit_s=60) as deck:
+        for _ in range(3):
+            await _open(deck.session(max_level="moderate", grants={"browser"}), site)
+        pids = frozen()
+    limits = {"browser_navigate": {"execution": {"timeout_s": 60}}}
+    async with make_deck(load_entry_points=PACKS,
+                         config={"browser": {"memory_mb": 1536}, "tools": limits}) as other:
+        session = other.session(max_level="moderate", grants={"browser"})
+        with trio.fail_after(30):  # before: 3 x 10 s of contexts, then a close without end
+            fresh = await session.call("browser_navigate", {"url": site.url("/form")})
+    assert fresh.success, fresh.error
+    assert fresh.metadata["browser_sandbox"]["memory_mb"] == 1536
+    assert not [pid for pid in pids if _alive(pid)]

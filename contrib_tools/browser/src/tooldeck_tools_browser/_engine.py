@@ -367,10 +367,23 @@ class BrowserEngine:
             return self._browser
 
     async def _close_browser(self) -> None:
+
+        if self._browser is not None and not await self._answers():
+            # A frozen browser answers no close: each context would take its 10 s, and the
+            # browser's own close none at all (a relaunch for another sandbox, a deck's end).
+            await self._kill_browser("did not answer as it was being closed")
+            return
         for session_id in list(self._sessions):
             await self._close_session(session_id)
         if self._browser is not None:
-            await _quietly(self._browser.close())
+            try:
+                await _within(self._browser.close(), CONTEXT_CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                await self._kill_browser("did not close within "
+                                         f"{CONTEXT_CLOSE_TIMEOUT_S:g} s")
+                return
+            except Exception:  # closed or crashed already
+                pass
             self._browser = None
         if self.sandbox is not None:
             self.sandbox.cleanup()
@@ -642,26 +655,31 @@ class BrowserEngine:
         async with self._launch_lock:  # not while a launch is under way, not twice
             if await self._answers():
                 return False
-            browser, sandbox = self._browser, self.sandbox
-            self._browser, self.sandbox = None, None
             self.restarts += 1
-            log.warning("browser: Chromium did not answer within %.0f s; stopping it (%s) and "
-                        "closing its sessions' pages %s", BROWSER_PROBE_TIMEOUT_S,
-                        sandbox.mode if sandbox is not None else "?",
-                        {sid: list(st.pages) for sid, st in self._sessions.items()})
-            states = list(self._sessions.values())
-            self._sessions.clear()
-            for state in states:
-                state.proxy.close_door(state.door)
-            for state in states:
-                await self._close_unused_proxy(state.proxy)
-            loop = asyncio.get_running_loop()
-            stopped = await loop.run_in_executor(None, _kill_browser_processes, sandbox)
-            if not stopped:
-                log.warning("browser: could not find the frozen Chromium's processes to stop "
-                            "them (sandbox \"none\" without a memory cap); left as they are")
-            del browser  # Playwright marks it closed when its pipe ends with the process
+            await self._kill_browser("did not answer within "
+                                     f"{BROWSER_PROBE_TIMEOUT_S:g} s")
             return True
+
+    async def _kill_browser(self, why: str) -> None:
+        """Stop the browser with every process it runs, without asking it (it would not
+        answer), and forget its sessions; the next page launches a new one."""
+        import asyncio
+
+        sandbox = self.sandbox
+        self._browser, self.sandbox = None, None  # Playwright marks it closed when its pipe ends
+        log.warning("browser: Chromium %s; stopping it (%s) and closing its sessions' pages %s",
+                    why, sandbox.mode if sandbox is not None else "?",
+                    {sid: list(st.pages) for sid, st in self._sessions.items()})
+        states = list(self._sessions.values())
+        self._sessions.clear()
+        for state in states:
+            state.proxy.close_door(state.door)
+        for state in states:
+            await self._close_unused_proxy(state.proxy)
+        loop = asyncio.get_running_loop()
+        if not await loop.run_in_executor(None, _kill_browser_processes, sandbox):
+            log.warning("browser: could not find the frozen Chromium's processes to stop them "
+                        "(sandbox \"none\" without a memory cap); left as they are")
 
     async def restart_if_frozen_shielded(self) -> bool:
         """:meth:`restart_if_frozen`, carried through to its end even when the caller is
