@@ -178,3 +178,53 @@ async def test_a_frozen_browser_being_replaced_for_other_settings_is_stopped_not
     assert fresh.success, fresh.error
     assert fresh.metadata["browser_sandbox"]["memory_mb"] == 1536
     assert not [pid for pid in pids if _alive(pid)]
+
+
+def _pids_naming(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (the launch's private folder)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+async def test_a_frozen_browser_without_a_memory_cgroup_is_found_by_its_folder_and_stopped(
+    site: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``memory_mb = 0``: no cgroup holds the browser's processes. The ones that name the
+    launch's private folder (bubblewrap, Chromium's profile) are stopped with their process
+    group, and the rest go with bubblewrap's PID namespace."""
+    monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
+    limits = {"browser_navigate": {"execution": {"timeout_s": 30}}}
+    async with make_deck(load_entry_points=PACKS,
+                         config={"browser": {"memory_mb": 0}, "tools": limits}) as deck:
+        session = deck.session(max_level="moderate", grants={"browser"})
+        await _open(session, site)
+        sandbox = engine().sandbox
+        assert sandbox is not None and sandbox.cgroup is None and sandbox.root
+        pids = _pids_naming(sandbox.root)
+        assert pids
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            with trio.fail_after(25):
+                stuck = await session.call("browser_navigate",
+                                           {"url": site.url("/form"), "timeout_s": 3})
+            assert stuck.error is not None, stuck
+            assert stuck.error.details.get("browser_restarted") is True, stuck.error
+            assert not [pid for pid in pids if _alive(pid)]
+            with trio.fail_after(60):
+                again = await session.call("browser_navigate", {"url": site.url("/form")})
+            assert again.success, again.error
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass

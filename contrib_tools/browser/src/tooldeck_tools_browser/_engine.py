@@ -59,9 +59,6 @@ T = TypeVar("T")
 
 log = logging.getLogger("tooldeck.browser")
 
-#: Environment variable naming the Chromium (or Chrome) executable.
-ENV_EXECUTABLE = "TOOLDECK_CHROMIUM"
-#: Tried in order when neither :func:`configure` nor ``TOOLDECK_CHROMIUM`` names one.
 #: How long the browser process has to answer a trivial command (``Browser.getVersion``) when
 #: a call timed out or a page would not close, before it is taken for frozen and stopped. It
 #: answers from its own thread whatever its pages do (a page's script holding its renderer
@@ -70,6 +67,9 @@ BROWSER_PROBE_TIMEOUT_S = 2.0
 #: The longest the browser may take to open a context or a page (less when the call has less).
 BROWSER_STEP_TIMEOUT_S = 10.0
 
+#: Environment variable naming the Chromium (or Chrome) executable.
+ENV_EXECUTABLE = "TOOLDECK_CHROMIUM"
+#: Tried in order when neither :func:`configure` nor ``TOOLDECK_CHROMIUM`` names one.
 DEFAULT_EXECUTABLES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 #: Headless flags. The background-networking, component-update and sync switches stop Chromium
 #: from calling Google on its own; QUIC is off because UDP would not go through the proxy, and
@@ -367,7 +367,6 @@ class BrowserEngine:
             return self._browser
 
     async def _close_browser(self) -> None:
-
         if self._browser is not None and not await self._answers():
             # A frozen browser answers no close: each context would take its 10 s, and the
             # browser's own close none at all (a relaunch for another sandbox, a deck's end).
@@ -618,7 +617,6 @@ class BrowserEngine:
     async def _answers(self) -> bool:
         """Whether the browser process answers a trivial command within
         :data:`BROWSER_PROBE_TIMEOUT_S` (True when there is no running browser to ask)."""
-
         browser = self._browser
         if browser is None or not browser.is_connected():
             return True
@@ -802,6 +800,7 @@ def _kill_browser_processes(sandbox: BrowserSandbox | None) -> bool:
     if sandbox is None:
         return False
     found = sandbox.cgroup is not None
+    killed: list[int] = []
     if not found and sandbox.root:
         marker = sandbox.root.encode()
         own_group = os.getpgrp()
@@ -818,11 +817,26 @@ def _kill_browser_processes(sandbox: BrowserSandbox | None) -> bool:
                     os.killpg(group, 9)
                 else:
                     os.kill(pid, 9)
+                killed.append(pid)
                 found = True
             except (OSError, ValueError):  # gone meanwhile, or not ours to read
                 continue
+    # A killed process takes a moment to go (bounded): its folder is removed after it.
+    deadline = time.monotonic() + 5.0
+    while killed and time.monotonic() < deadline:
+        killed = [pid for pid in killed if _still_running(pid)]
+        if killed:
+            time.sleep(0.02)
     sandbox.cleanup()  # kills what is left in the cgroup, removes the folder
     return found
+
+
+def _still_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie is gone
+    except (OSError, IndexError):
+        return False
 
 
 async def _within(awaitable: Awaitable[T], timeout_s: float) -> T:

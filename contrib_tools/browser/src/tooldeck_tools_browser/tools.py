@@ -22,7 +22,7 @@ import trio
 from tooldeck_hookspecs import ErrorCode, ToolContext, ToolFailure, ToolResult
 from tooldeck_hookspecs.content import Image
 
-from ._engine import BrowserEngine, engine
+from ._engine import BROWSER_STEP_TIMEOUT_S, BrowserEngine, engine
 from ._extract import PageBusy, PageKeptNavigating, page_snapshot
 from ._files import check_target, write_in_workdir
 from ._guard import remember_session_allow, scheme_problem
@@ -156,14 +156,14 @@ def _navigation_error(
 
 async def _navigate(
     eng: BrowserEngine, session_id: str, url: str, page_id: str | None, wait_until: str,
-    timeout_ms: float,
+    timeout_ms: float, open_s: float = BROWSER_STEP_TIMEOUT_S,
 ) -> dict[str, Any]:
     closed: list[str] = []
     # Loading and reading the page share the one timeout: with a fresh one each, a call could
     # take twice its time and pass its deadline, answered by the executor with nothing of it.
     started = time.monotonic()
     if page_id is None:
-        entry, closed = await eng.new_page(session_id, timeout_ms / 1000.0)
+        entry, closed = await eng.new_page(session_id, open_s)
         fresh = True
     else:
         entry, fresh = eng.get_page(session_id, page_id), False
@@ -171,9 +171,7 @@ async def _navigate(
     before = _block_count(eng, session_id)
     try:
         try:
-            # What opening the page left of the call's time (Playwright: 0 = no limit).
-            left_ms = max(1.0, timeout_ms - (time.monotonic() - started) * 1000.0)
-            response = await page.goto(url, wait_until=wait_until, timeout=left_ms)
+            response = await page.goto(url, wait_until=wait_until, timeout=timeout_ms)
         except ToolFailure:
             raise
         except Exception as exc:  # Playwright errors are mapped to codes
@@ -309,8 +307,13 @@ async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS,
                           f"wait_until must be one of {', '.join(_WAIT_UNTIL)}")
     timeout_ms = _timeout_ms(arguments, DEFAULT_NAVIGATE_TIMEOUT_S, context)
+    # Opening the page is the browser's work, not the site's: the model's timeout_s (which
+    # may be half a second for a page it expects fast) does not bound it, the call's deadline
+    # does (at most BROWSER_STEP_TIMEOUT_S).
+    open_s = _timeout_ms({}, BROWSER_STEP_TIMEOUT_S, context) / 1000.0
     eng = _engine_for(context)
-    return await _run(eng, _navigate, context.session_id, url, page_id, wait_until, timeout_ms)
+    return await _run(eng, _navigate, context.session_id, url, page_id, wait_until, timeout_ms,
+                      open_s)
 
 
 def _action_error(what: str, target: str, exc: Exception) -> ToolFailure:
