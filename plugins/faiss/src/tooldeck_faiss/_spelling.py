@@ -9,15 +9,15 @@ Conservative on purpose, since a wrong correction costs more than a missed one:
 
 - only lower-case or all-capital ASCII words of 5 letters or more are looked at: not proper
   nouns written in Title case inside a sentence, not camelCase or identifiers with digits or
-  ``_``, not the letters after a literal ``\n``; four-letter words have too many neighbours
+  ``_``, not the letters after a literal ``\\n``; four-letter words have too many neighbours
   ("chai" is one letter from "chat");
 - a word that is known is never changed: an English word (pyspellchecker's English frequency
   list, 128k words, and the embedding model's ``vocab.txt``), with plain endings taken off,
   or a word the catalog uses;
 - a candidate is a catalog word that starts with the same letter and is one edit away (an
   insertion, a deletion, a substitution or two letters swapped); below 8 letters it must be
-  an English word too (so "openai" stays, rather than
-  becoming the catalog's "openapi"), and a last letter is only dropped when it repeats the
+  an English word too (so "openai" stays, rather than becoming the catalog's "openapi"), and
+  a last letter is only dropped when it repeats the
   one before ("searchh", not "warna" -> "warn"). The candidate used by the most tools wins; a
   tie corrects nothing.
 
