@@ -679,16 +679,20 @@ class BrowserEngine:
             log.warning("browser: could not find the frozen Chromium's processes to stop them "
                         "(sandbox \"none\" without a memory cap); left as they are")
 
-    async def restart_if_frozen_shielded(self) -> bool:
+    async def restart_if_frozen_shielded(self, wait_s: float | None = None) -> bool:
         """:meth:`restart_if_frozen`, carried through to its end even when the caller is
-        cancelled meanwhile: a call whose own timeout left less than the probe's time before
-        the executor's limit still gets its frozen browser replaced for the next call."""
+        cancelled or stops waiting meanwhile: a call whose own timeout left less than the
+        question's time before the executor's limit still gets its frozen browser replaced
+        for the next call. ``wait_s`` bounds the wait (False past it: not known yet)."""
         import asyncio
 
         task = asyncio.ensure_future(self.restart_if_frozen())
         self._checks.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(self._checks.discard)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), wait_s)
+        except TimeoutError:
+            return False
 
     async def _aclose(self) -> None:
         await self._close_browser()

@@ -263,8 +263,20 @@ def _engine_for(context: ToolContext) -> BrowserEngine:
     return eng
 
 
+def _answer_by(context: ToolContext) -> float | None:
+    """The ``time.monotonic()`` instant by which a call must have its answer (a moment before
+    its deadline), or None without a deadline."""
+    left = context.seconds_left()
+    return None if left is None else time.monotonic() + max(left - _ANSWER_MARGIN_S, 0.0)
+
+
+#: What a call keeps of its time to hand its answer back after the browser's work.
+_ANSWER_MARGIN_S = 0.3
+
+
 async def _in_sandbox(
-    eng: BrowserEngine, function: Callable[..., Awaitable[dict[str, Any]]], *args: Any
+    eng: BrowserEngine, answer_by: float | None,
+    function: Callable[..., Awaitable[dict[str, Any]]], *args: Any,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     # Read on the engine's loop right after the work, so the report names the browser that
     # did it even if another call replaces the browser meanwhile.
@@ -272,8 +284,12 @@ async def _in_sandbox(
         data = await function(eng, *args)
     except ToolFailure as failure:
         # A page that timed out may be the page's doing or the browser's: a frozen browser
-        # would hold every later call of every session. Asked once, within 2 s.
-        if failure.code is ErrorCode.TIMEOUT and await eng.restart_if_frozen_shielded():
+        # would hold every later call of every session. Asked once, within 2 s; the call
+        # waits for the answer only while its own time lasts (a healthy browser answers in
+        # milliseconds, but a click's TIMEOUT comes a moment before the deadline), and the
+        # check goes on without it past that.
+        wait_s = None if answer_by is None else max(answer_by - time.monotonic(), 0.0)
+        if failure.code is ErrorCode.TIMEOUT and await eng.restart_if_frozen_shielded(wait_s):
             raise ToolFailure(
                 ErrorCode.TIMEOUT,
                 f"{failure.message}: the browser itself had stopped answering, so it was "
@@ -287,9 +303,10 @@ async def _in_sandbox(
 
 
 async def _run(
-    eng: BrowserEngine, function: Callable[..., Awaitable[dict[str, Any]]], *args: Any
+    eng: BrowserEngine, context: ToolContext,
+    function: Callable[..., Awaitable[dict[str, Any]]], *args: Any,
 ) -> ToolResult:
-    data, sandbox = await eng.run(_in_sandbox, eng, function, *args)
+    data, sandbox = await eng.run(_in_sandbox, eng, _answer_by(context), function, *args)
     return ToolResult.ok(data, browser_sandbox=sandbox) if sandbox else ToolResult.ok(data)
 
 
@@ -312,8 +329,8 @@ async def browser_navigate(arguments: Mapping[str, Any], context: ToolContext) -
     # does (at most BROWSER_STEP_TIMEOUT_S).
     open_s = _timeout_ms({}, BROWSER_STEP_TIMEOUT_S, context) / 1000.0
     eng = _engine_for(context)
-    return await _run(eng, _navigate, context.session_id, url, page_id, wait_until, timeout_ms,
-                      open_s)
+    return await _run(eng, context, _navigate, context.session_id, url, page_id, wait_until,
+                      timeout_ms, open_s)
 
 
 def _action_error(what: str, target: str, exc: Exception) -> ToolFailure:
@@ -419,7 +436,7 @@ async def browser_click(arguments: Mapping[str, Any], context: ToolContext) -> T
                           "of the element), not both.")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S, context)
     eng = _engine_for(context)
-    return await _run(eng, _click, context.session_id, page_id, selector, text, timeout_ms)
+    return await _run(eng, context, _click, context.session_id, page_id, selector, text, timeout_ms)
 
 
 async def _fill(
@@ -448,7 +465,7 @@ async def browser_fill(arguments: Mapping[str, Any], context: ToolContext) -> To
         raise ToolFailure(ErrorCode.INVALID_ARGUMENTS, "value must be a string")
     timeout_ms = _timeout_ms(arguments, DEFAULT_ACTION_TIMEOUT_S, context)
     eng = _engine_for(context)
-    return await _run(eng, _fill, context.session_id, page_id, selector, value, timeout_ms)
+    return await _run(eng, context, _fill, context.session_id, page_id, selector, value, timeout_ms)
 
 
 #: A full-page screenshot covers at most this much of the page (from its top left corner):
@@ -541,7 +558,8 @@ async def browser_screenshot(arguments: Mapping[str, Any], context: ToolContext)
     await trio.to_thread.run_sync(check_target, context.workdir, path, rules, allowed)
     timeout_ms = _timeout_ms({}, DEFAULT_SCREENSHOT_TIMEOUT_S, context)
     eng = _engine_for(context)
-    shot, sandbox = await eng.run(_in_sandbox, eng, _screenshot, context.session_id, page_id,
+    shot, sandbox = await eng.run(_in_sandbox, eng, _answer_by(context), _screenshot,
+                                  context.session_id, page_id,
                                   full_page, timeout_ms)
     data: bytes = shot.pop("png")
     # context.commit just before the rename: a screenshot whose call timed out or was cancelled
@@ -583,4 +601,4 @@ async def browser_close(arguments: Mapping[str, Any], context: ToolContext) -> T
     """Close page ``page_id`` (closing a page that is not open is not an error)."""
     page_id = _string(arguments, "page_id")
     eng = _engine_for(context)
-    return await _run(eng, _close, context.session_id, page_id)
+    return await _run(eng, context, _close, context.session_id, page_id)
