@@ -244,6 +244,21 @@ def site() -> Iterator[Site]:
 
 
 @pytest.fixture
+def limited_deck() -> Any:
+    """``limited_deck({"browser_click": 8.0}, browser={...})``: a deck with the browser pack
+    (and schema, runner, policy) whose named tools have the deployment's own
+    ``execution.timeout_s``; further keyword arguments are more configuration tables."""
+    from tooldeck.testing import make_deck
+
+    def make(limits: dict[str, float], **config: Any) -> Any:
+        tools = {name: {"execution": {"timeout_s": seconds}} for name, seconds in limits.items()}
+        return make_deck(load_entry_points=["schema", "runner", "policy", "browser"],
+                         config={"tools": tools, **config})
+
+    return make
+
+
+@pytest.fixture
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     sock = socket.socket()

@@ -21,7 +21,6 @@ from tooldeck_tools_browser._limits import (
 )
 from tooldeck_tools_browser.tools import _timeout_ms
 
-from tooldeck.testing import make_deck
 from tooldeck_hookspecs import ToolContext
 
 
@@ -46,14 +45,11 @@ def test_an_omitted_timeout_follows_the_deployments_limit() -> None:
 
 @pytest.mark.chromium
 async def test_a_lowered_limit_gets_the_tools_timeout_and_closes_the_page(
-    site: Any, monkeypatch: pytest.MonkeyPatch
+    site: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
     limit_s = 10.0
-    async with make_deck(
-        load_entry_points=["schema", "runner", "policy", "browser"],
-        config={"tools": {"browser_navigate": {"execution": {"timeout_s": limit_s}}}},
-    ) as deck:
+    async with limited_deck({"browser_navigate": limit_s}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"})
         ok = await session.call("browser_navigate", {"url": site.url("/form")})
         assert ok.success, ok.error
@@ -68,17 +64,14 @@ async def test_a_lowered_limit_gets_the_tools_timeout_and_closes_the_page(
 
 @pytest.mark.chromium
 async def test_a_screenshot_keeps_to_the_deployments_limit_and_says_so(
-    site: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    site: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """Measuring and capturing had 30 s each, fixed: under a lowered limit the executor cut
     the call with its own TIMEOUT, which knows nothing of the page; under a raised one a
     busy page still failed at 30 s. They now share the call's time, the deployment's."""
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
     limit_s = 6.0
-    async with make_deck(
-        load_entry_points=["schema", "runner", "policy", "browser"],
-        config={"tools": {"browser_screenshot": {"execution": {"timeout_s": limit_s}}}},
-    ) as deck:
+    async with limited_deck({"browser_screenshot": limit_s}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"},
                                workdir=str(tmp_path))
         ok = await session.call("browser_navigate", {"url": site.url("/loop-later")})

@@ -70,12 +70,6 @@ def frozen() -> Iterator[Any]:
             pass
 
 
-def _deck(navigate_limit_s: float) -> Any:
-    """A deck with the browser pack, ``browser_navigate`` limited to ``navigate_limit_s``."""
-    limits = {"browser_navigate": {"execution": {"timeout_s": navigate_limit_s}}}
-    return make_deck(load_entry_points=PACKS, config={"tools": limits})
-
-
 async def _open(session: Any, site: Any) -> str:
     opened = await session.call("browser_navigate", {"url": site.url("/form")})
     assert opened.success, opened.error
@@ -84,10 +78,10 @@ async def _open(session: Any, site: Any) -> str:
 
 @pytest.mark.parametrize("on", ["a new page", "an open page"])
 async def test_a_frozen_browser_is_stopped_and_the_next_call_gets_a_new_one(
-    site: Any, frozen: Any, monkeypatch: pytest.MonkeyPatch, on: str
+    site: Any, frozen: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch, on: str
 ) -> None:
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
-    async with _deck(navigate_limit_s=30) as deck:
+    async with limited_deck({"browser_navigate": 30}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"})
         other = deck.session(max_level="moderate", grants={"browser"})
         page_id = await _open(session, site)
@@ -139,12 +133,12 @@ async def test_a_page_whose_script_holds_it_is_not_taken_for_a_frozen_browser(
 
 
 async def test_a_frozen_browser_is_replaced_even_when_the_call_is_cut_first(
-    site: Any, frozen: Any, monkeypatch: pytest.MonkeyPatch
+    site: Any, frozen: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under a deployment limit the page's time ends a moment before the executor's, less than
     the probe takes: the executor cuts the call, and the check goes on to its end anyway."""
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
-    async with _deck(navigate_limit_s=4) as deck:
+    async with limited_deck({"browser_navigate": 4}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"})
         await _open(session, site)
         restarts = engine().restarts
@@ -159,19 +153,17 @@ async def test_a_frozen_browser_is_replaced_even_when_the_call_is_cut_first(
 
 
 async def test_a_frozen_browser_being_replaced_for_other_settings_is_stopped_not_waited_on(
-    site: Any, frozen: Any, monkeypatch: pytest.MonkeyPatch
+    site: Any, frozen: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another deck of the process asks for another memory cap: the browser is relaunched,
     and the old one closed first. Frozen, its contexts took 10 s each to give up and its own
     close never returned; it is now stopped after the 2 s question."""
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
-    async with _deck(navigate_limit_s=60) as deck:
+    async with limited_deck({"browser_navigate": 60}) as deck:
         for _ in range(3):
             await _open(deck.session(max_level="moderate", grants={"browser"}), site)
         pids = frozen()
-    limits = {"browser_navigate": {"execution": {"timeout_s": 60}}}
-    async with make_deck(load_entry_points=PACKS,
-                         config={"browser": {"memory_mb": 1536}, "tools": limits}) as other:
+    async with limited_deck({"browser_navigate": 60}, browser={"memory_mb": 1536}) as other:
         session = other.session(max_level="moderate", grants={"browser"})
         with trio.fail_after(30):  # before: 3 x 10 s of contexts, then a close without end
             fresh = await session.call("browser_navigate", {"url": site.url("/form")})
@@ -195,15 +187,13 @@ def _pids_naming(marker: str) -> list[int]:
 
 
 async def test_a_frozen_browser_without_a_memory_cgroup_is_found_by_its_folder_and_stopped(
-    site: Any, monkeypatch: pytest.MonkeyPatch
+    site: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``memory_mb = 0``: no cgroup holds the browser's processes. The ones that name the
     launch's private folder (bubblewrap, Chromium's profile) are stopped with their process
     group, and the rest go with bubblewrap's PID namespace."""
     monkeypatch.setenv("TOOLDECK_URL_ALLOW", "127.0.0.1")
-    limits = {"browser_navigate": {"execution": {"timeout_s": 30}}}
-    async with make_deck(load_entry_points=PACKS,
-                         config={"browser": {"memory_mb": 0}, "tools": limits}) as deck:
+    async with limited_deck({"browser_navigate": 30}, browser={"memory_mb": 0}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"})
         await _open(session, site)
         sandbox = engine().sandbox

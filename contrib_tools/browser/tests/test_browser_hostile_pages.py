@@ -198,7 +198,7 @@ async def test_a_page_chromium_will_not_close_takes_its_session_context_and_the_
 
 
 async def test_a_click_keeps_to_the_deployments_limit_and_closes_the_page_it_gave_up_on(
-    site: Any,
+    site: Any, limited_deck: Any,
 ) -> None:
     """A click to a page that never loads (an image that never comes) and whose script then
     holds its thread: the click's wait for the load and the read each took the whole limit,
@@ -206,10 +206,7 @@ async def test_a_click_keeps_to_the_deployments_limit_and_closes_the_page_it_gav
     open and spinning). They now share the call's time: the tool's own TIMEOUT answers, the
     page is closed, and the session serves a plain page right after."""
     limit_s = 8.0
-    async with make_deck(
-        load_entry_points=ENTRY_POINTS,
-        config={"tools": {"browser_click": {"execution": {"timeout_s": limit_s}}}},
-    ) as deck:
+    async with limited_deck({"browser_click": limit_s}) as deck:
         session = deck.session(max_level="moderate", grants={"browser"})
         ok = await session.call("browser_navigate", {"url": site.url("/click-stall")})
         assert ok.success, ok.error

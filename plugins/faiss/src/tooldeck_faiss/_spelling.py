@@ -36,7 +36,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from ._text import stem
+from ._text import _WORD, stem
 
 __all__ = ["Speller", "load_known_words"]
 
@@ -44,7 +44,6 @@ _ASCII_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 #: What may touch a word that is looked at: a letter, digit, ``_`` or ``\`` (a literal "\n"
 #: before it, as in "...\nThe") makes it part of something else.
 _JOINED = frozenset("_\\")
-_TOKEN = re.compile(r"[^\W_]+")  # the words a tool text is made of, in any script
 #: Endings taken off before a word is looked up as known ("kites" -> "kite", "parsed" -> "parse").
 _ENDINGS = ("ing", "ed", "es", "s", "er", "ers", "ly", "est")
 _MIN_LENGTH = 5
@@ -146,7 +145,7 @@ class Speller:
     def words(text: str) -> set[str]:
         """The distinct lower-case ASCII words of a tool text that can be correction targets."""
         return {
-            w for raw in _TOKEN.findall(text)
+            w for raw in _WORD.findall(text)  # words of any script; ASCII kept below
             if len(w := raw.lower()) >= _MIN_TARGET and w.isascii() and w.isalpha()
         }
 
