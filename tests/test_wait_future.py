@@ -31,3 +31,33 @@ def test_asyncio_gets_the_result_too() -> None:
     future: concurrent.futures.Future[int] = concurrent.futures.Future()
     _resolve_later(future, 11)
     assert asyncio.run(wait_future(future)) == 11
+
+
+async def test_trio_a_cancelled_wait_calls_cancel_instead_and_leaves_the_future() -> None:
+    pending: concurrent.futures.Future[int] = concurrent.futures.Future()
+    calls: list[str] = []
+    with trio.move_on_after(0.05) as scope:
+        await wait_future(pending, cancel=lambda: calls.append("cancel"))
+    assert scope.cancelled_caught
+    assert calls == ["cancel"] and not pending.cancelled()
+    done: concurrent.futures.Future[int] = concurrent.futures.Future()
+    done.set_result(3)
+    assert await wait_future(done, cancel=lambda: calls.append("again")) == 3
+    assert calls == ["cancel"]
+
+
+def test_asyncio_a_cancelled_wait_calls_cancel_instead_and_leaves_the_future() -> None:
+    pending: concurrent.futures.Future[int] = concurrent.futures.Future()
+    calls: list[str] = []
+
+    async def main() -> None:
+        try:
+            await asyncio.wait_for(
+                wait_future(pending, cancel=lambda: calls.append("cancel")), 0.05
+            )
+        except TimeoutError:
+            pass
+
+    asyncio.run(main())
+    assert calls == ["cancel"] and not pending.cancelled()
+    pending.set_result(1)  # the work's own outcome still lands, and nothing logs it unread

@@ -45,7 +45,7 @@ from typing import Any, Literal, TypeVar
 
 import trio
 
-from tooldeck_hookspecs import SessionInfo, ToolCall, ToolResult
+from tooldeck_hookspecs import SessionInfo, ToolCall, ToolResult, wait_future
 
 from ._deck import ConfirmRequest, Deck, Hand, Session
 
@@ -182,24 +182,16 @@ class DeckPortal:
             raise
 
     async def arun(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Await ``function(*args)`` from asyncio code (no thread is blocked while waiting).
+        """Await ``function(*args)`` from asyncio code, or from another trio run than the
+        deck's (no thread is blocked while waiting).
 
         Cancelling the awaiting task cancels the work on the deck's loop (a trio cancellation
-        of its scope), then re-raises ``asyncio.CancelledError`` in the task.
+        of its scope), then re-raises the cancellation in the task.
         """
         future, scope = self._start(function, *args)
-        # shield: cancelling our task must not cancel the concurrent future itself (that would
-        # only mark it cancelled, leaving the trio side running).
-        waiting = asyncio.wrap_future(future)
-        try:
-            return await asyncio.shield(waiting)
-        except asyncio.CancelledError:
-            if not future.done():
-                self._cancel_soon(scope)
-            # Nobody awaits the outcome any more: retrieve it, so that asyncio does not log
-            # "exception was never retrieved" for the cancellation we asked for.
-            waiting.add_done_callback(_retrieve)
-            raise
+        # The concurrent future does not carry a cancellation back to the trio side: the
+        # job's scope is cancelled instead.
+        return await wait_future(future, cancel=lambda: self._cancel_soon(scope))
 
     # ------------------------------------------------------------------ sessions
 
@@ -271,11 +263,6 @@ class DeckPortal:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _is_async_callable(function: object) -> bool:

@@ -119,46 +119,21 @@ class SessionBridge:
         return self.portal.run(function, *args)
 
     async def arun(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Await ``function(*args)`` on the deck's loop from asyncio or trio code."""
-        if _in_trio():
-            if self.portal is None:
-                return await function(*args)
-            return await _trio_wait(self.portal, function, *args)
+        """Await ``function(*args)`` on the deck's loop from asyncio or trio code.
+
+        From trio, the portal's loop is another trio run: cancelling the caller cancels the
+        work there, as from asyncio (it was once waited for in a worker thread that trio could
+        not abandon: a ``move_on_after(1)`` around a call of an 8 s tool returned after 8 s,
+        the tool having run to its end).
+        """
         if self.portal is None:
+            if _in_trio():
+                return await function(*args)
             raise TypeError(
                 "a trio Session can only be awaited from trio code; from asyncio open the session "
                 "through tooldeck.portal.DeckPortal(deck).session(...)"
             )
         return await self.portal.arun(function, *args)
-
-
-async def _trio_wait(portal: DeckPortal, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Await ``function(*args)`` on a portal's loop (another trio run) from trio code.
-
-    Cancelling the caller cancels the work on the deck's loop, as :meth:`DeckPortal.arun` does
-    for asyncio. (It was waited for in a worker thread that trio could not abandon: a
-    ``move_on_after(1)`` around a call of an 8 s tool returned after 8 s, the tool having run
-    to its end.)
-    """
-    future, scope = portal._start(function, *args)
-    token = trio.lowlevel.current_trio_token()
-    finished = trio.Event()
-
-    def wake(_: object) -> None:
-        # Called in the deck's thread (or here, if already done): hand over to our loop.
-        try:
-            token.run_sync_soon(finished.set)
-        except trio.RunFinishedError:
-            pass  # the caller's loop is gone: nobody waits any more
-
-    future.add_done_callback(wake)
-    try:
-        await finished.wait()
-    except BaseException:
-        if not future.done():
-            portal._cancel_soon(scope)
-        raise
-    return future.result()
 
 
 def definitions(
