@@ -308,12 +308,19 @@ class BrowserEngine:
         one process that ask for different settings make it relaunch: give them the same."""
         self._wanted = (mode, uid, memory_mb)
 
-    async def _get_browser(self) -> Any:
+    def _launching(self) -> asyncio.Lock:
+        """The lock of launching and replacing the browser (made on the engine's loop, which
+        a lock belongs to; a new loop after shutdown() makes its own)."""
         import asyncio
 
         if self._launch_lock is None:
             self._launch_lock = asyncio.Lock()
-        async with self._launch_lock:
+        return self._launch_lock
+
+    async def _get_browser(self) -> Any:
+        import asyncio
+
+        async with self._launching():
             wanted = self._wanted
             if self._browser is not None and self._browser.is_connected():
                 if self._launched_for == wanted:
@@ -646,11 +653,7 @@ class BrowserEngine:
         process lived (measured: 20 s a call under a 20 s limit, for every call, after a
         ``timeout_s`` of 5). Asked after a call timed out and when a page would not close.
         """
-        import asyncio
-
-        if self._launch_lock is None:
-            self._launch_lock = asyncio.Lock()
-        async with self._launch_lock:  # not while a launch is under way, not twice
+        async with self._launching():  # not while a launch is under way, not twice
             if await self._answers():
                 return False
             self.restarts += 1
