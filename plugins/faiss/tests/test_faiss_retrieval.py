@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from tooldeck_faiss import FaissRetriever, RetrieverSettings, dense_text, segment_query
 from tooldeck_faiss._store import EmbeddingStore
-from tooldeck_faiss._text import REQUEST_VERBS, query_terms, strip_quoted, tokenize
+from tooldeck_faiss._text import (
+    REQUEST_VERBS,
+    query_terms,
+    strip_quoted,
+    tokenize,
+    tool_texts,
+)
 from tooldeck_faiss.plugin import tooldeck_retriever
 
 from tooldeck_hookspecs import ConfigError, ToolDefinition
@@ -216,15 +222,18 @@ async def test_numbers_do_not_match_numbered_tool_names(make_retriever, handmade
 
 
 async def test_warm_start_embeds_nothing(make_retriever, handmade):
+    # Each tool's full text, and its summary where that differs (summary_view).
+    texts, _ = tool_texts(handmade, summary=True)
+    assert len(handmade) < len(texts) <= 2 * len(handmade)
     cold = make_retriever()
     await cold.index(handmade)
-    assert cold.statistics().texts_embedded == len(handmade)
+    assert cold.statistics().texts_embedded == len(set(texts))
 
     warm = make_retriever()  # same cache folder, a new process would look the same
     await warm.index(handmade)
     stats = warm.statistics()
     assert stats.texts_embedded == 0 and stats.encode_calls == 0
-    assert stats.cache_hits == len(handmade)
+    assert stats.cache_hits == len(texts)
     query = "send a message to alice by mail"
     assert names(await warm.search(query, 5)) == names(await cold.search(query, 5))
 
@@ -232,7 +241,7 @@ async def test_warm_start_embeds_nothing(make_retriever, handmade):
     changed = [*handmade[:-1], attrs.evolve(handmade[-1], description="Run Python code.")]
     again = make_retriever()
     await again.index(changed)
-    assert again.statistics().texts_embedded == 1
+    assert again.statistics().texts_embedded == len(tool_texts(changed[-1:], summary=True)[0])
 
 
 def test_store_concurrent_writers_and_merge(tmp_path):

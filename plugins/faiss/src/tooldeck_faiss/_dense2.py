@@ -24,10 +24,10 @@ import numpy as np
 
 from tooldeck_hookspecs import ScoredTool, ToolDefinition
 
-from ._faiss_index import faiss_threads, ivf_index
+from ._faiss_index import faiss_threads, ivf_index, split_views
 from ._fusion import spread_over_intents, spread_scores
 from ._store import EmbeddingStore, text_key
-from ._text import dense_text
+from ._text import tool_texts
 
 __all__ = [
     "SecondChannel",
@@ -246,11 +246,17 @@ class SecondChannel:
 
     ``active`` is False until :meth:`rebuild` has run with vectors (an index built from
     precomputed first-channel vectors alone leaves the channel off: nothing is encoded).
+
+    With ``summary_view`` a tool whose summary text differs from its full text has a second
+    vector in the same index: slot ``s`` is FAISS id ``2s`` (full text) and ``2s + 1``
+    (summary), and a search keeps each tool's closer view.
     """
 
     def __init__(self, cache_dir: str | None, *, query_cache_size: int = 512,
-                 approx_threshold: int = 20_000, ivf_nprobe: int = 16) -> None:
+                 approx_threshold: int = 20_000, ivf_nprobe: int = 16,
+                 summary_view: bool = True) -> None:
         self._cache_dir = cache_dir
+        self._summary_view = summary_view
         self._approx_threshold = approx_threshold
         self._nprobe = ivf_nprobe
         self._store: EmbeddingStore | None = None
@@ -287,11 +293,17 @@ class SecondChannel:
         norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(vectors / norms, dtype=np.float32)
 
-    def embed_tools(self, tools: Sequence[ToolDefinition]) -> np.ndarray:
-        """USE vectors of the tools' texts, from the cache when known, else encoded and stored."""
+    def embed_tools(
+        self, tools: Sequence[ToolDefinition]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """USE vectors of the tools' full texts and of their summaries (None without
+        ``summary_view``), from the cache when known, else encoded and stored."""
+        texts, differ = tool_texts(tools, self._summary_view)
+        return split_views(self._embed_texts(texts), len(tools), differ)
+
+    def _embed_texts(self, texts: list[str]) -> np.ndarray:
         if self._store is None and self._cache_dir:
             self._store = EmbeddingStore(self._cache_dir, self.model_id)
-        texts = [dense_text(t) for t in tools]
         keys = [text_key(t) for t in texts]
         cached = self._store.get_many(keys, dim=_DIM, unit=True) if self._store else {}
         self.cache_hits += len(cached)
@@ -303,7 +315,7 @@ class SecondChannel:
             if self._store:
                 self._store.put_many([keys[i] for i in missing], encoded)
             cached = {**cached, **fresh}
-        out = np.zeros((len(tools), _DIM), dtype=np.float32)
+        out = np.zeros((len(texts), _DIM), dtype=np.float32)
         for i, key in enumerate(keys):
             out[i] = cached[key]
         return out
@@ -340,27 +352,26 @@ class SecondChannel:
 
     def rebuild(self, tools: Sequence[ToolDefinition], vectors: np.ndarray | None = None) -> None:
         """Index exactly ``tools`` (the last definition of a name wins); ``vectors`` may be
-        given (one L2-normalised 512-d row per tool), else they are embedded or read from
-        the cache."""
+        given (one L2-normalised 512-d row per tool: no summaries then), else they are
+        embedded or read from the cache."""
         import faiss
 
+        views = None
         if vectors is None:
-            vectors = self.embed_tools(tools)
+            vectors, views = self.embed_tools(tools)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape != (len(tools), _DIM):
             raise ValueError(f"{len(tools)} tools need {len(tools)}x{_DIM} second vectors, "
                              f"got {vectors.shape}")
         last = {t.name: i for i, t in enumerate(tools)}
-        kept = vectors[list(last.values())]
-        ids = np.arange(len(kept), dtype=np.int64)
+        rows = list(last.values())
+        kept = vectors[rows]
         if len(kept) > self._approx_threshold:
             with faiss_threads(os.cpu_count() or 1):  # training is worth every core
                 index = ivf_index(kept, self._nprobe, direct_map=True)
-                index.add_with_ids(kept, ids)
         else:
             index = faiss.IndexIDMap2(faiss.IndexFlatIP(_DIM))
-            if len(kept):
-                index.add_with_ids(kept, ids)
+        self._add_views(index, 0, kept, None if views is None else views[rows])
         with self._lock:
             self._index = index
             self._slot_of = {name: slot for slot, name in enumerate(last)}
@@ -368,18 +379,32 @@ class SecondChannel:
             self._next_slot = len(kept)
             self.active = True
 
+    @staticmethod
+    def _add_views(index: Any, start: int, full: np.ndarray, views: np.ndarray | None) -> None:
+        """Add slots ``start``.. with their full-text vectors (id 2s) and the summaries that
+        differ from them (id 2s + 1)."""
+        if not len(full):
+            return
+        slots = np.arange(start, start + len(full), dtype=np.int64)
+        index.add_with_ids(np.ascontiguousarray(full, dtype=np.float32), 2 * slots)
+        if views is None:
+            return
+        own = np.flatnonzero(np.any(views != full, axis=1))
+        if own.size:
+            index.add_with_ids(np.ascontiguousarray(views[own], dtype=np.float32),
+                               2 * slots[own] + 1)
+
     def add(self, tools: Sequence[ToolDefinition]) -> None:
         """Add tools or replace tools of the same name (no-op while inactive)."""
         if not self.active or not tools:
             return
         last = {t.name: t for t in tools}
-        vectors = self.embed_tools(list(last.values()))
+        vectors, views = self.embed_tools(list(last.values()))
         with self._lock:
             self._remove_locked([n for n in last if n in self._slot_of])
             start = self._next_slot
-            ids = np.arange(start, start + len(last), dtype=np.int64)
-            self._index.add_with_ids(vectors, ids)
-            for slot, name in zip(ids.tolist(), last, strict=True):
+            self._add_views(self._index, start, vectors, views)
+            for slot, name in enumerate(last, start):
                 self._slot_of[name] = slot
                 self._name_of[slot] = name
             self._next_slot = start + len(last)
@@ -396,7 +421,8 @@ class SecondChannel:
         for slot in slots:
             del self._name_of[slot]
         if slots:
-            self._index.remove_ids(np.asarray(slots, dtype=np.int64))
+            ids = 2 * np.asarray(slots, dtype=np.int64)
+            self._index.remove_ids(np.concatenate([ids, ids + 1]))  # a missing id is no error
 
     def names(self) -> set[str]:
         """The tool names indexed (for consistency checks)."""
@@ -404,9 +430,10 @@ class SecondChannel:
             return set(self._slot_of)
 
     def vector(self, name: str) -> np.ndarray:
-        """The stored vector of one tool."""
+        """The stored vector of one tool's full text."""
         with self._lock:
-            return np.asarray(self._index.reconstruct(self._slot_of[name]), dtype=np.float32)
+            return np.asarray(self._index.reconstruct(2 * self._slot_of[name]),
+                              dtype=np.float32)
 
     # ------------------------------------------------------------------ search
 
@@ -421,11 +448,15 @@ class SecondChannel:
             return []
         qvec = prefetched.result() if prefetched is not None else self.query_vector(query)
         with self._lock, faiss_threads(1):  # one short query: OpenMP threads only spin
-            n = min(k, len(self._slot_of))
+            # A tool has at most two rows: 2k rows hold k tools, each first at its closer.
+            n = min(2 * k, self._index.ntotal)
             scores, ids = self._index.search(qvec[None, :], n)
             name_of = self._name_of
-            return [
-                (name_of[i], float(s))
-                for s, i in zip(scores[0].tolist(), ids[0].tolist(), strict=True)
-                if i in name_of
-            ]
+            out: dict[str, float] = {}
+            for score, row in zip(scores[0].tolist(), ids[0].tolist(), strict=True):
+                name = name_of.get(row >> 1) if row >= 0 else None
+                if name is not None and name not in out:
+                    out[name] = float(score)
+                    if len(out) == k:
+                        break
+            return list(out.items())

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["faiss_threads", "ivf_index"]
+__all__ = ["faiss_threads", "ivf_index", "split_views"]
 
 
 @contextlib.contextmanager
@@ -46,3 +46,18 @@ def ivf_index(vectors: np.ndarray, nprobe: int, *, direct_map: bool = False) -> 
     if direct_map:
         ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
     return ivf
+
+
+def split_views(
+    vectors: np.ndarray, count: int, differ: list[int] | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The full-text and summary vectors of ``count`` tools from the rows embedded for
+    :func:`~tooldeck_faiss._text.tool_texts`' texts (``differ`` its second answer, None when
+    no summaries were asked for): a tool without a summary of its own gets its full vector."""
+    full = np.ascontiguousarray(vectors[:count], dtype=np.float32)
+    if differ is None:
+        return full, None
+    views = full.copy()
+    if differ:
+        views[differ] = vectors[count:]
+    return full, views

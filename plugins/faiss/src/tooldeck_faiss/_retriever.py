@@ -23,14 +23,13 @@ from tooldeck_hookspecs import ConfigError, ScoredTool, ToolDefinition
 
 from ._bm25 import BM25Index
 from ._dense2 import SecondChannel, channel_weight, hybrid_margin, mix_rankings
-from ._faiss_index import faiss_threads, ivf_index
+from ._faiss_index import faiss_threads, ivf_index, split_views
 from ._fusion import FusionParams, fuse, spread_over_intents, spread_scores
 from ._history import SelectionHistory, default_history_path, open_history_store
 from ._spelling import Speller, load_known_words
 from ._store import EmbeddingStore, text_key
 from ._text import (
     REQUEST_VERBS,
-    dense_text,
     lexical_fields,
     query_terms,
     segment_query,
@@ -38,6 +37,7 @@ from ._text import (
     stem,
     strip_quoted,
     tokenize,
+    tool_texts,
 )
 
 __all__ = ["FaissRetriever", "RetrieverSettings", "RetrieverStatistics", "default_model_path"]
@@ -227,6 +227,14 @@ class RetrieverSettings:
     #: misspellings by pyspellchecker's English list and the model folder's ``vocab.txt``;
     #: without either, nothing is corrected. BFCL live R@15 96.60 -> 96.74, Seal-Tools unchanged.
     correct_spelling: bool = True
+    #: Give each tool a second vector in both dense channels, of its name and description
+    #: alone (``summary_text``), and score it by the closer of its two vectors. Parameter and
+    #: category words pull the full text's vector away from what the tool does, which is all
+    #: that many requests name. Measured on both open sets against off, R@15 / complete@15:
+    #: BFCL live 96.74 -> 97.19 (R@5 89.25 -> 90.29), Seal-Tools 98.52 / 96.69 -> 98.71 /
+    #: 97.18; 21 gold tools entered the hand of 15 and 4 left it. Costs one more (shorter) text
+    #: to embed per tool with parameters or a category, and twice the vector memory.
+    summary_view: bool = True
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> RetrieverSettings:
@@ -429,6 +437,9 @@ class FaissRetriever:
         self._names: list[str | None] = []
         self._slot_of: dict[str, int] = {}
         self._vectors = np.zeros((0, 0), dtype=np.float32)
+        # The summary view's vector of each slot (``summary_view``), None when off or when
+        # the index came from precomputed vectors without them.
+        self._views: np.ndarray | None = None
         self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
         self._index: Any = None
         self._approx = False
@@ -457,6 +468,7 @@ class FaissRetriever:
                 query_cache_size=self.settings.query_cache_size,
                 approx_threshold=self.settings.approx_threshold,
                 ivf_nprobe=self.settings.ivf_nprobe,
+                summary_view=self.settings.summary_view,
             )
             if self.settings.second_encoder == "use"
             else None
@@ -546,6 +558,14 @@ class FaissRetriever:
             out[i] = cached[k] if k in cached else fresh[k]
         return out
 
+    def _embed_tool_views(
+        self, tools: Sequence[ToolDefinition]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Full-text vectors of ``tools`` and their summary vectors (None when
+        ``summary_view`` is off), embedded in one batch."""
+        texts, differ = tool_texts(tools, self.settings.summary_view)
+        return split_views(self._embed_tools(texts), len(tools), differ)
+
     def _encode_reporting(self, texts: list[str]) -> np.ndarray:
         """:meth:`_encode` for tool texts, saying so on a terminal.
 
@@ -621,7 +641,10 @@ class FaissRetriever:
                 terms[term] = terms.get(term, 0.0) + weight
         return terms
 
-    def _rebuild(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+    def _rebuild(
+        self, tools: Sequence[ToolDefinition], vectors: np.ndarray,
+        views: np.ndarray | None = None,
+    ) -> None:
         unique: dict[str, int] = {}
         for i, tool in enumerate(tools):
             unique[tool.name] = i  # the last definition of a name wins
@@ -630,6 +653,9 @@ class FaissRetriever:
         vectors = vectors[order] if len(order) else vectors[:0]
         dim = vectors.shape[1] if vectors.ndim == 2 and vectors.shape[1] else self._dimension()
         vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(tools), dim)
+        if views is not None:
+            views = np.ascontiguousarray(views[order] if len(order) else views[:0],
+                                         dtype=np.float32).reshape(len(tools), dim)
         approx = len(tools) > self.settings.approx_threshold
         with faiss_threads(os.cpu_count() or 1):  # building is worth every core
             index = self._new_index(vectors, approx)
@@ -642,6 +668,7 @@ class FaissRetriever:
             self._names = [t.name for t in tools]
             self._slot_of = {t.name: i for i, t in enumerate(tools)}
             self._vectors = np.array(vectors, dtype=np.float32).reshape(len(tools), dim)
+            self._views = views
             self._bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
             self._tombstones = set()
             self._words = set()
@@ -698,6 +725,10 @@ class FaissRetriever:
             index = self._new_index(vectors, approx)
             if slots:
                 index.add_with_ids(vectors, np.arange(len(slots), dtype=np.int64))
+        views = (
+            None if self._views is None
+            else np.ascontiguousarray(self._views[slots], dtype=np.float32)
+        )
         bm25 = BM25Index(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
         for new_slot, old_slot in enumerate(slots):
             bm25.add(new_slot, self._bm25.document(old_slot))
@@ -706,24 +737,41 @@ class FaissRetriever:
         self._names = list(names)
         self._slot_of = {name: slot for slot, name in enumerate(names) if name is not None}
         self._vectors = vectors
+        self._views = views
         self._bm25 = bm25
         self._tombstones = set()
 
-    def _add(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+    def _add(
+        self, tools: Sequence[ToolDefinition], vectors: np.ndarray,
+        views: np.ndarray | None = None,
+    ) -> None:
         with self._lock:
-            self._add_slots(tools, vectors)
+            self._add_slots(tools, vectors, views)
             self._compact_if_sparse()
 
-    def _add_slots(self, tools: Sequence[ToolDefinition], vectors: np.ndarray) -> None:
+    def _add_slots(
+        self, tools: Sequence[ToolDefinition], vectors: np.ndarray,
+        views: np.ndarray | None = None,
+    ) -> None:
         with self._lock:
             if self._index is None:
-                self._rebuild(tools, vectors)
+                self._rebuild(tools, vectors, views)
                 return
             replaced = [self._slot_of[t.name] for t in tools if t.name in self._slot_of]
             self._remove_slots(replaced)
             start = len(self._names)
             new = np.asarray(vectors, dtype=np.float32).reshape(len(tools), self._dim)
             self._vectors = np.concatenate([self._vectors, new]) if start else new
+            # Summaries only when every slot has one: an index made from precomputed
+            # vectors has none, and a tool added to it is scored by its full text too.
+            if views is None or (start and self._views is None):
+                self._views = None
+            else:
+                new_views = np.asarray(views, dtype=np.float32).reshape(len(tools), self._dim)
+                self._views = (
+                    np.concatenate([self._views, new_views])
+                    if start and self._views is not None else new_views
+                )
             for offset, tool in enumerate(tools):
                 slot = start + offset
                 old = self._slot_of.get(tool.name)
@@ -880,6 +928,10 @@ class FaissRetriever:
                 return [], np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32)
             lex = lex_all[:, cand]
             dense = qvecs @ self._vectors[cand].T
+            if self._views is not None:
+                # The closer of each tool's two views; the pool came from the full-text
+                # index and BM25, which reads the summary's words too.
+                np.maximum(dense, qvecs @ self._views[cand].T, out=dense)
         return found, lex, dense  # type: ignore[return-value]
 
     def _rank(self, segments: list[str], qvecs: np.ndarray, k: int) -> list[ScoredTool]:
@@ -1028,11 +1080,9 @@ class FaissRetriever:
     async def index(self, tools: Sequence[ToolDefinition]) -> None:
         """(Re)build the index for exactly ``tools``; cached vectors are reused."""
         tools = list(tools)
-        texts = [dense_text(t) for t in tools]
 
         def build() -> None:
-            vectors = self._embed_tools(texts)
-            self._rebuild(tools, vectors)
+            self._rebuild(tools, *self._embed_tool_views(tools))
             if self._dense2 is not None:
                 self._dense2.rebuild(tools)
 
@@ -1071,11 +1121,10 @@ class FaissRetriever:
         tools = list(tools)
         if not tools:
             return
-        texts = [dense_text(t) for t in tools]
 
         def run() -> None:
             first = self._index is None  # the first add builds both indexes
-            self._add(tools, self._embed_tools(texts))
+            self._add(tools, *self._embed_tool_views(tools))
             if self._dense2 is not None:
                 if first:
                     self._dense2.rebuild(tools)

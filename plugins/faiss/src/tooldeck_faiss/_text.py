@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tooldeck_hookspecs import ToolDefinition, local_ref_target
@@ -273,6 +273,30 @@ def dense_text(tool: ToolDefinition) -> str:
         )
         parts.append(f"Parameters: {rendered}")
     return " ".join(p for p in parts if p)
+
+
+def summary_text(tool: ToolDefinition) -> str:
+    """A tool's name words and the lead of its description: :func:`dense_text` without the
+    category and parameters, for the summary view (``summary_view``). A request that names
+    only what a tool does matches this text better than the full one, whose parameter words
+    pull its vector away from that purpose."""
+    lead = _lead(tool.description, SUMMARY_WORDS)
+    return " ".join(split_identifier(tool.name)) + ":" + (f" {lead}" if lead else "")
+
+
+def tool_texts(
+    tools: Sequence[ToolDefinition], summary: bool
+) -> tuple[list[str], list[int] | None]:
+    """The texts to embed for ``tools``: every tool's :func:`dense_text`, then (``summary``)
+    the :func:`summary_text` of each tool whose summary differs from it, and the indexes of
+    those tools (None without ``summary``). A tool without category or parameters has one
+    text: its vector serves both views."""
+    texts = [dense_text(t) for t in tools]
+    if not summary:
+        return texts, None
+    views = [summary_text(t) for t in tools]
+    differ = [i for i, (full, view) in enumerate(zip(texts, views, strict=True)) if full != view]
+    return texts + [views[i] for i in differ], differ
 
 
 def lexical_fields(tool: ToolDefinition) -> dict[str, str]:

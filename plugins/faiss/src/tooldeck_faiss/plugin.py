@@ -67,6 +67,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "second_diversity_share",
     "second_depth",
     "correct_spelling",
+    "summary_view",
 )
 
 
