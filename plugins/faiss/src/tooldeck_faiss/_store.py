@@ -19,8 +19,9 @@ _MAX_CHUNKS = 8
 #: Vectors kept per model, in memory and by a merge: the least recently used go first. Every
 #: text ever embedded stayed otherwise, and each merge rewrote them all: a long-lived deck whose
 #: tools change at run time (new descriptions, reloaded MCP servers) grew both for weeks.
-#: Catalogs of thousands of tools fit many times over; a vector dropped is embedded again.
-MAX_VECTORS = 20_000
+#: A tool has up to two texts (full and summary, ``summary_view``): a catalog of 20,000
+#: tools fits, thousands fit many times over; a vector dropped is embedded again.
+MAX_VECTORS = 40_000
 #: A chunk file larger than this is not read: a planted or runaway file (2 GB) must not be
 #: loaded whole into memory at start-up. 20k vectors of 4096 floats are 330 MB; a catalog
 #: embedded in one go writes one chunk, so leave room for that too.
