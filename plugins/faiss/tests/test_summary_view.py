@@ -139,3 +139,26 @@ async def test_precomputed_vectors_leave_the_view_off_and_additions_still_rank(
     assert retriever._views is None  # no half-filled view: every slot or none
     hits = await retriever.search("play a song by Queen", 3)
     assert hits[0].name == "play_music"
+
+
+async def test_precomputed_summary_vectors_are_used_in_both_channels(make_retriever, handmade):
+    retriever = make_retriever()
+    full = retriever._encode([dense_text(t) for t in handmade])
+    summary = retriever._encode([summary_text(t) for t in handmade])
+    rng = np.random.default_rng(3)
+    second, second_views = (rng.standard_normal((len(handmade), 512)).astype(np.float32)
+                            for _ in range(2))
+    second /= np.linalg.norm(second, axis=1, keepdims=True)
+    second_views /= np.linalg.norm(second_views, axis=1, keepdims=True)
+    with pytest.raises(ValueError, match="view vectors"):
+        await retriever.index_vectors(handmade, full, view_vectors=summary[:3])
+    await retriever.index_vectors(handmade, full, view_vectors=summary,
+                                  second_vectors=second, second_view_vectors=second_views)
+    np.testing.assert_allclose(retriever._views, summary, atol=1e-6)
+    assert retriever._dense2._index.ntotal == 2 * len(handmade)
+    segments = retriever._query_segments(QUERIES[0])
+    qvecs = retriever._embed_query(segments)
+    found, _, dense = retriever._candidates(segments, qvecs)
+    rows = [[t.name for t in handmade].index(n) for n in found]
+    np.testing.assert_allclose(
+        dense, np.maximum(qvecs @ full[rows].T, qvecs @ summary[rows].T), atol=1e-5)

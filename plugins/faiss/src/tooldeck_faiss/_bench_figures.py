@@ -163,6 +163,8 @@ async def bench_selection(
     """
     import statistics  # here, not at the plugin's load: fractions and decimal come with it
 
+    import numpy as np
+
     from ._retriever import FaissRetriever, RetrieverSettings
 
     figures: dict[str, float] = {}
@@ -177,7 +179,16 @@ async def bench_selection(
         model = retriever.model  # load the model once for every size
         started = time.perf_counter()
         second = _second_vectors(size) if settings.second_encoder != "none" else None
-        await retriever.index_vectors(tools, vectors, second_vectors=second)
+        # The default's summary view: a second row per tool in both channels (other seeds).
+        views = second_views = None
+        if settings.summary_view:
+            views = _unit_rows(np.random.default_rng(size + 1), size, vectors.shape[1])
+            if second is not None:
+                second_views = _second_vectors(size, seed=12)
+        await retriever.index_vectors(
+            tools, vectors, second_vectors=second, view_vectors=views,
+            second_view_vectors=second_views,
+        )
         figures[f"index_build_s_{label}"] = round(time.perf_counter() - started, 3)
         for query in _BENCH_QUERIES[:3]:  # warm caches and the model's first-call costs
             await retriever.search(query, 20)

@@ -350,19 +350,22 @@ class SecondChannel:
 
     # ------------------------------------------------------------------ index maintenance
 
-    def rebuild(self, tools: Sequence[ToolDefinition], vectors: np.ndarray | None = None) -> None:
-        """Index exactly ``tools`` (the last definition of a name wins); ``vectors`` may be
-        given (one L2-normalised 512-d row per tool: no summaries then), else they are
-        embedded or read from the cache."""
+    def rebuild(
+        self, tools: Sequence[ToolDefinition], vectors: np.ndarray | None = None,
+        views: np.ndarray | None = None,
+    ) -> None:
+        """Index exactly ``tools`` (the last definition of a name wins); ``vectors`` (and the
+        summaries' ``views``, optional) may be given, one L2-normalised 512-d row per tool,
+        else both are embedded or read from the cache."""
         import faiss
 
-        views = None
         if vectors is None:
             vectors, views = self.embed_tools(tools)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape != (len(tools), _DIM):
-            raise ValueError(f"{len(tools)} tools need {len(tools)}x{_DIM} second vectors, "
-                             f"got {vectors.shape}")
+        for rows in (vectors, views):
+            if rows is not None and rows.shape != (len(tools), _DIM):
+                raise ValueError(f"{len(tools)} tools need {len(tools)}x{_DIM} second "
+                                 f"vectors, got {rows.shape}")
         last = {t.name: i for i, t in enumerate(tools)}
         rows = list(last.values())
         kept = vectors[rows]

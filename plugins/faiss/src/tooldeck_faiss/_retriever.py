@@ -1094,25 +1094,32 @@ class FaissRetriever:
         vectors: np.ndarray,
         *,
         second_vectors: np.ndarray | None = None,
+        view_vectors: np.ndarray | None = None,
+        second_view_vectors: np.ndarray | None = None,
     ) -> None:
         """(Re)build the index with precomputed, L2-normalised ``vectors`` (one row per tool).
 
         For benchmarks and callers that embed elsewhere: nothing is encoded, and the vectors
         must come from the same model as the queries to be meaningful. ``second_vectors``
         (512-d rows) feed the second dense channel; without them it stays off for this index.
+        ``view_vectors`` and ``second_view_vectors`` are the summary view's rows of each
+        channel (``summary_view``); without them the full text alone scores.
         """
         tools = list(tools)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape[0] != len(tools):
-            raise ValueError(f"{len(tools)} tools but {vectors.shape[0]} vectors")
+        for what, rows in (("vectors", vectors), ("view vectors", view_vectors)):
+            if rows is not None and rows.shape[0] != len(tools):
+                raise ValueError(f"{len(tools)} tools but {rows.shape[0]} {what}")
+        views = view_vectors if self.settings.summary_view else None
+        second_views = second_view_vectors if self.settings.summary_view else None
 
         def build() -> None:
-            self._rebuild(tools, vectors)
+            self._rebuild(tools, vectors, views)
             if self._dense2 is not None:
                 if second_vectors is None:
                     self._dense2.active = False
                 else:
-                    self._dense2.rebuild(tools, second_vectors)
+                    self._dense2.rebuild(tools, second_vectors, second_views)
 
         await trio.to_thread.run_sync(build)
 
