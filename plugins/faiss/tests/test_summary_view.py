@@ -126,6 +126,11 @@ async def test_the_second_channel_keeps_each_tool_once_at_its_closer_text(
         assert top3 == hits[:3]
     np.testing.assert_allclose(channel.vector(changed.name), full[list(live).index(changed.name)],
                                atol=1e-4)
+    # Removing a tool removes its rows, one or two (the bare tool has no summary row).
+    before = channel._index.ntotal
+    await retriever.remove([bare.name, changed.name])
+    assert channel._index.ntotal == before - 3
+    assert {n for n, _ in channel.search(QUERIES[0], 50)} == set(live) - {bare.name, changed.name}
 
 
 async def test_precomputed_vectors_leave_the_view_off_and_additions_still_rank(
