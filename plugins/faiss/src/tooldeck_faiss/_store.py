@@ -23,7 +23,7 @@ _MAX_CHUNKS = 8
 #: tools fits, thousands fit many times over; a vector dropped is embedded again.
 MAX_VECTORS = 40_000
 #: A chunk file larger than this is not read: a planted or runaway file (2 GB) must not be
-#: loaded whole into memory at start-up. 20k vectors of 4096 floats are 330 MB; a catalog
+#: loaded whole into memory at start-up. 40k vectors of 4096 floats are 655 MB; a catalog
 #: embedded in one go writes one chunk, so leave room for that too.
 MAX_CHUNK_BYTES = 1 << 30
 

@@ -261,7 +261,7 @@ def _lead(text: str, words: int) -> str:
 def dense_text(tool: ToolDefinition) -> str:
     """What the embedding model sees for a tool: name words, the description's lead, category,
     parameters, nested ones too (each description's lead). BM25 still indexes every word."""
-    parts = [" ".join(split_identifier(tool.name)) + ":", _lead(tool.description, SUMMARY_WORDS)]
+    parts = [summary_text(tool)]
     if tool.category:
         parts.append(f"Category: {_category_words(tool.category)}.")
     params = _param_items(schema_params(tool.parameters))
@@ -276,10 +276,10 @@ def dense_text(tool: ToolDefinition) -> str:
 
 
 def summary_text(tool: ToolDefinition) -> str:
-    """A tool's name words and the lead of its description: :func:`dense_text` without the
-    category and parameters, for the summary view (``summary_view``). A request that names
-    only what a tool does matches this text better than the full one, whose parameter words
-    pull its vector away from that purpose."""
+    """A tool's name words and the lead of its description: the opening of :func:`dense_text`,
+    without its category and parameters, for the summary view (``summary_view``). A request
+    that names only what a tool does matches this text better than the full one, whose
+    parameter words pull its vector away from that purpose."""
     lead = _lead(tool.description, SUMMARY_WORDS)
     return " ".join(split_identifier(tool.name)) + ":" + (f" {lead}" if lead else "")
 
