@@ -3,7 +3,6 @@ cancellation of a sandboxed call, and per-category limits under load."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 import trio
 
 from tooldeck import ExecutionConfig, SecurityConfig, ToolDefinition, tool
-from tooldeck.testing import make_deck
+from tooldeck.testing import make_deck, marked_pids
 
 SANDBOX_TOOLS = str(Path(__file__).resolve().parents[2] / "plugins" / "runner" / "tests")
 MODE = "bubblewrap" if shutil.which("bwrap") else "process"
@@ -49,19 +48,6 @@ async def browse(url: str) -> str:
     finally:
         in_flight["now"] -= 1
     return url
-
-
-def marked(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def deck(**runner: object):
@@ -113,15 +99,15 @@ async def test_session_cancel_kills_a_sandboxed_call(tmp_path: Path) -> None:
 
             nursery.start_soon(go)
             with trio.fail_after(30):
-                while not marked(marker):
+                while not marked_pids(marker):
                     await trio.sleep(0.02)
             session.cancel()
     assert results[0].error is not None and results[0].error.code == "CANCELLED"
     for _ in range(100):
-        if not marked(marker):
+        if not marked_pids(marker):
             break
         await trio.sleep(0.02)
-    assert marked(marker) == []
+    assert marked_pids(marker) == []
 
 
 @pytest.mark.slow

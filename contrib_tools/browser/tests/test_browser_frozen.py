@@ -19,7 +19,7 @@ import pytest
 import trio
 from tooldeck_tools_browser._engine import engine
 
-from tooldeck.testing import make_deck
+from tooldeck.testing import make_deck, marked_pids
 
 pytestmark = pytest.mark.chromium
 
@@ -172,20 +172,6 @@ async def test_a_frozen_browser_being_replaced_for_other_settings_is_stopped_not
     assert not [pid for pid in pids if _alive(pid)]
 
 
-def _pids_naming(marker: str) -> list[int]:
-    """Processes whose command line names ``marker`` (the launch's private folder)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as handle:
-                    if marker.encode() in handle.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
 async def test_a_frozen_browser_without_a_memory_cgroup_is_found_by_its_folder_and_stopped(
     site: Any, limited_deck: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,7 +184,7 @@ async def test_a_frozen_browser_without_a_memory_cgroup_is_found_by_its_folder_a
         await _open(session, site)
         sandbox = engine().sandbox
         assert sandbox is not None and sandbox.cgroup is None and sandbox.root
-        pids = _pids_naming(sandbox.root)
+        pids = marked_pids(sandbox.root)
         assert pids
         try:
             for pid in pids:

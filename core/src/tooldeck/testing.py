@@ -42,6 +42,7 @@ __all__ = [
     "host_secret",
     "KeywordRetriever",
     "run_python",
+    "marked_pids",
 ]
 
 
@@ -224,3 +225,23 @@ def run_python(
     if done.returncode != 0:
         raise AssertionError(f"exit {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Processes anywhere on the machine whose command line contains ``marker``.
+
+    For tests that give what they start a unique marker (an argument, a private folder) and
+    then check what is still running: a sandbox's children, a browser, daemons left behind.
+    """
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if needle in fh.read():
+                    found.append(int(entry))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found

@@ -26,6 +26,7 @@ import pytest
 import trio
 from tooldeck_runner import RunnerExecutor, RunnerSettings
 
+from tooldeck.testing import marked_pids
 from tooldeck_hookspecs import (
     ConfigError,
     ExecutionConfig,
@@ -121,19 +122,6 @@ def host_status(pid: int) -> dict[str, str]:
             name, _, value = line.partition(":")
             fields[name] = " ".join(value.split())
     return fields
-
-
-def marked_pids(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 # -- the sandbox's processes, seen from the host ---------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 import trio
 from tooldeck_runner import ISOLATION_BWRAP, ISOLATION_PROCESS, RunnerExecutor
 
+from tooldeck.testing import marked_pids
 from tooldeck_hookspecs import (
     ExecutionConfig,
     SecurityConfig,
@@ -50,22 +51,6 @@ def sandboxed(
         security=SecurityConfig(sandbox=True, writes_workdir=writes, network=network),
         execution=ExecutionConfig(**execution),
     )
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Processes whose command line contains ``marker`` (anywhere on the machine)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry))
-    return found
 
 
 async def assert_none_left(marker: str) -> None:

@@ -37,6 +37,7 @@ from tooldeck_runner import (
 from tooldeck_runner._outcomes import signal_result
 from tooldeck_runner._sandbox import cpu_seconds
 
+from tooldeck.testing import marked_pids
 from tooldeck_hookspecs import (
     ExecutionConfig,
     SecurityConfig,
@@ -115,20 +116,6 @@ def own_sandbox_cgroups() -> list[str]:
     found = []
     for parent in CGROUPS.parents.values():
         found += [n for n in os.listdir(parent) if n.startswith(f"tooldeck-sbx-{os.getpid()}-")]
-    return found
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Processes whose command line contains ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
     return found
 
 

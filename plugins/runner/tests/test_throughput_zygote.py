@@ -17,6 +17,7 @@ import pytest
 import trio
 from tooldeck_runner import RunnerExecutor
 
+from tooldeck.testing import marked_pids
 from tooldeck_hookspecs import (
     ExecutionConfig,
     SecurityConfig,
@@ -62,19 +63,6 @@ async def call(
 ) -> ToolResult:
     context = ToolContext(session_id=session, workdir=str(workdir))
     return await ex.run(tool, ToolCall(name=tool.name, arguments=arguments), context)
-
-
-def marked_pids(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def host_status(pid: int) -> dict[str, str]:
